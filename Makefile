@@ -1,0 +1,46 @@
+# The two set-up commands are `make run` and `make test`; everything else is a helper.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+HOST ?= 127.0.0.1
+PORT ?= 8000
+
+.PHONY: install run test check lint format migrate demo bench clean
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+migrate: install
+	$(BIN)/python manage.py migrate --noinput
+
+demo: migrate
+	$(BIN)/python manage.py demo
+	PORT=$(PORT) $(BIN)/python manage.py demo_provider
+
+# The whole platform on this machine: ASGI server, platform worker and beat (Procfile).
+run: demo
+	@echo "Proofwork on http://$(HOST):$(PORT)/  (Ctrl-C stops every process)"
+	HOST=$(HOST) WEB_PORT=$(PORT) PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/honcho start -f Procfile
+
+# Lint, types and migrations first, then the whole suite (exit 5 = nothing collected fails too).
+test: check
+	$(BIN)/python -m pytest
+
+check: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy .
+	$(BIN)/python manage.py makemigrations --check --dry-run
+
+format: install
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+clean:
+	rm -rf var .pytest_cache .mypy_cache .ruff_cache

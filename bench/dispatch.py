@@ -1,0 +1,240 @@
+"""Dispatch and live-progress latency with real processes.
+
+1. Task posted → the agent starting it: a real daphne, a platform Celery worker and a
+   registered agent on the embedded filesystem broker (Redis when REDIS_URL is set), a
+   fresh SQLite database under a temporary PROOFWORK_VAR_DIR; N small synthetic tasks,
+   one after another (an agent runs one job at a time). Measured from the moment
+   ``post_task`` returns to the assignment's ``started_at`` (set by ``/start/``).
+2. A progress event sent by an agent-like WebSocket client on ``/ws/worker/`` → its
+   arrival at every one of 200 browser WebSockets subscribed to ``/ws/tasks/<id>/`` as
+   the task's owner (session cookie). Target: p95 ≤ 100 ms on loopback.
+
+Prints a table, then one line of JSON. ``.venv/bin/python bench/dispatch.py [--tasks N]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import tempfile
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+FANOUT_TARGET_MS = 100.0
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
+    return ordered[index]
+
+
+def setup_django(var_dir: Path) -> None:
+    os.environ["PROOFWORK_VAR_DIR"] = str(var_dir)
+    os.environ.pop("DATABASE_URL", None)  # a fresh SQLite file under the temporary var dir
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+    os.environ.setdefault("PROOFWORK_LOG_LEVEL", "WARNING")
+    sys.path.insert(0, str(ROOT))
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+
+
+def measure_dispatch(url: str, owner: Any, tasks: int) -> list[float]:
+    """Post tasks one by one; seconds from post to the agent's /start/ for each."""
+    from django.utils import timezone
+
+    from marketplace.models import Task, TaskStatus
+    from marketplace.services import TaskRequest, post_task
+    from marketplace.units import UNITS_PER_CREDIT
+    from tests.workers import processes as p
+    from workers.models import Assignment
+
+    latencies = []
+    for _ in range(tasks):
+        posted = timezone.now()
+        task = post_task(owner, TaskRequest(kind="synthetic", spec={"n": 64}, budget=UNITS_PER_CREDIT))
+
+        def started(task_id: Any = task.pk) -> bool:
+            return Assignment.objects.filter(task_id=task_id, started_at__isnull=False).exists()
+
+        p.wait_for(started, 60, "the agent never started a task", interval=0.01)
+        started_at = Assignment.objects.filter(task=task).values_list("started_at", flat=True).first()
+        assert started_at is not None
+        latencies.append((started_at - posted).total_seconds())
+
+        def settled(task_id: Any = task.pk) -> bool:
+            return Task.objects.get(pk=task_id).status in (TaskStatus.COMPLETED, TaskStatus.FAILED)
+
+        p.wait_for(settled, 60, "a task never settled", interval=0.05)
+    return latencies
+
+
+def browser_cookie(user: Any) -> str:
+    """A logged-in session for the owner, made the way django.contrib.auth.login makes one."""
+    from importlib import import_module
+
+    from django.conf import settings
+    from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY
+
+    store = import_module(settings.SESSION_ENGINE).SessionStore()
+    store[SESSION_KEY] = str(user.pk)
+    store[BACKEND_SESSION_KEY] = settings.AUTHENTICATION_BACKENDS[0]
+    store[HASH_SESSION_KEY] = user.get_session_auth_hash()
+    store.save()
+    return f"{settings.SESSION_COOKIE_NAME}={store.session_key}"
+
+
+def running_assignment(owner: Any, worker: Any) -> Any:
+    """A task nobody else will be scheduled for, with a running assignment for our worker."""
+    from django.conf import settings
+    from django.utils import timezone
+
+    from marketplace.services import TaskRequest, post_task
+    from marketplace.units import UNITS_PER_CREDIT
+    from workers.models import Assignment
+
+    task = post_task(owner, TaskRequest(kind="synthetic", spec={"n": 64}, budget=UNITS_PER_CREDIT, min_reputation=100))
+    return Assignment.objects.create(
+        task=task,
+        worker=worker,
+        state=Assignment.State.RUNNING,
+        seed_block_hash="0" * 64,
+        started_at=timezone.now(),
+        deadline=timezone.now() + timedelta(seconds=settings.ASSIGNMENT_DEADLINE),
+    )
+
+
+async def measure_fanout(
+    url: str, cookie: str, token: str, assignment: Any, sockets: int, events: int
+) -> tuple[list[float], int]:
+    """Milliseconds from each progress event's send to its arrival at every browser socket."""
+    import websockets
+
+    ws_base = url.replace("http://", "ws://")
+    origin = websockets.Origin(url)
+    gate = asyncio.Semaphore(25)
+
+    async def open_browser() -> Any:
+        async with gate:
+            return await websockets.connect(
+                f"{ws_base}/ws/tasks/{assignment.task_id}/",
+                additional_headers={"Cookie": cookie},
+                origin=origin,
+                open_timeout=30,
+                max_queue=None,
+            )
+
+    browsers = await asyncio.gather(*(open_browser() for _ in range(sockets)))
+    agent = await websockets.connect(
+        f"{ws_base}/ws/worker/", additional_headers={"Authorization": f"Worker {token}"}, origin=origin
+    )
+    await asyncio.sleep(0.5)  # let every group_add settle before the first event
+
+    async def arrival(ws: Any, step: int) -> float:
+        while True:
+            message = json.loads(await ws.recv())
+            if message.get("type") == "task.progress" and message.get("step") == step:
+                return time.perf_counter()
+
+    latencies: list[float] = []
+    lost = 0
+    per_event: list[float] = []
+    for step in range(0, events + 1):  # step 0 warms up the path (first queries, imports) and is not counted
+        sent = time.perf_counter()
+        event = {"type": "progress", "assignment_id": str(assignment.pk), "step": step, "total": events + 1}
+        await agent.send(json.dumps({**event, "metrics": {"loss": 1.0 / (step + 1)}, "sent_at": time.time()}))
+        results = await asyncio.gather(
+            *(asyncio.wait_for(arrival(ws, step), timeout=5) for ws in browsers), return_exceptions=True
+        )
+        if step == 0:
+            continue
+        arrived = [(r - sent) * 1000 for r in results if isinstance(r, float)]
+        lost += len(results) - len(arrived)
+        latencies.extend(arrived)
+        per_event.append(max(arrived, default=0.0))
+        await asyncio.sleep(0.25)
+    await agent.close()
+    await asyncio.gather(*(ws.close() for ws in browsers))
+    print("slowest delivery per event (ms):", " ".join(f"{v:.0f}" for v in per_event))
+    return latencies, lost
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tasks", type=int, default=20, help="synthetic tasks to dispatch (default 20)")
+    parser.add_argument("--sockets", type=int, default=200, help="browser WebSockets on the task (default 200)")
+    parser.add_argument("--events", type=int, default=30, help="progress events to fan out (default 30)")
+    args = parser.parse_args()
+
+    with tempfile.TemporaryDirectory(prefix="proofwork-bench-") as tmp_name:
+        tmp = Path(tmp_name)
+        setup_django(tmp / "var")
+        from django.conf import settings
+
+        from ledger import services as ledger
+        from marketplace.models import User
+        from marketplace.units import UNITS_PER_CREDIT
+        from tests.workers import processes as p
+        from workers.agent.identity import Credentials, credentials_path
+        from workers.models import Worker
+
+        broker = "redis" if settings.CELERY_BROKER_URL.startswith("redis") else "filesystem"
+        provider = User.objects.create_user("bench-provider", "provider@example.com", "bench-password-1")
+        requester = User.objects.create_user("bench-requester", "requester@example.com", "bench-password-1")
+        ledger.deposit(requester, 1000 * UNITS_PER_CREDIT, reference="bench-deposit")
+        with p.daphne(tmp) as url, p.platform_worker(tmp):
+            key = p.register_agent(tmp, url, provider, "bench")
+            worker = Worker.objects.get(owner=provider)
+            with p.spawn(p.agent_cmd(key, "run", *p.broker_args()), tmp / "agent.log", p.child_env()):
+                p.wait_for(lambda: Worker.objects.get(pk=worker.pk).is_online, 60, "the agent never connected")
+                dispatch = measure_dispatch(url, requester, args.tasks)
+                token = Credentials.load(credentials_path(key)).token
+                assignment = running_assignment(requester, worker)
+                fanout, lost = asyncio.run(
+                    measure_fanout(url, browser_cookie(requester), token, assignment, args.sockets, args.events)
+                )
+
+    dispatch_ms = [s * 1000 for s in dispatch]
+    rows = [
+        ("post → agent start", len(dispatch_ms), dispatch_ms, "—"),
+        (f"progress → {args.sockets} browsers", len(fanout), fanout, f"p95 ≤ {FANOUT_TARGET_MS:.0f} ms"),
+    ]
+    layer = str(settings.CHANNEL_LAYERS["default"]["BACKEND"]).rsplit(".", 1)[-1]
+    print(f"broker: {broker}; channel layer: {layer}; one warm-up progress event not counted")
+    print(f"{'measure':<28} {'samples':>8} {'median ms':>10} {'p95 ms':>10} {'max ms':>10}  target")
+    for name, count, values, target in rows:
+        med, p95, top = percentile(values, 50), percentile(values, 95), max(values)
+        print(f"{name:<28} {count:>8} {med:>10.1f} {p95:>10.1f} {top:>10.1f}  {target}")
+    if lost:
+        print(f"lost deliveries (not counted above): {lost}")
+    fan_p95 = percentile(fanout, 95)
+    summary = {
+        "bench": "dispatch",
+        "broker": broker,
+        "tasks": len(dispatch_ms),
+        "dispatch_median_ms": round(percentile(dispatch_ms, 50), 1),
+        "dispatch_p95_ms": round(percentile(dispatch_ms, 95), 1),
+        "fanout_sockets": args.sockets,
+        "fanout_samples": len(fanout),
+        "fanout_lost": lost,
+        "fanout_median_ms": round(percentile(fanout, 50), 1),
+        "fanout_p95_ms": round(fan_p95, 1),
+        "fanout_target_p95_ms": FANOUT_TARGET_MS,
+        "fanout_ok": fan_p95 <= FANOUT_TARGET_MS and lost == 0,
+    }
+    print(json.dumps(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

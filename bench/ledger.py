@@ -1,0 +1,198 @@
+"""Ledger benchmark on PostgreSQL: admit and seal N signed SUBMIT_RESULT transactions.
+
+Prints tx/s for mempool admission, sealing, end to end (admission + sealing), and the
+verify_chain replay rate. Signing is not timed: workers sign on their own machines.
+Runs in a throwaway database (``test_<name>`` beside the one DATABASE_URL names),
+created, migrated and dropped here, so it never touches real data.
+
+Run: DATABASE_URL=postgres://… .venv/bin/python bench/ledger.py [--n 20000] [--workers 100] [--batch 2000]
+Target: ≥ 3,000 tx/s end to end on two cores. The last line is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+
+import django
+
+django.setup()
+
+from django.conf import settings  # noqa: E402
+from django.db import connection  # noqa: E402
+
+from ledger import custody, encoding, gas, hooks  # noqa: E402
+from ledger.encoding import ComputeResult, Tx  # noqa: E402
+from ledger.keys import KeyPair, from_seed  # noqa: E402
+from ledger.mempool import Submission, admit  # noqa: E402
+from ledger.models import Transaction, TxStatus  # noqa: E402
+from ledger.replay import verify_chain  # noqa: E402
+from ledger.sealer import ensure_genesis, seal_all  # noqa: E402
+from ledger.signing import sign_compute_result, sign_tx  # noqa: E402
+
+TARGET_TX_PER_S = 3_000.0
+CREDIT = 10**9
+
+
+def _tx(pair: KeyPair, tx_type: str, to: str, amount: int, nonce: int, payload: dict[str, Any]) -> Submission:
+    price = settings.LEDGER_GAS_PRICE
+    unsigned = Tx(
+        chain_id=settings.LEDGER_CHAIN_ID,
+        type=tx_type,
+        sender=pair.address,
+        recipient=to,
+        amount=amount,
+        fee=gas.fee_for(tx_type, price),
+        nonce=nonce,
+        gas_price=price,
+        gas_limit=gas.gas_limit(tx_type),
+        payload=payload,
+    )
+    tx, signature = sign_tx(unsigned, pair)
+    return Submission(tx, signature)
+
+
+def prepare(n: int, workers: int) -> list[Submission]:
+    """Fund the workers (deposits, sealed) and pre-sign n SUBMIT_RESULT transactions."""
+    pairs = [from_seed((1_000_000 + i).to_bytes(32, "big")) for i in range(workers)]
+    treasury = custody.treasury_keys()
+    per_worker = -(-n // workers)
+    deposits = [
+        _tx(
+            treasury,
+            encoding.DEPOSIT,
+            p.address,
+            per_worker * gas.fee_for(encoding.SUBMIT_RESULT, settings.LEDGER_GAS_PRICE) + CREDIT,
+            i,
+            {},
+        )
+        for i, p in enumerate(pairs)
+    ]
+    rows = admit(deposits)
+    assert all(r.status == TxStatus.PENDING for r in rows), rows[0].reason_detail
+    seal_all()
+    subs: list[Submission] = []
+    for k in range(n):
+        pair = pairs[k % workers]
+        nonce = k // workers
+        result = sign_compute_result(
+            ComputeResult(
+                task_id=str(uuid.uuid4()),
+                worker_address=pair.address,
+                result_hash=os.urandom(32).hex(),
+                proof={"rows": [k % 97, k % 89, k % 83], "root": os.urandom(32).hex()},
+                nonce=nonce,
+            ),
+            pair,
+        )
+        subs.append(_tx(pair, encoding.SUBMIT_RESULT, pair.address, 0, nonce, {"compute_result": result.to_json()}))
+    return subs
+
+
+def calibrate() -> float:
+    """Microseconds per ed25519 verification on this machine now (about 50 on an idle
+    modern core): the yardstick for how loaded the machine was during the run."""
+    pair = from_seed(bytes(32))
+    message = b"x" * 300
+    signature = pair.sign(message)
+    from ledger.keys import verify
+
+    start = time.perf_counter()
+    for _ in range(2_000):
+        verify(pair.public_key, message, signature)
+    return (time.perf_counter() - start) / 2_000 * 1e6
+
+
+def run(n: int, workers: int, batch: int) -> dict[str, Any]:
+    # The workers app is not in this process: every (task, worker) pair counts as assigned.
+    hooks.register_assignment_checker(lambda task_id, address: None)
+    settings.LEDGER_MEMPOOL_SEAL_TRIGGER = 10**9  # the benchmark seals by itself
+    ensure_genesis()
+    print(f"preparing {n} signed SUBMIT_RESULT transactions from {workers} workers…", flush=True)
+    subs = prepare(n, workers)
+    base_txs = Transaction.objects.filter(status=TxStatus.SEALED).count()
+
+    if settings.LEDGER_VERIFY_PROCESSES > 1:
+        # Start the verification pool before timing: a platform process starts it once.
+        from ledger.batchverify import PARALLEL_MIN, verify_many
+
+        pair = from_seed(bytes(32))
+        verify_many([(pair.public_key, b"warm", pair.sign(b"warm"))] * PARALLEL_MIN)
+    verify_us_before = calibrate()
+    t0 = time.perf_counter()
+    for i in range(0, n, batch):
+        rows = admit(subs[i : i + batch])
+        refused = [r for r in rows if r.status != TxStatus.PENDING]
+        assert not refused, f"{len(refused)} refused, e.g. {refused[0].reason}: {refused[0].reason_detail}"
+    admit_s = time.perf_counter() - t0
+
+    t1 = time.perf_counter()
+    blocks = seal_all(max_blocks=10_000)
+    seal_s = time.perf_counter() - t1
+    assert sum(b.tx_count for b in blocks) == n
+
+    summary = verify_chain()
+    replayed = summary.transactions
+    assert replayed == n + base_txs
+
+    figures = {
+        "n": n,
+        "workers": workers,
+        "batch": batch,
+        "blocks": len(blocks),
+        "admission_tx_s": round(n / admit_s),
+        "sealing_tx_s": round(n / seal_s),
+        "end_to_end_tx_s": round(n / (admit_s + seal_s)),
+        "verify_chain_tx_s": round(replayed / summary.seconds),
+        "target_end_to_end_tx_s": TARGET_TX_PER_S,
+        "ed25519_verify_us": round((verify_us_before + calibrate()) / 2, 1),
+        "verify_processes": settings.LEDGER_VERIFY_PROCESSES,
+    }
+    figures["meets_target"] = figures["end_to_end_tx_s"] >= TARGET_TX_PER_S
+    return figures
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=20_000)
+    parser.add_argument("--workers", type=int, default=100)
+    parser.add_argument("--batch", type=int, default=2_000)
+    parser.add_argument("--verify-processes", type=int, default=1, help="LEDGER_VERIFY_PROCESSES")
+    args = parser.parse_args()
+    settings.LEDGER_VERIFY_PROCESSES = args.verify_processes
+    if connection.vendor != "postgresql":
+        sys.exit("bench/ledger.py measures PostgreSQL: set DATABASE_URL=postgres://…")
+    db = settings.DATABASES["default"]
+    # Never the test database pytest --reuse-db keeps: a name of its own.
+    db.setdefault("TEST", {})["NAME"] = f"bench_{db['NAME']}"
+    test_db = connection.creation.create_test_db(verbosity=0, autoclobber=True, keepdb=False)
+    try:
+        print(f"database {test_db} (throwaway)", flush=True)
+        figures = run(args.n, args.workers, args.batch)
+    finally:
+        connection.creation.destroy_test_db(settings.DATABASES["default"]["NAME"], verbosity=0)
+    print(f"admission   {figures['admission_tx_s']:>8,} tx/s")
+    print(f"sealing     {figures['sealing_tx_s']:>8,} tx/s  ({figures['blocks']} blocks)")
+    print(
+        f"end to end  {figures['end_to_end_tx_s']:>8,} tx/s  (target ≥ {TARGET_TX_PER_S:,.0f}:"
+        f" {'met' if figures['meets_target'] else 'NOT met'})"
+    )
+    print(f"verify_chain {figures['verify_chain_tx_s']:>7,} tx/s replayed")
+    print(
+        f"machine load yardstick: one ed25519 verification took {figures['ed25519_verify_us']} µs"
+        " (about 50 µs on an idle core; a SUBMIT_RESULT needs two)"
+    )
+    print(json.dumps(figures))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,81 @@
+"""Typed readers for environment variables.
+
+Every setting comes from the environment through one of these helpers. A value that
+is present but malformed raises ImproperlyConfigured naming the variable, so a typo
+fails at start-up instead of silently falling back to a default.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from django.core.exceptions import ImproperlyConfigured
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+def env_str(name: str, default: str = "", environ: Mapping[str, str] | None = None) -> str:
+    """Return the variable as a string, or ``default`` when unset."""
+    env = os.environ if environ is None else environ
+    return env.get(name, default)
+
+
+def env_bool(name: str, default: bool = False, environ: Mapping[str, str] | None = None) -> bool:
+    """Return the variable as a boolean; accepts 1/0, true/false, yes/no, on/off."""
+    env = os.environ if environ is None else environ
+    raw = env.get(name)
+    if raw is None:
+        return default
+    value = raw.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ImproperlyConfigured(f"{name}={raw!r} is not a boolean (use 1/0, true/false, yes/no, on/off)")
+
+
+def env_int(
+    name: str,
+    default: int,
+    *,
+    minimum: int | None = None,
+    maximum: int | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> int:
+    """Return the variable as an integer within [minimum, maximum]."""
+    env = os.environ if environ is None else environ
+    raw = env.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = int(raw.strip().replace("_", ""))
+    except ValueError:
+        raise ImproperlyConfigured(f"{name}={raw!r} is not an integer") from None
+    if minimum is not None and value < minimum:
+        raise ImproperlyConfigured(f"{name}={value} is below the minimum {minimum}")
+    if maximum is not None and value > maximum:
+        raise ImproperlyConfigured(f"{name}={value} is above the maximum {maximum}")
+    return value
+
+
+def env_list(name: str, default: list[str], environ: Mapping[str, str] | None = None) -> list[str]:
+    """Return a comma-separated variable as a list of non-empty, stripped items."""
+    env = os.environ if environ is None else environ
+    raw = env.get(name)
+    if raw is None:
+        return list(default)
+    return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+def env_url(name: str, schemes: tuple[str, ...], environ: Mapping[str, str] | None = None) -> str | None:
+    """Return a URL variable whose scheme is one of ``schemes``, or None when unset."""
+    env = os.environ if environ is None else environ
+    raw = env.get(name, "").strip()
+    if not raw:
+        return None
+    scheme = raw.split("://", 1)[0].lower() if "://" in raw else ""
+    if scheme not in schemes:
+        raise ImproperlyConfigured(f"{name} must start with one of {', '.join(s + '://' for s in schemes)}")
+    return raw

@@ -1,0 +1,389 @@
+"""Proofwork settings: one file, every value from the environment.
+
+With no environment at all (a laptop, ``make run``) the platform runs embedded:
+SQLite and the Celery filesystem broker under ``var/``, an in-memory channel layer,
+DEBUG on and a generated development secret. ``DATABASE_URL`` and ``REDIS_URL`` switch
+to PostgreSQL, Redis and channels-redis; ``PROOFWORK_PRODUCTION=1`` hardens the rest.
+README.md lists every variable.
+"""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+
+import dj_database_url
+import django_stubs_ext
+from django.core.exceptions import ImproperlyConfigured
+
+from config.env import env_bool, env_int, env_list, env_str, env_url
+
+django_stubs_ext.monkeypatch()  # lets admin.ModelAdmin[Model] work at run time
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(env_str("PROOFWORK_VAR_DIR", str(BASE_DIR / "var")))
+VAR_DIR.mkdir(parents=True, exist_ok=True)
+
+PRODUCTION = env_bool("PROOFWORK_PRODUCTION", False)
+DEBUG = env_bool("DJANGO_DEBUG", not PRODUCTION)
+if PRODUCTION and DEBUG:
+    raise ImproperlyConfigured("DJANGO_DEBUG cannot be on when PROOFWORK_PRODUCTION is set")
+
+
+def _development_secret() -> str:
+    """A per-checkout secret kept under var/ so sessions survive restarts."""
+    path = VAR_DIR / "dev-secret-key"
+    if not path.exists():
+        path.write_text(secrets.token_urlsafe(50))
+        path.chmod(0o600)
+    return path.read_text().strip()
+
+
+SECRET_KEY = env_str("DJANGO_SECRET_KEY")
+if not SECRET_KEY:
+    if PRODUCTION:
+        raise ImproperlyConfigured("DJANGO_SECRET_KEY is required when PROOFWORK_PRODUCTION is set")
+    SECRET_KEY = _development_secret()
+elif len(SECRET_KEY) < 50:
+    raise ImproperlyConfigured("DJANGO_SECRET_KEY must be at least 50 characters")
+
+ALLOWED_HOSTS = env_list(
+    "DJANGO_ALLOWED_HOSTS", [] if PRODUCTION else ["127.0.0.1", "localhost", "[::1]", "testserver"]
+)
+CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS", [])
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "whitenoise.runserver_nostatic",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "django_filters",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "channels",
+    "marketplace",
+    "ledger",
+    "workers",
+    "payments",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "config.urls"
+ASGI_APPLICATION = "config.asgi.application"
+WSGI_APPLICATION = None
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# --- Database -------------------------------------------------------------------
+DATABASE_URL = env_url("DATABASE_URL", ("postgres", "postgresql", "sqlite"))
+if DATABASE_URL:
+    DATABASES = {"default": dj_database_url.parse(DATABASE_URL)}
+else:
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": str(VAR_DIR / "db.sqlite3"),
+            # WAL lets the web process read while a Celery process writes.
+            "OPTIONS": {"init_command": "PRAGMA journal_mode=WAL;", "transaction_mode": "IMMEDIATE"},
+            "TEST": {"NAME": str(VAR_DIR / "test.sqlite3")},  # a file: the e2e tests' daphne subprocess shares it
+        }
+    }
+if DATABASES["default"]["ENGINE"].endswith("postgresql"):
+    # Under ASGI every request runs in its own thread, so persistent per-thread connections
+    # pile up; a process-wide psycopg pool bounds them instead (CONN_MAX_AGE must stay 0).
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
+    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+        "min_size": 1,
+        "max_size": env_int("PROOFWORK_DB_POOL_SIZE", 10, minimum=1, maximum=500),
+        "timeout": 10,
+    }
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+AUTH_USER_MODEL = "marketplace.User"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "my-tasks"
+LOGOUT_REDIRECT_URL = "home"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+# --- Static and media -----------------------------------------------------------
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = Path(env_str("PROOFWORK_STATIC_ROOT", str(VAR_DIR / "staticfiles")))
+STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # WhiteNoise warns about a missing root
+MEDIA_URL = "media/"
+MEDIA_ROOT = Path(env_str("PROOFWORK_MEDIA_ROOT", str(VAR_DIR / "media")))
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {
+        "BACKEND": (
+            "whitenoise.storage.CompressedManifestStaticFilesStorage"
+            if PRODUCTION
+            else "django.contrib.staticfiles.storage.StaticFilesStorage"
+        )
+    },
+}
+
+# Uploads: datasets are streamed to disk past 2.5 MB; the cap is checked before saving.
+DATASET_MAX_BYTES = env_int("PROOFWORK_DATASET_MAX_BYTES", 512 * 1024 * 1024, minimum=1)
+FILE_UPLOAD_MAX_MEMORY_SIZE = 2_621_440
+DATA_UPLOAD_MAX_MEMORY_SIZE = 2_621_440
+FILE_UPLOAD_PERMISSIONS = 0o640
+
+# --- Redis: broker and channel layer ---------------------------------------------
+REDIS_URL = env_url("REDIS_URL", ("redis", "rediss"))
+if REDIS_URL:
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [REDIS_URL]},
+        }
+    }
+else:
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+
+# --- Celery ---------------------------------------------------------------------
+CELERY_BROKER_DIR = VAR_DIR / "celery"
+CELERY_BROKER_URL = env_str("CELERY_BROKER_URL") or REDIS_URL or "filesystem://"
+if CELERY_BROKER_URL == "filesystem://":
+    for sub in ("out", "processed", "control"):
+        (CELERY_BROKER_DIR / sub).mkdir(parents=True, exist_ok=True)
+    CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {
+        "data_folder_in": str(CELERY_BROKER_DIR / "out"),
+        "data_folder_out": str(CELERY_BROKER_DIR / "out"),
+        "processed_folder": str(CELERY_BROKER_DIR / "processed"),
+        "control_folder": str(CELERY_BROKER_DIR / "control"),
+        "store_processed": False,
+    }
+else:
+    CELERY_BROKER_TRANSPORT_OPTIONS = {}
+CELERY_TASK_SERIALIZER = "json"
+CELERY_RESULT_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_DEFAULT_QUEUE = "platform"
+CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
+CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {}
+CELERY_TIMEZONE = "UTC"
+
+# --- REST API -------------------------------------------------------------------
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "marketplace.authentication.ApiTokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
+    "PAGE_SIZE": 20,
+    "DEFAULT_FILTER_BACKENDS": [
+        "django_filters.rest_framework.DjangoFilterBackend",
+        "rest_framework.filters.OrderingFilter",
+    ],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"]
+    + ([] if PRODUCTION else ["rest_framework.renderers.BrowsableAPIRenderer"]),
+    "EXCEPTION_HANDLER": "marketplace.api.errors.exception_handler",
+    # NaN and Infinity are not JSON; the parser refuses them with a 400.
+    "STRICT_JSON": True,
+    "COERCE_DECIMAL_TO_STRING": True,
+    "TEST_REQUEST_DEFAULT_FORMAT": "json",
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Proofwork API",
+    "DESCRIPTION": "Post verifiable GPU work, register workers, audit the ledger.",
+    "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "COMPONENT_SPLIT_REQUEST": True,
+}
+
+# --- Marketplace ----------------------------------------------------------------
+# Price of one TFLOP of verified work, in base units (1 credit = 10**9 units).
+PRICE_PER_TFLOP_UNITS = env_int("PROOFWORK_PRICE_PER_TFLOP_UNITS", 1_000_000, minimum=0)
+# Development only: credits a new account receives so the embedded platform can be
+# tried before payments exist. Refused in production.
+SIGNUP_GRANT_UNITS = env_int("PROOFWORK_SIGNUP_GRANT_CREDITS", 0 if PRODUCTION else 100, minimum=0) * 10**9
+if PRODUCTION and SIGNUP_GRANT_UNITS:
+    raise ImproperlyConfigured("PROOFWORK_SIGNUP_GRANT_CREDITS must be 0 in production")
+MIN_TASK_PRICE_UNITS = env_int("PROOFWORK_MIN_TASK_PRICE_UNITS", 100_000_000, minimum=0)
+
+# --- Workers --------------------------------------------------------------------
+# A worker that has not sent a heartbeat for this long is offline; its jobs expire.
+WORKER_HEARTBEAT_TIMEOUT = env_int("PROOFWORK_WORKER_HEARTBEAT_TIMEOUT", 30, minimum=5)
+WORKER_REGISTRATION_TTL = env_int("PROOFWORK_WORKER_REGISTRATION_TTL", 3600, minimum=60)
+ASSIGNMENT_DEADLINE = env_int("PROOFWORK_ASSIGNMENT_DEADLINE", 3600, minimum=30)
+ARTIFACT_MAX_BYTES = env_int("PROOFWORK_ARTIFACT_MAX_BYTES", 2 * 1024**3, minimum=1)
+# How often waiting tasks are offered again and silent workers' jobs expired.
+SCHEDULER_INTERVAL = env_int("PROOFWORK_SCHEDULER_INTERVAL", 5, minimum=1)
+CELERY_BEAT_SCHEDULE["workers-schedule-waiting"] = {
+    "task": "workers.schedule_waiting",
+    "schedule": float(SCHEDULER_INTERVAL),
+    "options": {"queue": "platform", "expires": float(SCHEDULER_INTERVAL)},
+}
+
+# --- Production hardening -------------------------------------------------------
+if PRODUCTION:
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_SSL_REDIRECT = env_bool("DJANGO_SECURE_SSL_REDIRECT", True)
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    SECURE_HSTS_SECONDS = env_int("DJANGO_SECURE_HSTS_SECONDS", 31_536_000, minimum=0)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = True
+    SECURE_HSTS_PRELOAD = True
+    SECURE_CONTENT_TYPE_NOSNIFF = True
+    SECURE_REFERRER_POLICY = "same-origin"
+    X_FRAME_OPTIONS = "DENY"
+SESSION_COOKIE_HTTPONLY = True
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env_str("PROOFWORK_LOG_LEVEL", "INFO")},
+    "loggers": {"django.db.backends": {"level": "WARNING"}},
+}
+
+# --- Ledger ---------------------------------------------------------------------
+# Keys come from the environment; for development they are generated once and kept
+# under var/ (like the secret key). Production refuses to start without them.
+
+
+def _development_ledger_key(name: str, make: str) -> str:
+    """A per-checkout ledger key under var/: ``make`` is "seed" (ed25519) or "fernet"."""
+    import base64
+
+    path = VAR_DIR / f"ledger-{name}.key"
+    if not path.exists():
+        raw = secrets.token_bytes(32)
+        path.write_text(raw.hex() if make == "seed" else base64.urlsafe_b64encode(raw).decode())
+        path.chmod(0o600)
+    return path.read_text().strip()
+
+
+def _ledger_key(var: str, name: str, make: str) -> str:
+    value = env_str(var)
+    if value:
+        return value
+    if PRODUCTION:
+        raise ImproperlyConfigured(f"{var} is required when PROOFWORK_PRODUCTION is set")
+    return _development_ledger_key(name, make)
+
+
+# Fernet key (urlsafe base64 of 32 bytes) encrypting custodial private keys at rest.
+LEDGER_ENCRYPTION_KEY = _ledger_key("LEDGER_ENCRYPTION_KEY", "encryption", "fernet")
+# ed25519 private seeds, 64 hex characters: the treasury signs deposits, the validator blocks.
+LEDGER_TREASURY_KEY = _ledger_key("LEDGER_TREASURY_KEY", "treasury", "seed")
+LEDGER_VALIDATOR_KEY = _ledger_key("LEDGER_VALIDATOR_KEY", "validator", "seed")
+LEDGER_CHAIN_ID = env_str("LEDGER_CHAIN_ID", "proofwork-dev-1")
+LEDGER_GENESIS_TIME = env_str("LEDGER_GENESIS_TIME", "2026-01-01T00:00:00+00:00")
+LEDGER_BLOCK_TIME = env_int("LEDGER_BLOCK_TIME", 5, minimum=1)
+LEDGER_MAX_BLOCK_TXS = env_int("LEDGER_MAX_BLOCK_TXS", 10_000, minimum=1)
+# A sealer run is queued at once when this many transactions are pending.
+LEDGER_MEMPOOL_SEAL_TRIGGER = env_int("LEDGER_MEMPOOL_SEAL_TRIGGER", 1_000, minimum=1)
+LEDGER_GAS_PRICE = env_int("LEDGER_GAS_PRICE", 1_000, minimum=0)
+# Platform's share of each reward, in basis points (100 = 1 %).
+LEDGER_PLATFORM_FEE_BPS = env_int("LEDGER_PLATFORM_FEE_BPS", 500, minimum=0, maximum=10_000)
+# Dotted path of a callable (task_id: UUID, worker_address: str) -> str | None that
+# checks a SUBMIT_RESULT against the workers' assignments (None = fine, else a reason
+# code). The workers app sets it; see ledger/hooks.py.
+LEDGER_ASSIGNMENT_CHECKER = env_str("LEDGER_ASSIGNMENT_CHECKER", "")
+# Processes that verify signatures of large batches (ledger/batchverify.py); 1 = in-process.
+LEDGER_VERIFY_PROCESSES = env_int("LEDGER_VERIFY_PROCESSES", 1, minimum=1, maximum=64)
+CELERY_BEAT_SCHEDULE["ledger-seal-block"] = {
+    "task": "ledger.tasks.seal_pending",
+    "schedule": float(LEDGER_BLOCK_TIME),
+    "options": {"queue": "platform", "expires": float(LEDGER_BLOCK_TIME)},
+}
+# Ledger transactions have a "status" as tasks do: name both enums in the OpenAPI schema.
+SPECTACULAR_SETTINGS["ENUM_NAME_OVERRIDES"] = {
+    **SPECTACULAR_SETTINGS.get("ENUM_NAME_OVERRIDES", {}),  # type: ignore[dict-item]
+    "TaskStatusEnum": "marketplace.models.TaskStatus",
+    "LedgerTxStatusEnum": "ledger.models.TxStatus",
+    "LedgerTxTypeEnum": "ledger.models.TxType",
+}
+# --- end Ledger -----------------------------------------------------------------
+
+# --- Payments (Stripe) ------------------------------------------------------------
+# With no keys, payments are off: the wallet says so and development uses `mint`.
+STRIPE_SECRET_KEY = env_str("STRIPE_SECRET_KEY")
+STRIPE_PUBLISHABLE_KEY = env_str("STRIPE_PUBLISHABLE_KEY")
+STRIPE_WEBHOOK_SECRET = env_str("STRIPE_WEBHOOK_SECRET")
+_stripe_keys = {
+    "STRIPE_SECRET_KEY": (STRIPE_SECRET_KEY, ("sk_", "rk_")),
+    "STRIPE_PUBLISHABLE_KEY": (STRIPE_PUBLISHABLE_KEY, ("pk_",)),
+    "STRIPE_WEBHOOK_SECRET": (STRIPE_WEBHOOK_SECRET, ("whsec_",)),
+}
+if any(value for value, _ in _stripe_keys.values()):
+    for _name, (_value, _prefixes) in _stripe_keys.items():
+        if not _value:
+            raise ImproperlyConfigured(f"{_name} is required once any Stripe key is set (payments need all three)")
+        if not _value.startswith(_prefixes):
+            raise ImproperlyConfigured(f"{_name} must start with {' or '.join(_prefixes)}")
+PAYMENTS_ENABLED = bool(STRIPE_SECRET_KEY)
+# Where the stripe library sends API calls (tests point it at localstripe); None = Stripe's own.
+STRIPE_API_BASE = env_url("STRIPE_API_BASE", ("http", "https"))
+if PRODUCTION and STRIPE_API_BASE and not STRIPE_API_BASE.startswith("https://"):
+    raise ImproperlyConfigured("STRIPE_API_BASE must be https:// in production")
+# Stripe.js must be loaded from Stripe itself (it cannot be vendored); only when payments are on.
+STRIPE_JS_URL = env_url("STRIPE_JS_URL", ("http", "https")) or "https://js.stripe.com/v3/"
+STRIPE_CURRENCY = env_str("STRIPE_CURRENCY", "usd").lower()
+if len(STRIPE_CURRENCY) != 3 or not STRIPE_CURRENCY.isalpha():
+    raise ImproperlyConfigured(f"STRIPE_CURRENCY={STRIPE_CURRENCY!r} is not a three-letter ISO currency code")
+# Also pay through a Stripe Checkout Session (hosted page) beside the in-page card form.
+STRIPE_CHECKOUT = env_bool("STRIPE_CHECKOUT", False)
+# Pay providers out through Stripe Connect (Express accounts and transfers).
+STRIPE_CONNECT = env_bool("STRIPE_CONNECT", False)
+# Price of one credit in the currency's smallest unit (cents for usd).
+CREDIT_PRICE_MINOR = env_int("PROOFWORK_CREDIT_PRICE_MINOR", 100, minimum=1, maximum=10**9)
+PURCHASE_MIN_CREDITS = env_int("PROOFWORK_PURCHASE_MIN_CREDITS", 5, minimum=1)
+PURCHASE_MAX_CREDITS = env_int("PROOFWORK_PURCHASE_MAX_CREDITS", 10_000, minimum=1)
+if PURCHASE_MAX_CREDITS < PURCHASE_MIN_CREDITS:
+    raise ImproperlyConfigured("PROOFWORK_PURCHASE_MAX_CREDITS is below PROOFWORK_PURCHASE_MIN_CREDITS")
+if PURCHASE_MAX_CREDITS * CREDIT_PRICE_MINOR > 99_999_999:
+    raise ImproperlyConfigured(
+        "PROOFWORK_PURCHASE_MAX_CREDITS × PROOFWORK_CREDIT_PRICE_MINOR exceeds Stripe's largest charge"
+    )
+PAYOUT_MIN_CREDITS = env_int("PROOFWORK_PAYOUT_MIN_CREDITS", 50, minimum=1)
+# --- end Payments -----------------------------------------------------------------

@@ -1,0 +1,26 @@
+"""Root URLs: pages, the versioned REST API, OpenAPI and the admin.
+
+Media (uploaded datasets) is deliberately not served here: files are private to their
+owner and go out only through authenticated views.
+"""
+
+from __future__ import annotations
+
+from django.contrib import admin
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+
+urlpatterns = [
+    path("admin/", admin.site.urls),
+    path("api/v1/workers/", include("workers.urls")),
+    path("api/v1/assignments/", include("workers.assignment_urls")),
+    path("api/v1/ledger/", include("ledger.api.urls")),
+    path("api/v1/payments/", include("payments.api_urls")),
+    path("api/v1/", include("marketplace.api.urls")),
+    path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger-ui"),
+    path("workers/", include("workers.page_urls")),
+    path("", include("marketplace.urls")),
+    path("", include("ledger.urls")),
+    path("", include("payments.urls")),
+]

@@ -1,0 +1,53 @@
+"""Explorer and wallet pages. Thin: read, render. The explorer is public (the ledger is
+an audit log anyone may read); the wallet is the signed-in user's."""
+
+from __future__ import annotations
+
+from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, render
+
+from ledger.api.views import BLOCK_TX_LIMIT, get_transaction, history, wallet_of
+from ledger.bech32 import AddressError, decode_address
+from ledger.models import Account, Block
+from ledger.proofs import build_proof, is_verified, verify_proof
+
+
+def explorer(request: HttpRequest) -> HttpResponse:
+    """Latest blocks, updated live over /ws/blocks/."""
+    page = Paginator(Block.objects.order_by("-height"), 20).get_page(request.GET.get("page"))
+    return render(request, "ledger/explorer.html", {"page": page})
+
+
+def block_detail(request: HttpRequest, height: int) -> HttpResponse:
+    block = get_object_or_404(Block, height=height)
+    txs = list(block.transactions.order_by("index_in_block")[:BLOCK_TX_LIMIT])
+    return render(request, "ledger/block.html", {"blk": block, "txs": txs, "limit": BLOCK_TX_LIMIT})
+
+
+def tx_detail(request: HttpRequest, tx_hash: str) -> HttpResponse:
+    tx = get_transaction(tx_hash)
+    proof = build_proof(tx)
+    checks = verify_proof(proof) if proof else {}
+    return render(
+        request,
+        "ledger/transaction.html",
+        {"tx": tx, "proof": proof, "checks": checks, "verified": bool(proof) and is_verified(checks)},
+    )
+
+
+def address_detail(request: HttpRequest, address: str) -> HttpResponse:
+    try:
+        decode_address(address)
+    except AddressError as exc:
+        return render(request, "ledger/address.html", {"error": str(exc), "address": address}, status=400)
+    account = Account.objects.filter(address=address.lower()).first()
+    if account is None:
+        raise Http404("No account has this address yet.")
+    return render(request, "ledger/address.html", {"account": account, "txs": history(account.address)})
+
+
+@login_required
+def wallet(request: HttpRequest) -> HttpResponse:
+    return render(request, "ledger/wallet.html", {"wallet": wallet_of(request.user)})

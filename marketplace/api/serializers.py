@@ -1,0 +1,196 @@
+"""REST serializers. Explicit fields everywhere; amounts go out as credit strings."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+from django.core.validators import MaxValueValidator, MinValueValidator
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from marketplace.kinds import KINDS
+from marketplace.models import ApiToken, Dataset, Task, TaskEvent, User
+from marketplace.units import UNITS_PER_CREDIT, credits_to_units, format_credits
+
+
+class CreditsField(serializers.DecimalField):
+    """Credits in, base units stored: '12.5' ↔ 12_500_000_000. Never a float."""
+
+    default_error_messages = {
+        "min_value": "Must be at least {min_value} credits.",
+        "max_value": "Must be at most {max_value} credits.",
+    }
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("max_digits", 19)
+        kwargs.setdefault("decimal_places", 9)
+        kwargs.setdefault("min_value", Decimal(1) / UNITS_PER_CREDIT)
+        kwargs.setdefault("max_value", Decimal(9_000_000_000))
+        super().__init__(**kwargs)
+        # DRF runs min/max validators on the internal value, which here is base units,
+        # not credits; the bounds are checked in credits in to_internal_value instead.
+        self.validators = [v for v in self.validators if not isinstance(v, (MinValueValidator, MaxValueValidator))]
+
+    def to_internal_value(self, data: Any) -> int:  # type: ignore[override]
+        if isinstance(data, bool):
+            self.fail("invalid")
+        amount = super().to_internal_value(data)
+        if self.min_value is not None and amount < self.min_value:
+            self.fail("min_value", min_value=_credits_text(self.min_value))
+        if self.max_value is not None and amount > self.max_value:
+            self.fail("max_value", max_value=_credits_text(self.max_value))
+        return credits_to_units(amount)
+
+    def to_representation(self, value: Any) -> str:
+        return format_credits(int(value))
+
+
+def _credits_text(value: Decimal | float) -> str:
+    return format_credits(credits_to_units(Decimal(str(value))))
+
+
+class TaskEventSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = TaskEvent
+        fields = ["at", "status", "message"]
+
+
+class TaskSerializer(serializers.ModelSerializer):
+    """A task as its owner sees it."""
+
+    budget = CreditsField(read_only=True)
+    price_estimate = CreditsField(read_only=True)
+    dataset = serializers.UUIDField(source="dataset_id", read_only=True, allow_null=True)
+    kind_available = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Task
+        fields = [
+            "id",
+            "title",
+            "kind",
+            "kind_available",
+            "spec",
+            "dataset",
+            "budget",
+            "price_estimate",
+            "min_reputation",
+            "replication",
+            "max_attempts",
+            "status",
+            "status_reason",
+            "progress",
+            "metrics",
+            "result_summary",
+            "created_at",
+            "updated_at",
+            "opened_at",
+            "started_at",
+            "finished_at",
+        ]
+        read_only_fields = fields
+
+    @extend_schema_field(OpenApiTypes.BOOL)
+    def get_kind_available(self, task: Task) -> bool:
+        kind = KINDS.get(task.kind)
+        return bool(kind and kind.available)
+
+
+class TaskDetailSerializer(TaskSerializer):
+    events = TaskEventSerializer(many=True, read_only=True)
+
+    class Meta(TaskSerializer.Meta):
+        fields = [*TaskSerializer.Meta.fields, "events"]
+        read_only_fields = fields
+
+
+class TaskCreateSerializer(serializers.Serializer):
+    """What a requester posts. The spec is checked by the kind in the service."""
+
+    kind = serializers.ChoiceField(choices=list(KINDS), help_text="A kind from /api/v1/kinds/.")
+    title = serializers.CharField(max_length=200, required=False, default="", allow_blank=True)
+    spec = serializers.JSONField(
+        required=False, default=dict, help_text="The kind's spec; omitted fields take their defaults."
+    )
+    dataset = serializers.UUIDField(required=False, allow_null=True, default=None)
+    budget = CreditsField(help_text="Most you pay, in credits (up to 9 decimal places).")
+    min_reputation = serializers.IntegerField(min_value=0, max_value=100, default=0)
+    replication = serializers.IntegerField(min_value=1, max_value=5, default=1)
+    max_attempts = serializers.IntegerField(min_value=1, max_value=10, default=3)
+    draft = serializers.BooleanField(default=False, help_text="Save without opening it to workers.")
+
+    def to_internal_value(self, data: Any) -> Any:
+        if not isinstance(data, dict):
+            raise serializers.ValidationError({"non_field_errors": ["Expected a JSON object."]})
+        unknown = sorted(set(data) - set(self.fields))
+        if unknown:
+            raise serializers.ValidationError({key: ["Unknown field."] for key in unknown})
+        return super().to_internal_value(data)
+
+
+class PublicTaskSerializer(serializers.ModelSerializer):
+    """An open task as the public marketplace shows it: no spec, no owner."""
+
+    budget = CreditsField(read_only=True)
+
+    class Meta:
+        model = Task
+        fields = ["id", "title", "kind", "budget", "min_reputation", "replication", "created_at"]
+        read_only_fields = fields
+
+
+class DatasetSerializer(serializers.ModelSerializer):
+    in_use = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Dataset
+        fields = ["id", "name", "format", "size_bytes", "sha256", "created_at", "in_use"]
+        read_only_fields = fields
+
+    @extend_schema_field(OpenApiTypes.BOOL)
+    def get_in_use(self, dataset: Dataset) -> bool:
+        return bool(getattr(dataset, "task_count", 0))
+
+
+class DatasetUploadSerializer(serializers.Serializer):
+    file = serializers.FileField(allow_empty_file=True, help_text="The dataset file (multipart).")
+    name = serializers.CharField(max_length=200, required=False, default="", allow_blank=True)
+
+
+class KindSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    label = serializers.CharField()  # type: ignore[assignment]
+    description = serializers.CharField()
+    available = serializers.BooleanField(help_text="Whether providers can run it yet.")
+    dataset_formats = serializers.ListField(child=serializers.CharField())
+    artifacts = serializers.ListField(child=serializers.CharField())
+    default_price_estimate = serializers.CharField(help_text="Credits for the default spec.")
+    spec_schema = serializers.DictField(help_text="JSON schema of the spec.")
+
+
+class UserSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = User
+        fields = ["id", "username", "email", "first_name", "last_name", "date_joined"]
+        read_only_fields = ["id", "username", "date_joined"]
+
+
+class ApiTokenSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = ApiToken
+        fields = ["id", "name", "prefix", "created_at", "last_used_at", "revoked_at"]
+        read_only_fields = fields
+
+
+class ApiTokenCreatedSerializer(ApiTokenSerializer):
+    token = serializers.CharField(read_only=True, help_text="Shown once; store it now.")
+
+    class Meta(ApiTokenSerializer.Meta):
+        fields = [*ApiTokenSerializer.Meta.fields, "token"]
+        read_only_fields = fields
+
+
+class ApiTokenCreateSerializer(serializers.Serializer):
+    name = serializers.CharField(max_length=64)

@@ -1,0 +1,209 @@
+"""REST endpoints: parse, call one service, render. Tenant scoping lives in
+``OwnedViewSet.get_queryset``, the one place that decides whose rows a request sees."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import django_filters
+from django.db.models import Count, QuerySet
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import mixins, parsers, permissions, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from marketplace import services
+from marketplace.api import serializers as s
+from marketplace.api.parsers import PARSERS, JSONParser
+from marketplace.kinds import KINDS, get_kind
+from marketplace.models import ApiToken, Dataset, Task, TaskStatus
+from marketplace.units import format_credits
+
+
+class OwnedViewSet(viewsets.GenericViewSet):
+    """Restrict every queryset to the requesting user's own rows."""
+
+    owner_field = "owner"
+    parser_classes = PARSERS
+
+    def base_queryset(self) -> QuerySet[Any]:
+        raise NotImplementedError
+
+    def get_queryset(self) -> QuerySet[Any]:
+        user = self.request.user
+        # The schema generator calls this with an anonymous user; so could a future
+        # AllowAny action. Nobody anonymous owns rows.
+        if getattr(self, "swagger_fake_view", False) or not user.is_authenticated:
+            return self.base_queryset().none()
+        return self.base_queryset().filter(**{self.owner_field: user})
+
+
+class TaskFilter(django_filters.FilterSet):
+    status = django_filters.MultipleChoiceFilter(choices=TaskStatus.choices)
+    kind = django_filters.MultipleChoiceFilter(choices=[(k, k) for k in KINDS])
+    created_after = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
+    created_before = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="lt")
+
+    class Meta:
+        model = Task
+        fields = ["status", "kind", "created_after", "created_before"]
+
+
+class TaskViewSet(OwnedViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixin):
+    """Your tasks: post, list, inspect, publish a draft, cancel."""
+
+    lookup_value_regex = "[0-9a-fA-F-]{32,36}"
+    filterset_class = TaskFilter
+    ordering_fields = ["created_at", "budget", "status", "progress"]
+    ordering = ["-created_at"]
+
+    def base_queryset(self) -> QuerySet[Task]:
+        qs = Task.objects.all()
+        if self.action == "retrieve":
+            qs = qs.prefetch_related("events")
+        return qs
+
+    def get_serializer_class(self) -> type[Any]:
+        if self.action == "retrieve":
+            return s.TaskDetailSerializer
+        if self.action == "create":
+            return s.TaskCreateSerializer
+        return s.TaskSerializer
+
+    @extend_schema(request=s.TaskCreateSerializer, responses={201: s.TaskDetailSerializer})
+    def create(self, request: Request) -> Response:
+        form = s.TaskCreateSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        task = services.post_task(request.user, services.TaskRequest(**form.validated_data))  # type: ignore[arg-type]
+        return Response(s.TaskDetailSerializer(task).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=None, responses={200: s.TaskDetailSerializer})
+    @action(detail=True, methods=["post"])
+    def cancel(self, request: Request, pk: str | None = None) -> Response:
+        task = services.cancel_task(request.user, self.get_object().pk)  # type: ignore[arg-type]
+        return Response(s.TaskDetailSerializer(task).data)
+
+    @extend_schema(request=None, responses={200: s.TaskDetailSerializer})
+    @action(detail=True, methods=["post"])
+    def publish(self, request: Request, pk: str | None = None) -> Response:
+        task = services.publish_task(request.user, self.get_object().pk)  # type: ignore[arg-type]
+        return Response(s.TaskDetailSerializer(task).data)
+
+
+class MarketplaceViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
+    """The public listing: open tasks, public fields only. No sign-in needed."""
+
+    permission_classes = [permissions.AllowAny]
+    serializer_class = s.PublicTaskSerializer
+    queryset = Task.objects.public()
+    filterset_fields = ["kind"]
+    ordering_fields = ["created_at", "budget"]
+    ordering = ["-created_at"]
+
+
+class DatasetViewSet(OwnedViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixin):
+    """Your datasets: upload (multipart), list, inspect, delete when unused."""
+
+    serializer_class = s.DatasetSerializer
+    lookup_value_regex = "[0-9a-fA-F-]{32,36}"
+    parser_classes = [parsers.MultiPartParser, parsers.FormParser, JSONParser]
+    ordering_fields = ["created_at", "name", "size_bytes"]
+    ordering = ["-created_at"]
+
+    def base_queryset(self) -> QuerySet[Dataset]:
+        return Dataset.objects.annotate(task_count=Count("tasks"))
+
+    @extend_schema(request={"multipart/form-data": s.DatasetUploadSerializer}, responses={201: s.DatasetSerializer})
+    def create(self, request: Request) -> Response:
+        form = s.DatasetUploadSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        dataset = services.upload_dataset(request.user, form.validated_data["file"], form.validated_data["name"])  # type: ignore[arg-type]
+        return Response(s.DatasetSerializer(dataset).data, status=status.HTTP_201_CREATED)
+
+    def destroy(self, request: Request, pk: str | None = None) -> Response:
+        services.delete_dataset(request.user, self.get_object().pk)  # type: ignore[arg-type]
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+def kind_payload(name: str) -> dict[str, Any]:
+    kind = get_kind(name)
+    return {
+        "name": kind.name,
+        "label": kind.label,
+        "description": kind.description,
+        "available": kind.available,
+        "dataset_formats": list(kind.dataset_formats),
+        "artifacts": list(kind.artifacts),
+        "default_price_estimate": format_credits(kind.estimate_price(_default_spec(name))),
+        "spec_schema": kind.json_schema(),
+    }
+
+
+def _default_spec(name: str) -> dict[str, Any]:
+    fields = get_kind(name).spec_serializer().fields
+    return {key: f.default for key, f in fields.items() if not f.required}
+
+
+class KindViewSet(viewsets.ViewSet):
+    """The task kinds, each with its spec's JSON schema. No sign-in needed."""
+
+    permission_classes = [permissions.AllowAny]
+    lookup_field = "name"
+    lookup_value_regex = "[a-z_]+"
+
+    @extend_schema(responses={200: s.KindSerializer(many=True)})
+    def list(self, request: Request) -> Response:
+        return Response([kind_payload(name) for name in KINDS])
+
+    @extend_schema(
+        responses={200: s.KindSerializer},
+        parameters=[OpenApiParameter("name", str, OpenApiParameter.PATH, enum=[*KINDS], description="Kind name.")],
+    )
+    def retrieve(self, request: Request, name: str | None = None) -> Response:
+        if name not in KINDS:
+            return Response({"detail": "No such kind."}, status=status.HTTP_404_NOT_FOUND)
+        return Response(kind_payload(name))
+
+
+class MeView(APIView):
+    """Your profile."""
+
+    parser_classes = PARSERS
+
+    @extend_schema(responses={200: s.UserSerializer})
+    def get(self, request: Request) -> Response:
+        return Response(s.UserSerializer(request.user).data)
+
+    @extend_schema(request=s.UserSerializer, responses={200: s.UserSerializer})
+    def patch(self, request: Request) -> Response:
+        form = s.UserSerializer(request.user, data=request.data, partial=True)
+        form.is_valid(raise_exception=True)
+        form.save()
+        return Response(form.data)
+
+
+class TokenViewSet(OwnedViewSet, mixins.ListModelMixin):
+    """Your API tokens: create (shown once), list, revoke."""
+
+    owner_field = "user"
+    lookup_value_regex = "[0-9]+"
+    serializer_class = s.ApiTokenSerializer
+    pagination_class = None
+
+    def base_queryset(self) -> QuerySet[ApiToken]:
+        return ApiToken.objects.all()
+
+    @extend_schema(request=s.ApiTokenCreateSerializer, responses={201: s.ApiTokenCreatedSerializer})
+    def create(self, request: Request) -> Response:
+        form = s.ApiTokenCreateSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        token, raw = services.create_api_token(request.user, form.validated_data["name"])  # type: ignore[arg-type]
+        body = s.ApiTokenSerializer(token).data | {"token": raw}
+        return Response(body, status=status.HTTP_201_CREATED)
+
+    @extend_schema(responses={200: s.ApiTokenSerializer})
+    def destroy(self, request: Request, pk: str | None = None) -> Response:
+        token = services.revoke_api_token(request.user, self.get_object().pk)  # type: ignore[arg-type]
+        return Response(s.ApiTokenSerializer(token).data)

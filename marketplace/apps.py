@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class MarketplaceConfig(AppConfig):
+    name = "marketplace"
+    verbose_name = "Marketplace"

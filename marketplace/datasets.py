@@ -1,0 +1,115 @@
+"""Dataset file checks: size limits, format sniffing by content, hashing.
+
+Files are only ever read as bytes here; nothing is executed or unpickled.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import struct
+from typing import IO
+
+from django.conf import settings
+from rest_framework.exceptions import ValidationError
+
+SNIFF_BYTES = 64 * 1024
+
+
+def sniff_format(head: bytes, size: int) -> str:
+    """The dataset format implied by a file's first bytes, or ValidationError."""
+    if head.startswith(b"\x93NUMPY"):
+        return "npy"
+    if head.startswith((b"PK\x03\x04", b"PK\x05\x06")):
+        return "zip"
+    if head.startswith(b"PAR1"):
+        return "parquet"
+    if len(head) >= 10:
+        (header_len,) = struct.unpack("<Q", head[:8])
+        if 2 <= header_len <= size - 8 and head[8:9] == b"{":
+            return "safetensors"
+    if b"\x00" not in head:
+        try:
+            text = head.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            # A multi-byte character cut at the sniff boundary is still text.
+            text = "" if exc.start < len(head) - 4 else head[: exc.start].decode("utf-8")
+        stripped = text.lstrip()
+        if stripped:
+            if stripped[0] in "{[":
+                if size <= SNIFF_BYTES:
+                    try:
+                        json.loads(text)
+                    except ValueError:
+                        raise ValidationError({"file": ["The file looks like JSON but does not parse."]}) from None
+                return "json"
+            first_line = stripped.split("\n", 1)[0]
+            return "csv" if "," in first_line else "text"
+    raise ValidationError(
+        {"file": ["Unsupported file type: upload .npy, .safetensors, .zip, .parquet, .csv, .json or text."]}
+    )
+
+
+def inspect_upload(fileobj: IO[bytes], size: int) -> tuple[str, str]:
+    """Check an upload's size, sniff its format and hash it. Returns (format, sha256)."""
+    limit = settings.DATASET_MAX_BYTES
+    if size <= 0:
+        raise ValidationError({"file": ["The file is empty."]})
+    if size > limit:
+        raise ValidationError({"file": [f"The file is {size} bytes; the limit is {limit} bytes."]})
+    fileobj.seek(0)
+    head = fileobj.read(SNIFF_BYTES)
+    fmt = sniff_format(head, size)
+    digest = hashlib.sha256(head)
+    for chunk in iter(lambda: fileobj.read(1024 * 1024), b""):
+        digest.update(chunk)
+    fileobj.seek(0)
+    return fmt, digest.hexdigest()
+
+
+def clean_name(filename: str | None) -> str:
+    """A display name from a client filename: no directories, bounded length."""
+    base = os.path.basename((filename or "").replace("\\", "/")).strip()
+    return (base or "dataset")[:200]
+
+
+_FLOAT_TENSOR_TYPES = {"F16", "F32", "F64"}
+
+
+def embeddings_shape(fileobj: IO[bytes], fmt: str) -> tuple[list[int], str]:
+    """(shape, dtype) of the embeddings in an .npy or .safetensors file, from its header only.
+
+    The tensor is ``embeddings``, or a file's only tensor. Nothing is unpickled: the npy
+    header is a literal, the safetensors header JSON. ValueError names what is wrong.
+    """
+    fileobj.seek(0)
+    if fmt == "npy":
+        import numpy as np
+
+        try:
+            version = np.lib.format.read_magic(fileobj)
+            if version == (1, 0):
+                shape, _, dtype = np.lib.format.read_array_header_1_0(fileobj)
+            else:
+                shape, _, dtype = np.lib.format.read_array_header_2_0(fileobj)
+        except (ValueError, OSError, SyntaxError) as exc:
+            raise ValueError(f"the .npy header cannot be read ({exc})") from None
+        kind = "float" if dtype.kind == "f" and not dtype.hasobject else str(dtype)
+        return list(shape), kind
+    head = fileobj.read(8)
+    (length,) = struct.unpack("<Q", head) if len(head) == 8 else (0,)
+    if not 2 <= length <= 100 * 1024 * 1024:
+        raise ValueError("the safetensors header has an impossible length")
+    try:
+        header = json.loads(fileobj.read(length))
+    except ValueError:
+        raise ValueError("the safetensors header is not JSON") from None
+    tensors = {k: v for k, v in header.items() if k != "__metadata__"} if isinstance(header, dict) else {}
+    entry = tensors.get("embeddings") or (next(iter(tensors.values())) if len(tensors) == 1 else None)
+    if not isinstance(entry, dict) or not isinstance(entry.get("shape"), list):
+        raise ValueError("expected an 'embeddings' tensor (or a single tensor)")
+    if not all(isinstance(n, int) and not isinstance(n, bool) for n in entry["shape"]):
+        raise ValueError("the tensor's shape is not a list of integers")
+    name = str(entry.get("dtype"))
+    return list(entry["shape"]), "float" if name in _FLOAT_TENSOR_TYPES else name

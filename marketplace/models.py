@@ -1,0 +1,231 @@
+"""The users' side of the marketplace: accounts, API tokens, datasets and tasks."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import uuid
+from typing import Any, ClassVar
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractUser
+from django.core.exceptions import ValidationError
+from django.db import models
+from django.utils import timezone
+
+from marketplace.units import format_credits
+
+TOKEN_PREFIX = "pw_"  # noqa: S105 (a public prefix, not a secret)
+
+
+class User(AbstractUser):
+    """A person on Proofwork: requester, provider, or both."""
+
+    email = models.EmailField("email address", blank=True)
+
+    def __str__(self) -> str:
+        return self.username
+
+
+def hash_token(raw: str) -> str:
+    """The stored form of an API token: its SHA-256, hex. Tokens carry 256 bits of
+    entropy, so a fast hash is enough (no password stretching needed)."""
+    return hashlib.sha256(raw.encode()).hexdigest()
+
+
+class ApiTokenQuerySet(models.QuerySet["ApiToken"]):
+    def active(self) -> ApiTokenQuerySet:
+        return self.filter(revoked_at__isnull=True)
+
+
+class ApiToken(models.Model):
+    """A named REST credential. Only its hash is stored; the token is shown once."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
+    name = models.CharField(max_length=64)
+    prefix = models.CharField(max_length=12, help_text="First characters, to recognise the token.")
+    token_hash = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    objects: ClassVar[ApiTokenQuerySet] = ApiTokenQuerySet.as_manager()  # type: ignore[assignment]
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…)"
+
+    @staticmethod
+    def generate() -> str:
+        return TOKEN_PREFIX + secrets.token_urlsafe(32)
+
+    @property
+    def is_active(self) -> bool:
+        return self.revoked_at is None
+
+
+def dataset_upload_to(instance: Dataset, filename: str) -> str:
+    # The stored name never uses the client's filename: no path tricks, no collisions.
+    return f"datasets/{instance.owner_id}/{uuid.uuid4().hex}"
+
+
+class Dataset(models.Model):
+    """An uploaded file a task can use. Stored as bytes, never executed or unpickled."""
+
+    class Format(models.TextChoices):
+        NPY = "npy", "NumPy array (.npy)"
+        SAFETENSORS = "safetensors", "safetensors"
+        ZIP = "zip", "ZIP archive"
+        PARQUET = "parquet", "Parquet"
+        CSV = "csv", "CSV"
+        JSON = "json", "JSON"
+        TEXT = "text", "Plain text"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="datasets")
+    name = models.CharField(max_length=200)
+    file = models.FileField(upload_to=dataset_upload_to, max_length=255)
+    format = models.CharField(max_length=16, choices=Format.choices)
+    size_bytes = models.BigIntegerField()
+    sha256 = models.CharField(max_length=64)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["owner", "-created_at"])]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class IllegalTransition(ValidationError):
+    """A task was asked to move to a status its current status cannot reach."""
+
+    def __init__(self, current: str, target: str) -> None:
+        super().__init__(
+            f"A task that is {current} cannot become {target}.",
+            code="illegal_transition",
+            params={"current": current, "target": target},
+        )
+        self.current = current
+        self.target = target
+
+
+class TaskStatus(models.TextChoices):
+    DRAFT = "draft", "Draft"
+    OPEN = "open", "Open"
+    ASSIGNED = "assigned", "Assigned"
+    RUNNING = "running", "Running"
+    VERIFYING = "verifying", "Verifying"
+    COMPLETED = "completed", "Completed"
+    FAILED = "failed", "Failed"
+    CANCELLED = "cancelled", "Cancelled"
+
+
+S = TaskStatus
+# The whole state machine. A job sent back (worker lost, result rejected) returns to
+# OPEN for reassignment; COMPLETED, FAILED and CANCELLED are final.
+TRANSITIONS: dict[str, frozenset[str]] = {
+    S.DRAFT: frozenset({S.OPEN, S.CANCELLED}),
+    S.OPEN: frozenset({S.ASSIGNED, S.CANCELLED, S.FAILED}),
+    S.ASSIGNED: frozenset({S.RUNNING, S.OPEN, S.CANCELLED, S.FAILED}),
+    S.RUNNING: frozenset({S.VERIFYING, S.OPEN, S.CANCELLED, S.FAILED}),
+    S.VERIFYING: frozenset({S.COMPLETED, S.FAILED, S.OPEN, S.RUNNING}),
+    S.COMPLETED: frozenset(),
+    S.FAILED: frozenset(),
+    S.CANCELLED: frozenset(),
+}
+TERMINAL = frozenset({S.COMPLETED, S.FAILED, S.CANCELLED})
+CANCELLABLE = frozenset(s for s, targets in TRANSITIONS.items() if S.CANCELLED in targets)
+
+
+def check_transition(current: str, target: str) -> None:
+    """Raise IllegalTransition unless the state machine allows current → target."""
+    if target not in TRANSITIONS.get(current, frozenset()):
+        raise IllegalTransition(current, target)
+
+
+class TaskQuerySet(models.QuerySet["Task"]):
+    def visible_to(self, user: Any) -> TaskQuerySet:
+        """Tasks a user may see in full: their own. The one place this rule lives."""
+        if not getattr(user, "is_authenticated", False):
+            return self.none()
+        return self.filter(owner=user)
+
+    def public(self) -> TaskQuerySet:
+        """The public marketplace listing: open tasks only."""
+        return self.filter(status=TaskStatus.OPEN)
+
+
+class Task(models.Model):
+    """A unit of paid work posted by a requester, run by one or more workers."""
+
+    Status = TaskStatus
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="tasks")
+    title = models.CharField(max_length=200)
+    kind = models.CharField(max_length=32, db_index=True)
+    spec = models.JSONField(help_text="Validated by the kind's spec serializer.")
+    dataset = models.ForeignKey(Dataset, null=True, blank=True, on_delete=models.PROTECT, related_name="tasks")
+    budget = models.BigIntegerField(help_text="Most the requester pays, in base units (1 credit = 10^9).")
+    price_estimate = models.BigIntegerField(help_text="Estimated price at posting time, in base units.")
+    min_reputation = models.PositiveSmallIntegerField(default=0, help_text="0–100")
+    replication = models.PositiveSmallIntegerField(default=1)
+    max_attempts = models.PositiveSmallIntegerField(default=3)
+    status = models.CharField(max_length=16, choices=TaskStatus.choices, default=TaskStatus.DRAFT, db_index=True)
+    status_reason = models.CharField(max_length=300, blank=True)
+    progress = models.FloatField(default=0.0, help_text="Percent, 0–100.")
+    metrics = models.JSONField(default=dict, blank=True, help_text="Last reported metrics.")
+    result_summary = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    opened_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    objects: ClassVar[TaskQuerySet] = TaskQuerySet.as_manager()  # type: ignore[assignment]
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [
+            models.Index(fields=["owner", "-created_at"]),
+            models.Index(fields=["status", "-created_at"]),
+        ]
+        constraints = [
+            models.CheckConstraint(condition=models.Q(budget__gt=0), name="task_budget_positive"),
+            models.CheckConstraint(condition=models.Q(replication__gte=1), name="task_replication_min_1"),
+            models.CheckConstraint(condition=models.Q(min_reputation__lte=100), name="task_min_reputation_le_100"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.title} ({self.kind})"
+
+    @property
+    def budget_credits(self) -> str:
+        return format_credits(self.budget)
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.status in TERMINAL
+
+    @property
+    def is_cancellable(self) -> bool:
+        return self.status in CANCELLABLE
+
+
+class TaskEvent(models.Model):
+    """One line of a task's timeline: status changes and notable moments."""
+
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="events")
+    at = models.DateTimeField(default=timezone.now)
+    status = models.CharField(max_length=16, choices=TaskStatus.choices, blank=True)
+    message = models.CharField(max_length=300)
+
+    class Meta:
+        ordering = ["at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.at:%Y-%m-%d %H:%M:%S} {self.message}"

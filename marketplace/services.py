@@ -1,0 +1,323 @@
+"""State changes of the marketplace. Views and API endpoints call these; nothing else
+writes tasks, datasets or tokens.
+
+Each service opens its own transaction, locks the rows it changes, and schedules side
+effects with ``transaction.on_commit``. Validation errors are DRF ValidationErrors with
+a dict naming the field, so both the API and the pages can show them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+from uuid import UUID
+
+from django.core.files.uploadedfile import UploadedFile
+from django.db import transaction
+from django.utils import timezone
+from rest_framework.exceptions import ValidationError
+
+from ledger import services as ledger
+from marketplace.datasets import clean_name, embeddings_shape, inspect_upload
+from marketplace.events import DashboardTaskEvent, TaskStatusEvent, dashboard_group, send_event, task_group
+from marketplace.kinds import get_kind
+from marketplace.models import ApiToken, Dataset, Task, TaskEvent, TaskStatus, User, check_transition, hash_token
+from marketplace.units import format_credits
+
+TRAINING_KIND_OF = {"cube_inference": "cube_training", "asl_inference": "asl_training"}
+
+
+@dataclass(frozen=True)
+class TaskRequest:
+    """What a requester asks for; the API serializer and the page form both build one."""
+
+    kind: str
+    spec: dict[str, Any]
+    budget: int
+    title: str = ""
+    dataset: UUID | None = None
+    min_reputation: int = 0
+    replication: int = 1
+    max_attempts: int = 3
+    draft: bool = False
+
+
+def check_task_request(owner: User, request: TaskRequest) -> tuple[dict[str, Any], Dataset | None, int]:
+    """Validate a request against its kind. Returns (clean spec, dataset, price estimate)."""
+    kind = get_kind(request.kind)
+    try:
+        spec = kind.validate_spec(request.spec)
+    except ValidationError as exc:
+        raise ValidationError({"spec": exc.detail}) from None
+
+    dataset = None
+    if request.dataset is not None:
+        dataset = Dataset.objects.filter(pk=request.dataset, owner=owner).first()
+        if dataset is None:
+            raise ValidationError({"dataset": ["No such dataset among yours."]})
+        if dataset.format not in kind.dataset_formats:
+            allowed = ", ".join(kind.dataset_formats) or "none"
+            raise ValidationError(
+                {"dataset": [f"A task of kind {kind.name} takes datasets of format {allowed}, not {dataset.format}."]}
+            )
+    elif kind.dataset_required(spec):
+        raise ValidationError({"dataset": [f"A task of kind {kind.name} needs a dataset; upload one first."]})
+
+    source_kind = TRAINING_KIND_OF.get(kind.name)
+    if source_kind is not None:
+        source = Task.objects.filter(pk=spec["source_task"], owner=owner).only("kind", "status", "spec").first()
+        if source is None:
+            raise ValidationError({"spec": {"source_task": [f"No {source_kind} task of yours with this id."]}})
+        if source.kind != source_kind:
+            raise ValidationError(
+                {
+                    "spec": {
+                        "source_task": [f"That task is a {source.kind} task; {kind.name} needs a {source_kind} task."]
+                    }
+                }
+            )
+        if source.status != TaskStatus.COMPLETED:
+            raise ValidationError({"spec": {"source_task": ["That training task has not completed."]}})
+        if kind.name == "cube_inference" and dataset is not None:
+            _check_embeddings(dataset, int(source.spec.get("teacher_dim", 768)))
+        spec["source_task"] = str(spec["source_task"])
+
+    price = kind.estimate_price(spec)
+    needed = price * request.replication
+    if request.budget < needed:
+        copies = f" × {request.replication} replicas" if request.replication > 1 else ""
+        raise ValidationError(
+            {
+                "budget": [
+                    f"The estimated price is {format_credits(price)} credits{copies}; "
+                    f"the budget must cover {format_credits(needed)}."
+                ]
+            }
+        )
+    return spec, dataset, price
+
+
+def _check_embeddings(dataset: Dataset, width: int) -> None:
+    """Refuse inference inputs the source model cannot take: [N, width] floats (header only)."""
+    with dataset.file.open("rb") as handle:
+        try:
+            shape, dtype = embeddings_shape(handle, dataset.format)
+        except ValueError as exc:
+            raise ValidationError({"dataset": [f"{dataset.name}: {exc}."]}) from None
+    if len(shape) != 2 or shape[0] < 1 or shape[1] != width:
+        raise ValidationError(
+            {"dataset": [f"{dataset.name}: shape {shape}, but the source model takes rows of teacher_dim {width}."]}
+        )
+    if dtype != "float":
+        raise ValidationError({"dataset": [f"{dataset.name}: dtype {dtype} is not a float type."]})
+
+
+def post_task(owner: User, request: TaskRequest) -> Task:
+    """Validate and create a task; unless it is a draft, open it for workers.
+
+    Locks the task's dataset row, if any, for the length of the insert."""
+    spec, dataset, price = check_task_request(owner, request)
+    kind = get_kind(request.kind)
+    with transaction.atomic():
+        # Lock the dataset so a concurrent delete_dataset either finishes first (and we
+        # refuse here) or waits and then sees this task; never an IntegrityError.
+        if dataset is not None and not Dataset.objects.select_for_update().filter(pk=dataset.pk).exists():
+            raise ValidationError({"dataset": ["No such dataset among yours."]})
+        task = Task.objects.create(
+            owner=owner,
+            title=request.title.strip() or kind.label,
+            kind=kind.name,
+            spec=spec,
+            dataset=dataset,
+            budget=request.budget,
+            price_estimate=price,
+            min_reputation=request.min_reputation,
+            replication=request.replication,
+            max_attempts=request.max_attempts,
+            status=TaskStatus.DRAFT,
+        )
+        TaskEvent.objects.create(task=task, status=TaskStatus.DRAFT, message="Task created.")
+        if not request.draft:
+            _open_locked(task)
+    return task
+
+
+def publish_task(owner: User, task_id: UUID) -> Task:
+    """Open a draft for workers."""
+    with transaction.atomic():
+        task = _lock_own(owner, task_id)
+        _open_locked(task)
+    return task
+
+
+def _open_locked(task: Task) -> None:
+    """Move a locked draft to OPEN with its budget in escrow; schedule it after commit.
+
+    Expects the caller's transaction and row lock. When the owner's available balance
+    cannot cover the budget, raises a ValidationError naming ``budget`` and, with the
+    caller's transaction rolled back, nothing is written.
+    """
+    kind = get_kind(task.kind)
+    try:
+        ledger.lock_escrow(task.pk, task.owner, task.budget, reference=f"escrow:{task.pk}")
+    except ledger.InsufficientFunds:
+        available = format_credits(ledger.balance(task.owner))
+        raise ValidationError(
+            {"budget": [f"Your available balance is {available} credits; it does not cover this budget."]}
+        ) from None
+    reason = "" if kind.available else f"No provider runs {kind.label} tasks yet; the task stays open until one does."
+    transition_locked(task, TaskStatus.OPEN, "Task opened for workers; budget held in escrow.", reason=reason)
+    task.opened_at = timezone.now()
+    task.save(update_fields=["opened_at"])
+    if kind.available:
+        transaction.on_commit(partial(_schedule, task.pk))
+
+
+def _schedule(task_id: UUID) -> None:
+    from workers.tasks import schedule_task
+
+    schedule_task.apply_async(args=(str(task_id),), queue="platform")
+
+
+def cancel_task(owner: User, task_id: UUID) -> Task:
+    """Cancel one of the owner's tasks that has not reached verification; the escrow
+    goes back to the owner in the same transaction."""
+    with transaction.atomic():
+        task = _lock_own(owner, task_id)
+        transition_locked(task, TaskStatus.CANCELLED, "Cancelled by the requester.")
+        ledger.refund(task.pk, reference=f"refund:{task.pk}")
+    return task
+
+
+def welcome_user(user: User) -> None:
+    """Open a new user's ledger account; in development, grant the configured credits
+    so the embedded platform can be tried before payments exist."""
+    from django.conf import settings
+
+    ledger.ensure_user_account(user)
+    if settings.SIGNUP_GRANT_UNITS:
+        ledger.deposit(user, settings.SIGNUP_GRANT_UNITS, reference=f"signup-grant:{user.pk}")
+
+
+def transition_locked(task: Task, target: str, message: str, *, reason: str = "") -> None:
+    """Move a task along the state machine and record it in the timeline.
+
+    Expects the task row to be locked (select_for_update) in the caller's transaction.
+    Raises IllegalTransition, changing nothing, when the move is not allowed.
+    """
+    check_transition(task.status, target)
+    now = timezone.now()
+    task.status = target
+    task.status_reason = reason
+    fields = ["status", "status_reason", "updated_at"]
+    if target == TaskStatus.RUNNING and task.started_at is None:
+        task.started_at = now
+        fields.append("started_at")
+    if target in (TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.CANCELLED):
+        task.finished_at = now
+        fields.append("finished_at")
+    task.save(update_fields=fields)
+    TaskEvent.objects.create(task=task, at=now, status=target, message=message)
+    event = TaskStatusEvent(
+        type="task.status", task_id=str(task.pk), status=target, status_reason=reason, progress=task.progress
+    )
+    summary = DashboardTaskEvent(
+        type="dashboard.task",
+        task_id=str(task.pk),
+        status=target,
+        status_label=TaskStatus(target).label,
+        progress=task.progress,
+    )
+    owner_id = task.owner_id
+
+    def publish() -> None:
+        send_event(task_group(task.pk), event)
+        send_event(dashboard_group(owner_id), summary)
+
+    transaction.on_commit(publish)
+
+
+def _lock_own(owner: User, task_id: UUID) -> Task:
+    """Lock and return one of owner's tasks; another user's task is reported missing."""
+    try:
+        return Task.objects.select_for_update().get(pk=task_id, owner=owner)
+    except Task.DoesNotExist:
+        from rest_framework.exceptions import NotFound
+
+        raise NotFound("No such task.") from None
+
+
+# --- Datasets -----------------------------------------------------------------------
+
+
+def upload_dataset(owner: User, upload: UploadedFile, name: str = "") -> Dataset:
+    """Check, hash and store an uploaded dataset file."""
+    size = upload.size or 0
+    if upload.file is None:
+        raise ValidationError({"file": ["No file was sent."]})
+    fmt, digest = inspect_upload(upload.file, size)
+    dataset = Dataset(
+        owner=owner,
+        name=(name.strip() or clean_name(upload.name))[:200],
+        format=fmt,
+        size_bytes=size,
+        sha256=digest,
+    )
+    # The file write happens before the row exists; a failed insert removes the file.
+    dataset.file.save("upload", upload, save=False)
+    try:
+        dataset.save()
+    except Exception:
+        dataset.file.delete(save=False)
+        raise
+    return dataset
+
+
+def delete_dataset(owner: User, dataset_id: UUID) -> None:
+    """Delete an unused dataset and, after commit, its file."""
+    with transaction.atomic():
+        dataset = Dataset.objects.select_for_update().filter(pk=dataset_id, owner=owner).first()
+        if dataset is None:
+            from rest_framework.exceptions import NotFound
+
+            raise NotFound("No such dataset.")
+        used = dataset.tasks.count()
+        if used:
+            raise ValidationError({"dataset": [f"In use by {used} task(s); it cannot be deleted."]})
+        storage, path = dataset.file.storage, dataset.file.name or ""
+        dataset.delete()
+        transaction.on_commit(lambda: storage.delete(path))
+
+
+# --- API tokens ---------------------------------------------------------------------
+
+MAX_TOKENS_PER_USER = 50
+
+
+def create_api_token(user: User, name: str) -> tuple[ApiToken, str]:
+    """Create a named token. Returns the row and the raw token, which is never stored."""
+    name = name.strip()
+    if not name:
+        raise ValidationError({"name": ["Give the token a name."]})
+    if len(name) > 64:
+        raise ValidationError({"name": ["At most 64 characters."]})
+    with transaction.atomic():
+        User.objects.select_for_update().filter(pk=user.pk).first()
+        if ApiToken.objects.active().filter(user=user).count() >= MAX_TOKENS_PER_USER:
+            raise ValidationError({"name": [f"At most {MAX_TOKENS_PER_USER} active tokens; revoke one first."]})
+        raw = ApiToken.generate()
+        token = ApiToken.objects.create(user=user, name=name, prefix=raw[:10], token_hash=hash_token(raw))
+    return token, raw
+
+
+def revoke_api_token(user: User, token_id: int) -> ApiToken:
+    """Revoke one of the user's tokens; revoking twice is harmless."""
+    token = ApiToken.objects.filter(pk=token_id, user=user).first()
+    if token is None:
+        from rest_framework.exceptions import NotFound
+
+        raise NotFound("No such token.")
+    ApiToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(revoked_at=timezone.now())
+    token.refresh_from_db(fields=["revoked_at"])
+    return token

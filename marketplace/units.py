@@ -1,0 +1,34 @@
+"""Credits and base units. 1 credit = 10**9 units; amounts are integers, never floats."""
+
+from __future__ import annotations
+
+from decimal import Decimal, InvalidOperation
+
+UNITS_PER_CREDIT = 10**9
+CREDIT_DECIMALS = 9
+
+
+def credits_to_units(value: Decimal | str | int) -> int:
+    """Convert an exact credit amount to base units; reject sub-unit precision."""
+    try:
+        amount = Decimal(value)
+    except (InvalidOperation, TypeError, ValueError):
+        raise ValueError(f"{value!r} is not a number of credits") from None
+    if not amount.is_finite():
+        raise ValueError("an amount must be a finite number")
+    units = amount * UNITS_PER_CREDIT
+    if units != units.to_integral_value():
+        raise ValueError(f"at most {CREDIT_DECIMALS} decimal places")
+    return int(units)
+
+
+def units_to_credits(units: int) -> Decimal:
+    return (Decimal(units) / UNITS_PER_CREDIT).quantize(Decimal(1).scaleb(-CREDIT_DECIMALS))
+
+
+def format_credits(units: int) -> str:
+    """Human form: trailing zeros trimmed, e.g. 12.5 or 0.000000001."""
+    text = f"{units_to_credits(units):f}"
+    if "." in text:
+        text = text.rstrip("0").rstrip(".")
+    return text

@@ -1,0 +1,34 @@
+"""Browser pages, split by concern. Views parse input, call one service, render."""
+
+from __future__ import annotations
+
+from marketplace.views.accounts import account, signup, token_create, token_revoke
+from marketplace.views.datasets import dataset_delete, dataset_detail, datasets
+from marketplace.views.tasks import (
+    home,
+    my_tasks,
+    task_cancel,
+    task_check,
+    task_detail,
+    task_new,
+    task_post,
+    task_publish,
+)
+
+__all__ = [
+    "account",
+    "dataset_delete",
+    "dataset_detail",
+    "datasets",
+    "home",
+    "my_tasks",
+    "signup",
+    "task_cancel",
+    "task_check",
+    "task_detail",
+    "task_new",
+    "task_post",
+    "task_publish",
+    "token_create",
+    "token_revoke",
+]

@@ -1,0 +1,85 @@
+"""Sign up, the account page and API tokens."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth import login
+from django.contrib.auth.decorators import login_required
+from django.db import transaction
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
+from rest_framework.exceptions import NotFound, ValidationError
+
+from ledger import services as ledger
+from marketplace import services
+from marketplace.forms import SignupForm, TokenForm
+from marketplace.models import ApiToken
+from marketplace.units import format_credits
+from marketplace.views.common import current_user
+
+
+def signup(request: HttpRequest) -> HttpResponse:
+    """Create an account and sign straight in."""
+    if request.user.is_authenticated:
+        return redirect("my-tasks")
+    form = SignupForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        # The user and their ledger account (with any signup grant) exist together or not at all.
+        with transaction.atomic():
+            user = form.save()
+            services.welcome_user(user)
+        login(request, user, backend="django.contrib.auth.backends.ModelBackend")
+        messages.success(request, f"Welcome, {user.username}! Your account is ready.")
+        return redirect("my-tasks")
+    return render(request, "registration/signup.html", {"form": form}, status=400 if form.errors else 200)
+
+
+def _account_page(
+    request: HttpRequest, form: TokenForm, new_token: str = "", new_token_name: str = "", status: int = 200
+) -> HttpResponse:
+    user = current_user(request)
+    context = {
+        "profile": user,
+        "balance": format_credits(ledger.balance(user)),
+        "escrowed": format_credits(ledger.escrowed(user)),
+        "token_form": form,
+        "tokens": ApiToken.objects.active().filter(user=user),
+        "new_token": new_token,
+        "new_token_name": new_token_name,
+        "max_tokens": services.MAX_TOKENS_PER_USER,
+    }
+    return render(request, "marketplace/account.html", context, status=status)
+
+
+@login_required
+def account(request: HttpRequest) -> HttpResponse:
+    """Profile and API tokens."""
+    return _account_page(request, TokenForm())
+
+
+@login_required
+@require_POST
+def token_create(request: HttpRequest) -> HttpResponse:
+    """Create a token and show it, once, in this response: it is never stored or shown again."""
+    form = TokenForm(request.POST)
+    if form.is_valid():
+        try:
+            token, raw = services.create_api_token(current_user(request), form.cleaned_data["name"])
+        except ValidationError as exc:
+            form.add_service_errors(exc.detail)
+        else:
+            # Rendered, not redirected: a redirect would need the raw token stored somewhere.
+            return _account_page(request, TokenForm(), new_token=raw, new_token_name=token.name)
+    return _account_page(request, form, status=400)
+
+
+@login_required
+@require_POST
+def token_revoke(request: HttpRequest, pk: int) -> HttpResponse:
+    try:
+        token = services.revoke_api_token(current_user(request), pk)
+    except NotFound:
+        raise Http404("No such token.") from None
+    messages.success(request, f"Token “{token.name}” revoked; it no longer works.")
+    return redirect("account")

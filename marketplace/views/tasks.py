@@ -1,0 +1,185 @@
+"""Home, my tasks, posting a task, task detail, cancel and publish."""
+
+from __future__ import annotations
+
+from typing import Any
+from uuid import UUID
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.core.paginator import Paginator
+from django.db.models import Count, Q
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
+from rest_framework.exceptions import NotFound, ValidationError
+
+from ledger import services as ledger
+from marketplace import services
+from marketplace.forms import StatusFilterForm, TaskForm
+from marketplace.kinds import KINDS, Kind
+from marketplace.models import CANCELLABLE, Task, TaskStatus, User
+from marketplace.units import format_credits
+from marketplace.views.common import current_user
+from workers.views import task_live_state
+
+PAGE_SIZE = 20
+# "Running" on the home page means a worker holds the task, whatever stage it is at.
+IN_PROGRESS = (TaskStatus.ASSIGNED, TaskStatus.RUNNING, TaskStatus.VERIFYING)
+
+
+def home(request: HttpRequest) -> HttpResponse:
+    """The public marketplace: open tasks and platform figures."""
+    stats = Task.objects.aggregate(
+        open=Count("pk", filter=Q(status=TaskStatus.OPEN)),
+        running=Count("pk", filter=Q(status__in=IN_PROGRESS)),
+        completed=Count("pk", filter=Q(status=TaskStatus.COMPLETED)),
+    )
+    stats["users"] = User.objects.count()
+    open_tasks = Task.objects.public().only("title", "kind", "budget", "created_at", "replication")[:PAGE_SIZE]
+    return render(request, "marketplace/home.html", {"stats": stats, "open_tasks": open_tasks, "kinds": KINDS})
+
+
+@login_required
+def my_tasks(request: HttpRequest) -> HttpResponse:
+    """The requester's tasks, newest first, filterable by status."""
+    tasks = Task.objects.visible_to(request.user)
+    status_form = StatusFilterForm(request.GET or None)
+    status = status_form.cleaned_data["status"] if status_form.is_valid() else ""
+    if status:
+        tasks = tasks.filter(status=status)
+    page = Paginator(tasks, PAGE_SIZE).get_page(request.GET.get("page"))
+    context = {"page": page, "status_form": status_form, "status": status, "kinds": KINDS}
+    return render(request, "marketplace/my_tasks.html", context)
+
+
+def _kind_or_404(name: str) -> Kind:
+    kind = KINDS.get(name)
+    if kind is None:
+        raise Http404("No such kind.")
+    return kind
+
+
+@login_required
+def task_new(request: HttpRequest) -> HttpResponse:
+    """Pick a kind; each kind has its own form."""
+    rows = [(kind, _default_price(kind)) for kind in KINDS.values()]
+    return render(request, "marketplace/task_new.html", {"kind_rows": rows})
+
+
+def _default_price(kind: Kind) -> str | None:
+    """The estimate for the kind's defaults; None where a required field (no default) feeds it."""
+    fields = kind.spec_serializer().fields
+    defaults = {name: f.default for name, f in fields.items() if not f.required}
+    try:
+        return format_credits(kind.estimate_price(defaults))
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+@login_required
+def task_post(request: HttpRequest, kind: str) -> HttpResponse:
+    """The form for one kind. A valid post goes through services.post_task."""
+    form = TaskForm(request.POST or None, kind=_kind_or_404(kind), owner=current_user(request))
+    if request.method == "POST":
+        if form.is_valid():
+            try:
+                task = services.post_task(form.owner, form.task_request())
+            except ValidationError as exc:
+                form.add_service_errors(exc.detail)
+            else:
+                messages.success(request, "Draft saved." if task.status == TaskStatus.DRAFT else "Task posted.")
+                return redirect("task-detail", pk=task.pk)
+        return render(request, "marketplace/task_post.html", _post_context(form), status=400)
+    return render(request, "marketplace/task_post.html", _post_context(form))
+
+
+@login_required
+@require_POST
+def task_check(request: HttpRequest, kind: str) -> HttpResponse:
+    """htmx: validate the form as it is filled in; return the error slots and the estimate."""
+    form = TaskForm(request.POST, kind=_kind_or_404(kind), owner=current_user(request))
+    if form.is_valid():
+        try:
+            services.check_task_request(form.owner, form.task_request())
+        except ValidationError as exc:
+            form.add_service_errors(exc.detail)
+    return render(request, "marketplace/partials/task_check.html", _post_context(form))
+
+
+def _post_context(form: TaskForm) -> dict[str, Any]:
+    balance = format_credits(ledger.balance(form.owner))
+    return {"form": form, "kind": form.kind, "estimate": _estimate(form), "balance": balance}
+
+
+def _estimate(form: TaskForm) -> dict[str, Any] | None:
+    """Price and resources for the spec as filled in, or None while it is not valid."""
+    if form.is_bound:
+        form.is_valid()  # parse, so parsed_spec() can read cleaned_data
+        spec = form.parsed_spec()
+    else:
+        spec = form.default_spec()
+    if spec is None:
+        return None
+    try:
+        clean = form.kind.validate_spec(spec)
+    except ValidationError:
+        return None
+    return {"price": format_credits(form.kind.estimate_price(clean)), "resources": form.kind.resources(clean)}
+
+
+def _own_task(request: HttpRequest, pk: UUID) -> Task:
+    return get_object_or_404(Task.objects.visible_to(request.user).select_related("dataset"), pk=pk)
+
+
+@login_required
+def task_detail(request: HttpRequest, pk: UUID) -> HttpResponse:
+    """One of the requester's tasks: status, spec, progress and timeline."""
+    task = _own_task(request, pk)
+    kind = KINDS.get(task.kind)
+    fields = kind.spec_serializer().fields if kind else {}
+    # The kind's field order, not the stored one: PostgreSQL's jsonb reorders keys.
+    keys = [key for key in fields if key in task.spec] + [key for key in task.spec if key not in fields]
+    spec_rows = [(key, task.spec[key], str(getattr(fields.get(key), "help_text", "") or "")) for key in keys]
+    context = {
+        "task": task,
+        "kind": kind,
+        "spec_rows": spec_rows,
+        "price_estimate": format_credits(task.price_estimate),
+        "events": task.events.all(),
+        "metrics": task.metrics if isinstance(task.metrics, dict) else {},
+        "status_labels": dict(TaskStatus.choices),
+        "cancellable_statuses": sorted(CANCELLABLE),
+        # The same JSON live.json serves on reconnect: the first paint and a recovery draw alike.
+        "live": task_live_state(task),
+    }
+    return render(request, "marketplace/task_detail.html", context)
+
+
+@login_required
+@require_POST
+def task_cancel(request: HttpRequest, pk: UUID) -> HttpResponse:
+    try:
+        services.cancel_task(current_user(request), pk)
+    except NotFound:
+        raise Http404("No such task.") from None
+    except DjangoValidationError as exc:  # IllegalTransition: say why, change nothing
+        messages.error(request, " ".join(exc.messages))
+    else:
+        messages.success(request, "Task cancelled.")
+    return redirect("task-detail", pk=pk)
+
+
+@login_required
+@require_POST
+def task_publish(request: HttpRequest, pk: UUID) -> HttpResponse:
+    try:
+        services.publish_task(current_user(request), pk)
+    except NotFound:
+        raise Http404("No such task.") from None
+    except DjangoValidationError as exc:
+        messages.error(request, " ".join(exc.messages))
+    else:
+        messages.success(request, "Task published: workers can pick it up now.")
+    return redirect("task-detail", pk=pk)

@@ -1,0 +1,190 @@
+"""The Stripe webhook: the only path that credits a payment.
+
+Every event is verified first (Stripe-Signature, five minutes' tolerance); a bad one is
+a 400 and changes nothing. A verified event is handled in one database transaction that
+also records its id (unique), so Stripe's redeliveries — or a replay of a captured
+request — find the id and change nothing. An event that does not match what was created
+(amount, currency, user) is recorded as ignored, logged, and answered 200 so that Stripe
+stops sending it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_POST
+
+from payments import services, stripe_client
+from payments.models import Payment, PayoutRequest, WebhookEvent
+
+log = logging.getLogger(__name__)
+
+MAX_BODY_BYTES = 256 * 1024  # Stripe's events are a few kB; anything near this is not one
+
+
+def _id_of(value: Any) -> str:
+    """A Stripe reference that may be an id or an expanded object."""
+    if isinstance(value, dict):
+        return str(value.get("id", ""))
+    return str(value or "")
+
+
+def _payment_intent_succeeded(obj: dict[str, Any]) -> str:
+    metadata = obj.get("metadata") or {}
+    payment = services.find_payment(intent_id=_id_of(obj.get("id")), payment_id=str(metadata.get("payment_id", "")))
+    if payment is None:
+        return "ignored: no such payment"
+    if obj.get("status", "succeeded") != "succeeded":
+        return f"ignored: status {obj.get('status')}"
+    received = obj.get("amount_received")
+    amount = int(received if received is not None else obj.get("amount", -1))
+    return services.credit_payment(
+        payment,
+        amount=amount,
+        currency=str(obj.get("currency", "")),
+        metadata=metadata,
+        charge_id=_id_of(obj.get("latest_charge")),
+    )
+
+
+def _payment_intent_failed(obj: dict[str, Any], canceled: bool = False) -> str:
+    payment = services.find_payment(intent_id=_id_of(obj.get("id")))
+    if payment is None:
+        return "ignored: no such payment"
+    error = obj.get("last_payment_error") or {}
+    message = "Canceled." if canceled else str(error.get("message") or "The payment failed.")
+    return services.fail_payment(payment, message, canceled=canceled)
+
+
+def _checkout_completed(obj: dict[str, Any]) -> str:
+    metadata = obj.get("metadata") or {}
+    payment = services.find_payment(session_id=_id_of(obj.get("id")), payment_id=str(metadata.get("payment_id", "")))
+    if payment is None:
+        return "ignored: no such payment"
+    if payment.checkout_session_id != _id_of(obj.get("id")):
+        log.warning("payment %s: checkout session %s is not its own", payment.pk, _id_of(obj.get("id")))
+        return "ignored: checkout session mismatch"
+    if obj.get("payment_status") != "paid":
+        return f"ignored: payment_status {obj.get('payment_status')}"  # async methods: a later event says paid
+    intent_id = _id_of(obj.get("payment_intent"))
+    if intent_id and not payment.payment_intent_id:
+        payment.payment_intent_id = intent_id
+        payment.save(update_fields=["payment_intent_id", "updated_at"])
+    return services.credit_payment(
+        payment, amount=int(obj.get("amount_total", -1)), currency=str(obj.get("currency", "")), metadata=metadata
+    )
+
+
+def _charge_refunded(obj: dict[str, Any]) -> str:
+    payment = services.find_payment(charge_id=_id_of(obj.get("id")), intent_id=_id_of(obj.get("payment_intent")))
+    if payment is None:
+        return "ignored: no such payment"
+    if str(obj.get("currency", "")).lower() != payment.currency:
+        log.warning("payment %s: refund in %r ignored", payment.pk, obj.get("currency"))
+        return "ignored: currency mismatch"
+    refunded = int(obj.get("amount_refunded", 0))
+    delta = refunded - payment.refunded_amount
+    if delta <= 0:
+        return "ignored: no new refund"
+    outcome = services.reverse_payment(
+        payment, amount=delta, reason="refund", reference=f"refund:{payment.pk}:{refunded}"
+    )
+    payment.refunded_amount = refunded
+    payment.status = Payment.Status.REFUNDED
+    payment.save(update_fields=["refunded_amount", "status", "updated_at"])
+    return outcome
+
+
+def _dispute_created(obj: dict[str, Any]) -> str:
+    payment = services.find_payment(charge_id=_id_of(obj.get("charge")), intent_id=_id_of(obj.get("payment_intent")))
+    if payment is None:
+        return "ignored: no such payment"
+    if str(obj.get("currency", "")).lower() != payment.currency:
+        log.warning("payment %s: dispute in %r ignored", payment.pk, obj.get("currency"))
+        return "ignored: currency mismatch"
+    amount = int(obj.get("amount", 0))
+    outcome = services.reverse_payment(
+        payment, amount=amount, reason="dispute", reference=f"dispute:{_id_of(obj.get('id'))}"
+    )
+    payment.disputed_amount = amount
+    payment.status = Payment.Status.DISPUTED
+    payment.save(update_fields=["disputed_amount", "status", "updated_at"])
+    return outcome
+
+
+def _account_updated(obj: dict[str, Any]) -> str:
+    account = services.update_account(
+        _id_of(obj.get("id")), bool(obj.get("payouts_enabled")), bool(obj.get("details_submitted"))
+    )
+    return "updated" if account else "ignored: unknown account"
+
+
+def _transfer_reversed(obj: dict[str, Any]) -> str:
+    payout = PayoutRequest.objects.filter(transfer_id=_id_of(obj.get("id"))).first()
+    if payout is None:
+        return "ignored: unknown transfer"
+    if int(obj.get("amount_reversed", 0)) < payout.amount:
+        return "ignored: partial reversal"  # an admin settles partial reversals by hand
+    return services.restore_payout(payout.pk, "The transfer was reversed.")
+
+
+HANDLERS: dict[str, Callable[[dict[str, Any]], str]] = {
+    "payment_intent.succeeded": _payment_intent_succeeded,
+    "payment_intent.payment_failed": _payment_intent_failed,
+    "payment_intent.canceled": lambda obj: _payment_intent_failed(obj, canceled=True),
+    "checkout.session.completed": _checkout_completed,
+    "checkout.session.async_payment_succeeded": _checkout_completed,
+    "charge.refunded": _charge_refunded,
+    "charge.dispute.created": _dispute_created,
+    "account.updated": _account_updated,
+    "transfer.reversed": _transfer_reversed,
+}
+
+
+def handle_event(event: dict[str, Any]) -> str:
+    """Apply one verified event exactly once. Returns the outcome recorded with it."""
+    event_id, event_type = str(event.get("id", "")), str(event.get("type", ""))
+    handler = HANDLERS.get(event_type)
+    if not event_id or handler is None:
+        return "ignored: not handled"
+    obj = (event.get("data") or {}).get("object") or {}
+    with transaction.atomic():
+        try:
+            with transaction.atomic():
+                record = WebhookEvent.objects.create(event_id=event_id, type=event_type)
+        except IntegrityError:
+            return "duplicate"
+        outcome = handler(obj)
+        record.outcome = outcome[:300]
+        record.save(update_fields=["outcome"])
+    return outcome
+
+
+@csrf_exempt
+@require_POST
+def stripe_webhook(request: HttpRequest) -> HttpResponse:
+    """POST /payments/stripe/webhook/ — Stripe's calls, authenticated by signature only."""
+    if not stripe_client.configured():
+        return JsonResponse({"detail": "Payments are not configured."}, status=404)
+    try:
+        length = int(request.headers.get("Content-Length") or 0)
+    except ValueError:
+        length = 0
+    if length > MAX_BODY_BYTES:
+        return JsonResponse({"detail": "Body too large."}, status=413)
+    body = request.body
+    if len(body) > MAX_BODY_BYTES:
+        return JsonResponse({"detail": "Body too large."}, status=413)
+    try:
+        event = stripe_client.construct_event(body, request.headers.get("Stripe-Signature"))
+    except stripe_client.SignatureError as exc:
+        log.warning("stripe webhook refused: %s", exc)
+        return JsonResponse({"detail": f"Invalid signature: {exc}"}, status=400)
+    outcome = handle_event(event)
+    log.info("stripe event %s %s: %s", event.get("id"), event.get("type"), outcome)
+    return JsonResponse({"received": True, "outcome": outcome})

@@ -1,0 +1,29 @@
+// Small page helpers shared by every page. No dependencies.
+(function () {
+  "use strict";
+
+  // "Copy" buttons: data-copy holds a selector of the element whose text to copy.
+  document.addEventListener("click", function (event) {
+    var button = event.target.closest("[data-copy]");
+    if (!button) return;
+    var source = document.querySelector(button.getAttribute("data-copy"));
+    if (!source || !navigator.clipboard) return;
+    navigator.clipboard.writeText(source.textContent.trim()).then(function () {
+      button.textContent = "Copied";
+    });
+  });
+
+  // htmx refreshes error slots in place; keep aria-invalid on their inputs in step,
+  // so assistive tech and the red outline agree with the message.
+  document.addEventListener("htmx:oobAfterSwap", function (event) {
+    var slot = event.detail.target;
+    if (!slot || !slot.id || slot.id.slice(-6) !== "_error") return;
+    var input = document.getElementById(slot.id.slice(0, -6));
+    if (!input) return;
+    if (slot.textContent.trim()) {
+      input.setAttribute("aria-invalid", "true");
+    } else {
+      input.removeAttribute("aria-invalid");
+    }
+  });
+})();

@@ -1,0 +1,70 @@
+"""Shared fixtures: personas (alice owns, bob is another user, anonymous has no login)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from rest_framework.test import APIClient
+
+from tests.factories import UserFactory
+
+
+@pytest.fixture
+def alice(db: Any) -> Any:
+    return funded(UserFactory(username="alice"))
+
+
+@pytest.fixture
+def bob(db: Any) -> Any:
+    return funded(UserFactory(username="bob"))
+
+
+def funded(user: Any, credits: int = 1000) -> Any:
+    """Give a persona credits through the ledger's real deposit service."""
+    from ledger import services as ledger
+    from marketplace.units import UNITS_PER_CREDIT
+
+    ledger.deposit(user, credits * UNITS_PER_CREDIT, reference=f"test-funds:{user.pk}")
+    return user
+
+
+@pytest.fixture
+def anon_client() -> APIClient:
+    return APIClient()
+
+
+@pytest.fixture
+def alice_client(alice: Any) -> APIClient:
+    client = APIClient()
+    client.force_authenticate(alice)
+    return client
+
+
+@pytest.fixture
+def bob_client(bob: Any) -> APIClient:
+    client = APIClient()
+    client.force_authenticate(bob)
+    return client
+
+
+@pytest.fixture(autouse=True)
+def _media_root(settings: Any, tmp_path: Any) -> None:
+    settings.MEDIA_ROOT = tmp_path / "media"
+
+
+@pytest.fixture
+def alice_token(alice: Any) -> str:
+    """A raw API token of alice's, created through the real service."""
+    from marketplace import services
+
+    _, raw = services.create_api_token(alice, "fixture")
+    return raw
+
+
+@pytest.fixture
+def alice_token_client(alice_token: str) -> APIClient:
+    """A client that authenticates with alice's API token header, not a session."""
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {alice_token}")
+    return client

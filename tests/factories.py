@@ -1,0 +1,64 @@
+"""factory_boy factories for the marketplace's models."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import factory
+
+from marketplace import services
+from marketplace.models import User
+from marketplace.units import UNITS_PER_CREDIT
+
+PASSWORD = "correct-horse-battery-staple"
+
+
+class UserFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = User
+        django_get_or_create = ("username",)
+
+    username = factory.Sequence(lambda n: f"user{n}")
+    email = factory.LazyAttribute(lambda u: f"{u.username}@example.com")
+    password = factory.django.Password(PASSWORD)
+
+
+def post_task(owner: Any, kind: str = "synthetic", spec: dict[str, Any] | None = None, **kwargs: Any) -> Any:
+    """Post a task through the real service, as the API would."""
+    kwargs.setdefault("budget", 5 * UNITS_PER_CREDIT)
+    return services.post_task(owner, services.TaskRequest(kind=kind, spec=spec or {}, **kwargs))
+
+
+def npy_bytes(rows: int = 4, cols: int = 8) -> bytes:
+    """A real .npy file (float32 zeros), built in memory."""
+    import io
+
+    import numpy as np
+
+    buf = io.BytesIO()
+    np.save(buf, np.zeros((rows, cols), dtype=np.float32))
+    return buf.getvalue()
+
+
+def zip_bytes(files: dict[str, bytes] | None = None) -> bytes:
+    """A real ZIP archive, built in memory (an ISLR-style layout by default)."""
+    import io
+    import zipfile
+
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as archive:
+        for name, data in (files or {"train.csv": b"path,participant_id,sequence_id,sign\n"}).items():
+            archive.writestr(name, data)
+    return buf.getvalue()
+
+
+def upload(content: bytes, filename: str = "data.bin") -> Any:
+    """An in-memory uploaded file, as Django hands it to a view."""
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    return SimpleUploadedFile(filename, content, content_type="application/octet-stream")
+
+
+def make_dataset(owner: Any, content: bytes | None = None, filename: str = "data.npy", name: str = "") -> Any:
+    """Upload a dataset through the real service (an .npy array by default)."""
+    return services.upload_dataset(owner, upload(npy_bytes() if content is None else content, filename), name)

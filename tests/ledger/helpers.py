@@ -1,0 +1,55 @@
+"""Helpers for ledger tests: worker keys and signed transactions built as an agent would."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from django.conf import settings
+
+from ledger import encoding, gas, keys
+from ledger.encoding import ComputeResult, Tx
+from ledger.mempool import Submission
+from ledger.signing import sign_compute_result, sign_tx
+
+CREDIT = 10**9
+
+
+def worker_keys(n: int) -> keys.KeyPair:
+    return keys.from_seed(n.to_bytes(32, "big"))
+
+
+def signed(
+    pair: keys.KeyPair, tx_type: str, to: str, amount: int, nonce: int, payload: dict[str, Any], **over: Any
+) -> Submission:
+    price = over.pop("gas_price", settings.LEDGER_GAS_PRICE)
+    fields: dict[str, Any] = {
+        "chain_id": settings.LEDGER_CHAIN_ID,
+        "type": tx_type,
+        "sender": pair.address,
+        "recipient": to,
+        "amount": amount,
+        "fee": gas.fee_for(tx_type, price),
+        "nonce": nonce,
+        "gas_price": price,
+        "gas_limit": gas.gas_limit(tx_type),
+        "payload": payload,
+    }
+    fields.update(over)
+    tx, sig = sign_tx(Tx(**fields), pair)
+    return Submission(tx, sig)
+
+
+def submit_result(pair: keys.KeyPair, nonce: int, task_id: uuid.UUID | None = None, **over: Any) -> Submission:
+    """A SUBMIT_RESULT exactly as a worker would sign it."""
+    result = sign_compute_result(
+        ComputeResult(
+            task_id=str(task_id or uuid.uuid4()),
+            worker_address=pair.address,
+            result_hash="ab" * 32,
+            proof={"rows": [1, 5, 9]},
+            nonce=nonce,
+        ),
+        pair,
+    )
+    return signed(pair, encoding.SUBMIT_RESULT, pair.address, 0, nonce, {"compute_result": result.to_json()}, **over)

@@ -1,0 +1,226 @@
+"""Task endpoints, happy paths: post each creatable kind, list, filter, order, page,
+retrieve with the timeline, publish a draft, cancel."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.utils import timezone
+from rest_framework.test import APIClient
+
+from marketplace.models import Task, TaskEvent
+from marketplace.units import UNITS_PER_CREDIT
+from tests.factories import make_dataset, post_task, zip_bytes
+
+pytestmark = pytest.mark.django_db
+
+TASKS = "/api/v1/tasks/"
+
+
+def test_post_a_synthetic_task(alice: Any, alice_client: APIClient) -> None:
+    body = {"kind": "synthetic", "title": " matmul ", "spec": {"n": 256, "count": 2}, "budget": "1.5"}
+    response = alice_client.post(TASKS, body, format="json")
+    assert response.status_code == 201, response.json()
+    data = response.json()
+    assert data["kind"] == "synthetic"
+    assert data["title"] == "matmul"
+    assert data["status"] == "open"
+    # Omitted spec fields take the serializer's defaults.
+    assert data["spec"] == {"n": 256, "count": 2, "entry_bound": 8}
+    assert data["budget"] == "1.5"
+    assert [e["status"] for e in data["events"]] == ["draft", "open"]
+    task = Task.objects.get(pk=data["id"])
+    assert task.owner == alice
+    assert task.budget == 1_500_000_000
+    assert task.price_estimate > 0
+    assert data["price_estimate"] == str(task.price_estimate / UNITS_PER_CREDIT).rstrip("0").rstrip(".")
+
+
+def test_a_task_without_a_title_is_named_after_its_kind(alice_client: APIClient) -> None:
+    response = alice_client.post(TASKS, {"kind": "synthetic", "budget": 1}, format="json")
+    assert response.status_code == 201
+    assert response.json()["title"] == "Synthetic proof of compute"
+
+
+def test_post_cube_training_on_synthetic_data(alice_client: APIClient) -> None:
+    body = {"kind": "cube_training", "spec": {"epochs": 2, "lattice_edge": 4, "synthetic_samples": 64}, "budget": 10}
+    response = alice_client.post(TASKS, body, format="json")
+    assert response.status_code == 201, response.json()
+    data = response.json()
+    assert data["dataset"] is None
+    assert data["spec"]["epochs"] == 2
+    assert data["spec"]["mode"] == "autoencoder"
+    assert data["status"] == "open"
+    assert data["kind_available"] is True
+
+
+def test_a_kind_no_provider_runs_yet_stays_open_and_says_why(
+    alice_client: APIClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dataclasses import replace
+
+    from marketplace.kinds import KINDS
+
+    monkeypatch.setitem(KINDS, "cube_training", replace(KINDS["cube_training"], runner=None))
+    body = {"kind": "cube_training", "spec": {"epochs": 2, "lattice_edge": 4, "synthetic_samples": 64}, "budget": 10}
+    data = alice_client.post(TASKS, body, format="json").json()
+    assert data["status"] == "open"
+    assert data["kind_available"] is False
+    assert "stays open" in data["status_reason"]
+
+
+def test_post_cube_training_on_an_uploaded_array(alice: Any, alice_client: APIClient) -> None:
+    dataset = make_dataset(alice)
+    body = {"kind": "cube_training", "spec": {"synthetic_samples": 0}, "dataset": str(dataset.pk), "budget": 100}
+    response = alice_client.post(TASKS, body, format="json")
+    assert response.status_code == 201, response.json()
+    assert response.json()["dataset"] == str(dataset.pk)
+
+
+def test_post_asl_training_with_an_uploaded_zip(alice: Any, alice_client: APIClient) -> None:
+    upload = alice_client.post(
+        "/api/v1/datasets/",
+        {"file": _file(zip_bytes(), "islr.zip"), "name": "islr"},
+        format="multipart",
+    )
+    assert upload.status_code == 201, upload.json()
+    assert upload.json()["format"] == "zip"
+    body = {"kind": "asl_training", "spec": {"epochs": 1, "dim": 384}, "dataset": upload.json()["id"], "budget": 100}
+    response = alice_client.post(TASKS, body, format="json")
+    assert response.status_code == 201, response.json()
+    assert response.json()["spec"]["dim"] == 384
+    assert Task.objects.get(pk=response.json()["id"]).dataset_id is not None
+
+
+def _file(content: bytes, name: str) -> Any:
+    from tests.factories import upload
+
+    return upload(content, name)
+
+
+def test_post_a_draft_then_publish_it(alice_client: APIClient) -> None:
+    response = alice_client.post(TASKS, {"kind": "synthetic", "budget": 1, "draft": True}, format="json")
+    assert response.status_code == 201
+    assert response.json()["status"] == "draft"
+    task_id = response.json()["id"]
+    published = alice_client.post(f"{TASKS}{task_id}/publish/")
+    assert published.status_code == 200
+    assert published.json()["status"] == "open"
+    assert published.json()["opened_at"] is not None
+    assert [e["status"] for e in published.json()["events"]] == ["draft", "open"]
+
+
+def test_cancel_an_open_task(alice: Any, alice_client: APIClient) -> None:
+    task = post_task(alice)
+    response = alice_client.post(f"{TASKS}{task.pk}/cancel/")
+    assert response.status_code == 200
+    assert response.json()["status"] == "cancelled"
+    assert response.json()["finished_at"] is not None
+    assert [e["status"] for e in response.json()["events"]] == ["draft", "open", "cancelled"]
+    task.refresh_from_db()
+    assert task.status == "cancelled"
+
+
+def test_retrieve_shows_the_spec_and_the_timeline(alice: Any, alice_client: APIClient) -> None:
+    task = post_task(alice, spec={"n": 128}, title="tiny")
+    response = alice_client.get(f"{TASKS}{task.pk}/")
+    assert response.status_code == 200
+    data = response.json()
+    assert data["id"] == str(task.pk)
+    assert data["spec"]["n"] == 128
+    assert data["budget"] == "5"
+    events = data["events"]
+    assert [e["status"] for e in events] == ["draft", "open"]
+    assert events[0]["message"] == "Task created."
+    assert events[1]["message"].startswith("Task opened for workers")
+    assert events[0]["at"] <= events[1]["at"]
+
+
+def test_list_shows_own_tasks_newest_first(alice: Any, bob: Any, alice_client: APIClient) -> None:
+    first = post_task(alice, title="first")
+    second = post_task(alice, title="second")
+    post_task(bob, title="bob's")
+    response = alice_client.get(TASKS)
+    assert response.status_code == 200
+    data = response.json()
+    assert data["count"] == 2
+    assert [t["id"] for t in data["results"]] == [str(second.pk), str(first.pk)]
+    assert "events" not in data["results"][0]
+
+
+def test_list_filters_by_status_kind_and_creation_time(alice: Any, alice_client: APIClient) -> None:
+    synthetic = post_task(alice)
+    cube = post_task(alice, kind="cube_training", budget=100 * UNITS_PER_CREDIT)
+    draft = post_task(alice, draft=True)
+    old = post_task(alice)
+    Task.objects.filter(pk=old.pk).update(created_at=timezone.now() - timedelta(days=10))
+
+    def ids(query: str) -> set[str]:
+        response = alice_client.get(f"{TASKS}?{query}")
+        assert response.status_code == 200, response.json()
+        return {t["id"] for t in response.json()["results"]}
+
+    assert ids("status=draft") == {str(draft.pk)}
+    assert ids("status=draft&status=open") == {str(t.pk) for t in (synthetic, cube, draft, old)}
+    assert ids("kind=cube_training") == {str(cube.pk)}
+    cutoff = (timezone.now() - timedelta(days=1)).isoformat()
+    assert ids(f"created_after={cutoff.replace('+', '%2B')}") == {str(t.pk) for t in (synthetic, cube, draft)}
+    assert ids(f"created_before={cutoff.replace('+', '%2B')}") == {str(old.pk)}
+
+
+def test_list_orders_by_budget(alice: Any, alice_client: APIClient) -> None:
+    budgets = [3, 1, 2]
+    for credits in budgets:
+        post_task(alice, budget=credits * UNITS_PER_CREDIT)
+    ascending = alice_client.get(f"{TASKS}?ordering=budget").json()["results"]
+    assert [t["budget"] for t in ascending] == ["1", "2", "3"]
+    descending = alice_client.get(f"{TASKS}?ordering=-budget").json()["results"]
+    assert [t["budget"] for t in descending] == ["3", "2", "1"]
+
+
+def test_list_is_paginated(alice: Any, alice_client: APIClient) -> None:
+    for i in range(23):
+        post_task(alice, title=f"t{i}")
+    first = alice_client.get(TASKS).json()
+    assert first["count"] == 23
+    assert len(first["results"]) == 20
+    assert first["previous"] is None
+    second = alice_client.get(first["next"]).json()
+    assert len(second["results"]) == 3
+    assert second["next"] is None
+    seen = {t["id"] for t in first["results"]} | {t["id"] for t in second["results"]}
+    assert len(seen) == 23
+    assert alice_client.get(f"{TASKS}?page=9").status_code == 404
+
+
+def test_public_marketplace_lists_open_tasks_with_public_fields_only(
+    alice: Any, bob: Any, anon_client: APIClient
+) -> None:
+    open_task = post_task(alice, title="open one")
+    post_task(alice, draft=True)
+    cancelled = post_task(bob)
+    from marketplace import services
+
+    services.cancel_task(bob, cancelled.pk)
+    response = anon_client.get("/api/v1/marketplace/tasks/")
+    assert response.status_code == 200
+    results = response.json()["results"]
+    assert [t["id"] for t in results] == [str(open_task.pk)]
+    assert set(results[0]) == {"id", "title", "kind", "budget", "min_reputation", "replication", "created_at"}
+    assert results[0]["budget"] == "5"
+
+
+def test_public_marketplace_filters_by_kind(alice: Any, anon_client: APIClient) -> None:
+    post_task(alice)
+    cube = post_task(alice, kind="cube_training", budget=100 * UNITS_PER_CREDIT)
+    results = anon_client.get("/api/v1/marketplace/tasks/?kind=cube_training").json()["results"]
+    assert [t["id"] for t in results] == [str(cube.pk)]
+
+
+def test_token_authentication_can_post(alice: Any, alice_token_client: APIClient) -> None:
+    response = alice_token_client.post(TASKS, {"kind": "synthetic", "budget": "2"}, format="json")
+    assert response.status_code == 201
+    assert Task.objects.get(pk=response.json()["id"]).owner == alice
+    assert TaskEvent.objects.filter(task_id=response.json()["id"]).count() == 2

@@ -1,0 +1,115 @@
+"""An inference task names the training task whose model it runs: that task must exist,
+be the requester's own, have completed, and be of the matching training kind. Each refusal
+is a 400 naming spec.source_task and the reason, and creates nothing."""
+
+from __future__ import annotations
+
+import io
+import uuid
+from typing import Any
+
+import numpy as np
+import pytest
+from rest_framework.test import APIClient
+
+from marketplace.models import Task, TaskStatus
+from tests.factories import make_dataset, post_task, zip_bytes
+
+pytestmark = pytest.mark.django_db
+
+TASKS = "/api/v1/tasks/"
+
+
+def completed(task: Task) -> Task:
+    Task.objects.filter(pk=task.pk).update(status=TaskStatus.COMPLETED)
+    return task
+
+
+@pytest.mark.parametrize(
+    ("kind", "fmt"),
+    [("cube_inference", "npy"), ("asl_inference", "zip")],
+)
+def test_every_reason_a_source_task_is_refused(
+    alice: Any, bob: Any, alice_client: APIClient, kind: str, fmt: str
+) -> None:
+    dataset = make_dataset(alice) if fmt == "npy" else make_dataset(alice, zip_bytes(), "in.zip")
+    training = "cube_training" if kind == "cube_inference" else "asl_training"
+    other_training = "asl_training" if training == "cube_training" else "cube_training"
+    theirs = completed(post_task(bob, "synthetic", {"n": 64}))
+    Task.objects.filter(pk=theirs.pk).update(kind=training)
+    running = post_task(alice, "synthetic", {"n": 64})
+    Task.objects.filter(pk=running.pk).update(kind=training)
+    wrong_kind = completed(post_task(alice, "synthetic", {"n": 64}))
+    other = completed(post_task(alice, "synthetic", {"n": 64}))
+    Task.objects.filter(pk=other.pk).update(kind=other_training)
+    cases = [
+        (uuid.uuid4(), f"No {training} task of yours with this id."),
+        (theirs.pk, f"No {training} task of yours with this id."),
+        (running.pk, "That training task has not completed."),
+        (wrong_kind.pk, f"That task is a synthetic task; {kind} needs a {training} task."),
+        (other.pk, f"That task is a {other_training} task; {kind} needs a {training} task."),
+    ]
+    before = Task.objects.count()
+    for source, message in cases:
+        body = {"kind": kind, "budget": "100", "dataset": str(dataset.pk), "spec": {"source_task": str(source)}}
+        response = alice_client.post(TASKS, body, format="json")
+        assert response.status_code == 400, (source, response.json())
+        assert response.json()["spec"]["source_task"] == [message]
+    assert Task.objects.count() == before
+
+
+def test_a_malformed_source_task_names_the_field(alice: Any, alice_client: APIClient) -> None:
+    dataset = make_dataset(alice)
+    body = {"kind": "cube_inference", "budget": "100", "dataset": str(dataset.pk), "spec": {"source_task": "nope"}}
+    response = alice_client.post(TASKS, body, format="json")
+    assert response.status_code == 400
+    assert "source_task" in response.json()["spec"]
+
+
+@pytest.mark.parametrize(
+    ("array", "words"),
+    [
+        (np.zeros((4, 8), dtype=np.float32), "shape [4, 8], but the source model takes rows of teacher_dim 32"),
+        (np.zeros((4, 32), dtype=np.int64), "dtype int64 is not a float type"),
+        (np.zeros((32,), dtype=np.float32), "shape [32]"),
+    ],
+)
+def test_cube_inference_inputs_must_fit_the_source_model(
+    alice: Any, alice_client: APIClient, array: np.ndarray, words: str
+) -> None:
+    source = completed(post_task(alice, "cube_training", {"teacher_dim": 32, "synthetic_samples": 64}))
+    buffer = io.BytesIO()
+    np.save(buffer, array)
+    dataset = make_dataset(alice, buffer.getvalue(), "inputs.npy")
+    body = {
+        "kind": "cube_inference",
+        "budget": "100",
+        "dataset": str(dataset.pk),
+        "spec": {"source_task": str(source.pk)},
+    }
+    response = alice_client.post(TASKS, body, format="json")
+    assert response.status_code == 400
+    assert words in response.json()["dataset"][0]
+
+
+def test_cube_inference_inputs_in_safetensors_are_checked_too(
+    alice: Any, alice_client: APIClient, tmp_path: Any
+) -> None:
+    from safetensors.numpy import save_file
+
+    source = completed(post_task(alice, "cube_training", {"teacher_dim": 32, "synthetic_samples": 64}))
+    save_file({"embeddings": np.zeros((3, 16), dtype=np.float32)}, str(tmp_path / "in.safetensors"))
+    dataset = make_dataset(alice, (tmp_path / "in.safetensors").read_bytes(), "in.safetensors")
+    body = {
+        "kind": "cube_inference",
+        "budget": "100",
+        "dataset": str(dataset.pk),
+        "spec": {"source_task": str(source.pk)},
+    }
+    response = alice_client.post(TASKS, body, format="json")
+    assert response.status_code == 400
+    assert "shape [3, 16]" in response.json()["dataset"][0]
+    save_file({"embeddings": np.zeros((3, 32), dtype=np.float32)}, str(tmp_path / "ok.safetensors"))
+    good = make_dataset(alice, (tmp_path / "ok.safetensors").read_bytes(), "ok.safetensors")
+    response = alice_client.post(TASKS, {**body, "dataset": str(good.pk)}, format="json")
+    assert response.status_code == 201, response.json()

@@ -1,0 +1,239 @@
+"""Payments fixtures: a real localstripe on 127.0.0.1 for the session, the app's
+settings pointed at it, signed webhook payloads, and daphne serving the app with (or
+without) the Stripe keys for the tests that need Stripe's own webhooks or a browser.
+Nothing here reaches the internet."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.e2e.conftest import _database_url, _free_port, browser  # noqa: F401  (browser: a fixture)
+
+ROOT = Path(__file__).resolve().parents[2]
+SECRET_KEY = "sk_test_proofwork"
+PUBLISHABLE_KEY = "pk_test_proofwork"
+WEBHOOK_SECRET = "whsec_test_proofwork"
+WEBHOOK_PATH = "/payments/stripe/webhook/"
+
+
+@pytest.fixture(scope="session")
+def localstripe(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Base URL of a localstripe process of our own (free port, 127.0.0.1 only)."""
+    port = _free_port()
+    log_path = tmp_path_factory.mktemp("localstripe") / "localstripe.log"
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.payments.localstripe_server", str(port)],
+            cwd=ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"localstripe exited with {proc.returncode}:\n{log_path.read_text()[-4000:]}")
+            try:
+                if httpx.get(f"{url}/v1/customers", auth=(SECRET_KEY, ""), timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"localstripe did not answer:\n{log_path.read_text()[-4000:]}")
+            time.sleep(0.1)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def stripe_env(localstripe: str) -> dict[str, str]:
+    """The environment that points the app at localstripe."""
+    return {
+        "STRIPE_SECRET_KEY": SECRET_KEY,
+        "STRIPE_PUBLISHABLE_KEY": PUBLISHABLE_KEY,
+        "STRIPE_WEBHOOK_SECRET": WEBHOOK_SECRET,
+        "STRIPE_API_BASE": localstripe,
+        "STRIPE_JS_URL": f"{localstripe}/_config/proofwork/stripe.js",
+        "STRIPE_CHECKOUT": "1",
+        "STRIPE_CONNECT": "1",
+    }
+
+
+@pytest.fixture(autouse=True)
+def stripe_settings(settings: Any, localstripe: str) -> Any:
+    """This process's settings as stripe_env() would make them."""
+    settings.STRIPE_SECRET_KEY = SECRET_KEY
+    settings.STRIPE_PUBLISHABLE_KEY = PUBLISHABLE_KEY
+    settings.STRIPE_WEBHOOK_SECRET = WEBHOOK_SECRET
+    settings.STRIPE_API_BASE = localstripe
+    settings.STRIPE_JS_URL = f"{localstripe}/_config/proofwork/stripe.js"
+    settings.STRIPE_CHECKOUT = True
+    settings.STRIPE_CONNECT = True
+    settings.PAYMENTS_ENABLED = True
+    settings.STRIPE_CURRENCY = "usd"
+    settings.CREDIT_PRICE_MINOR = 100
+    settings.PURCHASE_MIN_CREDITS = 5
+    settings.PURCHASE_MAX_CREDITS = 10_000
+    settings.PAYOUT_MIN_CREDITS = 50
+    return settings
+
+
+@pytest.fixture
+def unconfigured(settings: Any) -> Any:
+    settings.STRIPE_SECRET_KEY = settings.STRIPE_PUBLISHABLE_KEY = settings.STRIPE_WEBHOOK_SECRET = ""
+    settings.PAYMENTS_ENABLED = False
+    return settings
+
+
+@pytest.fixture
+def ls(localstripe: str) -> httpx.Client:
+    """An HTTP client for localstripe (its API and its test helpers)."""
+    return httpx.Client(base_url=localstripe, auth=(SECRET_KEY, ""), timeout=10)
+
+
+def sign(body: bytes, secret: str = WEBHOOK_SECRET, timestamp: int | None = None) -> str:
+    """A Stripe-Signature header, computed as Stripe does."""
+    t = int(time.time()) if timestamp is None else timestamp
+    mac = hmac.new(secret.encode(), f"{t}.".encode() + body, hashlib.sha256).hexdigest()
+    return f"t={t},v1={mac}"
+
+
+def event(event_type: str, obj: dict[str, Any], event_id: str | None = None) -> dict[str, Any]:
+    return {
+        "id": event_id or f"evt_{uuid.uuid4().hex[:24]}",
+        "object": "event",
+        "type": event_type,
+        "created": int(time.time()),
+        "livemode": False,
+        "api_version": "2026-10-28.endive",
+        "data": {"object": obj},
+    }
+
+
+@pytest.fixture
+def deliver(client: Any) -> Callable[..., Any]:
+    """POST an event to the webhook, signed with the test secret unless told otherwise."""
+
+    def send(
+        evt: dict[str, Any], *, secret: str = WEBHOOK_SECRET, timestamp: int | None = None, header: str | None = None
+    ) -> Any:
+        body = json.dumps(evt).encode()
+        sig = header if header is not None else sign(body, secret, timestamp)
+        extra = {"HTTP_STRIPE_SIGNATURE": sig} if sig else {}
+        return client.post(WEBHOOK_PATH, data=body, content_type="application/json", **extra)
+
+    return send
+
+
+@contextmanager
+def daphne(env_overrides: dict[str, str], workdir: Path) -> Iterator[str]:
+    """daphne serving the app on the test database, with these environment overrides;
+    every STRIPE_ variable of this process's environment is dropped first."""
+    from django.db import connection
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STRIPE_")}
+    env.update(
+        {
+            "DJANGO_SETTINGS_MODULE": "config.settings",
+            "DATABASE_URL": _database_url(connection.settings_dict),
+            "PROOFWORK_MEDIA_ROOT": str(workdir / "media"),
+            "PROOFWORK_STATIC_ROOT": str(workdir / "static"),
+            "DJANGO_DEBUG": "0",
+            "CELERY_BROKER_URL": "memory://",
+            **env_overrides,
+        }
+    )
+    subprocess.run(
+        [sys.executable, "manage.py", "collectstatic", "--noinput", "-v", "0"], cwd=ROOT, env=env, check=True
+    )
+    port = _free_port()
+    log_path = workdir / "daphne.log"
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "config.asgi:application"],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"daphne exited with {proc.returncode}:\n{log_path.read_text()[-4000:]}")
+            try:
+                if httpx.get(url + "/accounts/login/", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"daphne did not answer:\n{log_path.read_text()[-4000:]}")
+            time.sleep(0.2)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.fixture(scope="module")
+def stripe_live_url(
+    django_db_setup: Any, django_db_blocker: Any, localstripe: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    """The app on daphne with payments on, and localstripe delivering its webhooks to it."""
+    with django_db_blocker.unblock(), daphne(stripe_env(localstripe), tmp_path_factory.mktemp("daphne")) as url:
+        httpx.post(
+            f"{localstripe}/_config/webhooks/proofwork",
+            data={"url": url + WEBHOOK_PATH, "secret": WEBHOOK_SECRET},
+            timeout=10,
+        ).raise_for_status()
+        yield url
+
+
+@pytest.fixture(scope="module")
+def plain_live_url(
+    django_db_setup: Any, django_db_blocker: Any, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    """The app on daphne with no Stripe keys at all."""
+    with django_db_blocker.unblock(), daphne({}, tmp_path_factory.mktemp("daphne-plain")) as url:
+        yield url
+
+
+def wait_for(check: Callable[[], bool], timeout: float = 20.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.2)
+    return check()
+
+
+@pytest.fixture
+def eager_celery() -> Iterator[None]:
+    from config.celery import app
+
+    app.conf.task_always_eager = True
+    try:
+        yield
+    finally:
+        app.conf.task_always_eager = False

@@ -1,0 +1,51 @@
+"""Shared steps of the payments tests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+from ledger.models import Transaction
+from ledger.replay import verify_chain
+from ledger.sealer import seal_all
+from payments import services
+from payments.models import Payment
+
+VISA = "4242424242424242"
+DECLINED = "4000000000000341"  # Stripe's test card: attaches, then every charge is declined
+
+
+def confirm_card(ls: httpx.Client, client_secret: str, number: str = VISA) -> httpx.Response:
+    """What Stripe.js does in the browser: confirm the PaymentIntent with a card."""
+    return ls.post(
+        "/_config/proofwork/confirm",
+        content=f'{{"client_secret": "{client_secret}", "card": {{"number": "{number}", "exp_month": 12, "exp_year": 2031, "cvc": "123"}}}}',
+    )
+
+
+def retrieve_intent(ls: httpx.Client, intent_id: str) -> dict[str, Any]:
+    response = ls.get(f"/v1/payment_intents/{intent_id}")
+    response.raise_for_status()
+    return dict(response.json())
+
+
+def paid_intent(ls: httpx.Client, user: Any, credits: int = 10) -> tuple[Payment, dict[str, Any]]:
+    """Start a purchase through the service and pay it with the Visa test card at
+    localstripe; returns the payment (not yet credited) and the PaymentIntent as Stripe
+    reports it."""
+    purchase = services.start_purchase(user, credits)
+    assert confirm_card(ls, purchase.client_secret).status_code == 200
+    intent = retrieve_intent(ls, str(purchase.payment.payment_intent_id))
+    assert intent["status"] == "succeeded"
+    return purchase.payment, intent
+
+
+def deposits_for(payment: Payment) -> int:
+    return Transaction.objects.filter(type="DEPOSIT", reference=f"payment:{payment.pk}").count()
+
+
+def chain_agrees() -> Any:
+    """Seal what is pending and replay the chain from genesis."""
+    seal_all()
+    return verify_chain()

@@ -1,0 +1,234 @@
+"""Settings: the typed env helpers fail loudly, and the environment picks the stack.
+
+Settings are read once per process, so each environment is tried in a fresh Python
+with exactly the variables the test gives it.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import secrets
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+
+from config.env import env_bool, env_int, env_list, env_str, env_url
+
+ROOT = Path(settings.BASE_DIR)
+
+# --- config/env.py ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [("1", True), ("TRUE", True), (" yes ", True), ("on", True), ("0", False), ("false", False), ("", False)],
+)
+def test_env_bool_reads_the_usual_spellings(raw: str, expected: bool) -> None:
+    assert env_bool("FLAG", not expected, environ={"FLAG": raw}) is expected
+
+
+def test_env_bool_default_and_bad_value() -> None:
+    assert env_bool("FLAG", True, environ={}) is True
+    with pytest.raises(ImproperlyConfigured, match="FLAG='maybe' is not a boolean"):
+        env_bool("FLAG", environ={"FLAG": "maybe"})
+
+
+def test_env_int_parses_bounds_and_fails_naming_the_variable() -> None:
+    assert env_int("N", 5, environ={}) == 5
+    assert env_int("N", 5, environ={"N": " "}) == 5
+    assert env_int("N", 5, environ={"N": "1_000"}) == 1000
+    assert env_int("N", 5, minimum=1, maximum=10, environ={"N": "10"}) == 10
+    with pytest.raises(ImproperlyConfigured, match="N='ten' is not an integer"):
+        env_int("N", 5, environ={"N": "ten"})
+    with pytest.raises(ImproperlyConfigured, match=r"N='2\.5' is not an integer"):
+        env_int("N", 5, environ={"N": "2.5"})
+    with pytest.raises(ImproperlyConfigured, match="N=0 is below the minimum 1"):
+        env_int("N", 5, minimum=1, environ={"N": "0"})
+    with pytest.raises(ImproperlyConfigured, match="N=11 is above the maximum 10"):
+        env_int("N", 5, maximum=10, environ={"N": "11"})
+
+
+def test_env_str_and_list() -> None:
+    assert env_str("S", "d", environ={}) == "d"
+    assert env_str("S", "d", environ={"S": "x"}) == "x"
+    assert env_list("L", ["a"], environ={}) == ["a"]
+    assert env_list("L", ["a"], environ={"L": " b, ,c "}) == ["b", "c"]
+    assert env_list("L", ["a"], environ={"L": ""}) == []
+
+
+def test_env_url_checks_the_scheme() -> None:
+    assert env_url("U", ("redis",), environ={}) is None
+    assert env_url("U", ("redis",), environ={"U": "  "}) is None
+    assert env_url("U", ("redis",), environ={"U": "REDIS://h:6379/0"}) == "REDIS://h:6379/0"
+    with pytest.raises(ImproperlyConfigured, match="U must start with one of redis://, rediss://"):
+        env_url("U", ("redis", "rediss"), environ={"U": "http://h"})
+    with pytest.raises(ImproperlyConfigured, match="U must start with"):
+        env_url("U", ("redis",), environ={"U": "localhost:6379"})
+
+
+# --- settings selection, each in a fresh process ------------------------------------------
+
+PROBE = """
+import json
+from django.conf import settings
+layer = settings.CHANNEL_LAYERS["default"]["BACKEND"]
+print(json.dumps({
+    "engine": settings.DATABASES["default"]["ENGINE"],
+    "db_name": str(settings.DATABASES["default"]["NAME"]),
+    "broker": settings.CELERY_BROKER_URL,
+    "layer": layer,
+    "debug": settings.DEBUG,
+    "secret_len": len(settings.SECRET_KEY),
+    "session_secure": settings.SESSION_COOKIE_SECURE,
+    "csrf_secure": settings.CSRF_COOKIE_SECURE,
+    "hsts": settings.SECURE_HSTS_SECONDS,
+    "ssl_redirect": settings.SECURE_SSL_REDIRECT,
+    "allowed_hosts": settings.ALLOWED_HOSTS,
+    "var_dir": str(settings.VAR_DIR),
+    "max_bytes": settings.DATASET_MAX_BYTES,
+    "renderers": settings.REST_FRAMEWORK["DEFAULT_RENDERER_CLASSES"],
+    "celery": [settings.CELERY_TASK_SERIALIZER, settings.CELERY_RESULT_SERIALIZER, settings.CELERY_ACCEPT_CONTENT,
+               settings.CELERY_TASK_ACKS_LATE, settings.CELERY_WORKER_PREFETCH_MULTIPLIER],
+}))
+"""
+
+
+def run_python(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    base = {"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", "/tmp")}
+    return subprocess.run(
+        [sys.executable, *args],
+        cwd=ROOT,
+        env={**base, "DJANGO_SETTINGS_MODULE": "config.settings", **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def probe(env: dict[str, str]) -> dict[str, Any]:
+    result = run_python(env, "-c", PROBE)
+    assert result.returncode == 0, result.stderr[-3000:]
+    loaded: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
+    return loaded
+
+
+def production_env(tmp_path: Path) -> dict[str, str]:
+    return {
+        "PROOFWORK_PRODUCTION": "1",
+        "PROOFWORK_VAR_DIR": str(tmp_path / "var"),
+        "DJANGO_SECRET_KEY": secrets.token_urlsafe(60),
+        "DJANGO_ALLOWED_HOSTS": "proofwork.example, www.proofwork.example",
+        "LEDGER_ENCRYPTION_KEY": base64.urlsafe_b64encode(secrets.token_bytes(32)).decode(),
+        "LEDGER_TREASURY_KEY": secrets.token_hex(32),
+        "LEDGER_VALIDATOR_KEY": secrets.token_hex(32),
+    }
+
+
+def test_no_environment_runs_embedded() -> None:
+    # Truly no variables: what `make run` on a laptop sees (var/ is git-ignored).
+    got = probe({})
+    assert got["engine"] == "django.db.backends.sqlite3"
+    assert got["db_name"] == str(ROOT / "var" / "db.sqlite3")
+    assert got["broker"] == "filesystem://"
+    assert got["layer"] == "channels.layers.InMemoryChannelLayer"
+    assert got["debug"] is True
+    assert got["secret_len"] >= 50
+    assert got["session_secure"] is False
+    assert "testserver" in got["allowed_hosts"]
+    assert got["max_bytes"] == 512 * 1024 * 1024
+    assert "rest_framework.renderers.BrowsableAPIRenderer" in got["renderers"]
+
+
+def test_celery_is_json_only_with_late_acks_and_one_prefetch(tmp_path: Path) -> None:
+    got = probe({"PROOFWORK_VAR_DIR": str(tmp_path)})
+    assert got["celery"] == ["json", "json", ["json"], True, 1]
+
+
+def test_the_development_secret_is_kept_between_runs(tmp_path: Path) -> None:
+    env = {"PROOFWORK_VAR_DIR": str(tmp_path)}
+    probe(env)
+    secret = (tmp_path / "dev-secret-key").read_text()
+    assert len(secret) >= 50
+    assert oct((tmp_path / "dev-secret-key").stat().st_mode & 0o777) == "0o600"
+    probe(env)
+    assert (tmp_path / "dev-secret-key").read_text() == secret
+
+
+def test_database_and_redis_urls_switch_to_postgres_and_redis(tmp_path: Path) -> None:
+    got = probe(
+        {
+            "PROOFWORK_VAR_DIR": str(tmp_path),
+            "DATABASE_URL": "postgres://pw:secret@db.internal:5432/proofwork",
+            "REDIS_URL": "redis://cache.internal:6379/2",
+        }
+    )
+    assert got["engine"] == "django.db.backends.postgresql"
+    assert got["db_name"] == "proofwork"
+    assert got["broker"] == "redis://cache.internal:6379/2"
+    assert got["layer"] == "channels_redis.core.RedisChannelLayer"
+    # Nothing else changes without the production flag.
+    assert got["debug"] is True
+
+
+def test_production_hardens_everything(tmp_path: Path) -> None:
+    got = probe(production_env(tmp_path))
+    assert got["debug"] is False
+    assert got["session_secure"] is True
+    assert got["csrf_secure"] is True
+    assert got["ssl_redirect"] is True
+    assert got["hsts"] >= 31_536_000
+    assert got["allowed_hosts"] == ["proofwork.example", "www.proofwork.example"]
+    assert got["renderers"] == ["rest_framework.renderers.JSONRenderer"]
+
+
+def test_production_passes_the_deploy_check(tmp_path: Path) -> None:
+    result = run_python(production_env(tmp_path), "manage.py", "check", "--deploy", "--fail-level", "WARNING")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "no issues" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        ({"DJANGO_SECRET_KEY": ""}, "DJANGO_SECRET_KEY is required"),
+        ({"DJANGO_SECRET_KEY": "short"}, "DJANGO_SECRET_KEY must be at least 50 characters"),
+        ({"DJANGO_DEBUG": "1"}, "DJANGO_DEBUG cannot be on"),
+        ({"LEDGER_ENCRYPTION_KEY": ""}, "LEDGER_ENCRYPTION_KEY is required"),
+    ],
+)
+def test_production_without_its_secrets_fails_loudly(tmp_path: Path, change: dict[str, str], words: str) -> None:
+    env = {k: v for k, v in production_env(tmp_path).items() if change.get(k, "x") != ""}
+    env.update({k: v for k, v in change.items() if v})
+    result = run_python(env, "-c", PROBE)
+    assert result.returncode != 0
+    assert "ImproperlyConfigured" in result.stderr
+    assert words in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("env", "words"),
+    [
+        ({"DJANGO_DEBUG": "perhaps"}, "DJANGO_DEBUG='perhaps' is not a boolean"),
+        ({"PROOFWORK_PRODUCTION": "yes please"}, "PROOFWORK_PRODUCTION='yes please' is not a boolean"),
+        ({"DATABASE_URL": "mysql://x/y"}, "DATABASE_URL must start with one of postgres://"),
+        ({"REDIS_URL": "http://cache"}, "REDIS_URL must start with one of redis://"),
+        ({"PROOFWORK_DATASET_MAX_BYTES": "lots"}, "PROOFWORK_DATASET_MAX_BYTES='lots' is not an integer"),
+        ({"PROOFWORK_DATASET_MAX_BYTES": "0"}, "PROOFWORK_DATASET_MAX_BYTES=0 is below the minimum 1"),
+    ],
+)
+def test_a_bad_variable_stops_start_up_naming_it(tmp_path: Path, env: dict[str, str], words: str) -> None:
+    result = run_python({"PROOFWORK_VAR_DIR": str(tmp_path), **env}, "-c", PROBE)
+    assert result.returncode != 0
+    assert words in result.stderr
+
+
+def test_dataset_limit_comes_from_the_environment(tmp_path: Path) -> None:
+    got = probe({"PROOFWORK_VAR_DIR": str(tmp_path), "PROOFWORK_DATASET_MAX_BYTES": "1_048_576"})
+    assert got["max_bytes"] == 1_048_576

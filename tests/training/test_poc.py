@@ -1,0 +1,436 @@
+"""The synthetic proof-of-compute kind through its public surface: run, verify, row proofs.
+
+Sizes stay tiny (n ≤ 256) because these run on shared CPU cores; the CUDA case runs only
+where a GPU is present.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import struct
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import pytest
+import torch
+from safetensors.numpy import load_file, save_file
+
+from ledger import merkle
+from training import poc
+from training.poc import runner
+from training.poc.commit import ArtifactWriter, row_leaf_hashes
+from training.poc.generate import DOMAIN
+from training.poc.verifier import random_vectors
+
+ROOT = Path(__file__).resolve().parents[2]
+SEED = {
+    "block_hash": "5e" * 32,
+    "worker_address": "cpc1qf0ewqq7ut3kq4n6cxw9j0w6d8pd8rz3k2s5jkm",
+    "task_id": "3f2b8c1e-6a4d-4e0b-9c57-2d1f0a9b8e71",
+}
+SPEC = {"n": 64, "count": 2, "entry_bound": 8}
+# sha256 of A (pair 0, n = 64, bound 8) for SEED; test_generator_follows_its_documented_definition
+# checks the same generator against a byte-by-byte reading of its definition.
+PINNED_A = "469d6c1d49f0ae353c30ce5e17ae3737422c86a85367e5d64649555301ef7ec5"
+
+
+@pytest.fixture(scope="module")
+def honest(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    out_dir = tmp_path_factory.mktemp("honest")
+    events: list[dict[str, Any]] = []
+    out = poc.run(SPEC, SEED, out_dir, device="cpu", progress=events.append)
+    return {"out": out, "path": out_dir / out["artifact"], "events": events}
+
+
+def _products(path: Path) -> list[np.ndarray]:
+    tensors = load_file(str(path))
+    return [tensors[f"c{p}"] for p in range(len(tensors))]
+
+
+def _write(path: Path, products: list[np.ndarray]) -> str:
+    """Write ``products`` as a well-formed artifact and return their honest root."""
+    n = products[0].shape[0]
+    leaves: list[bytes] = []
+    with ArtifactWriter(path, n, len(products), {}) as writer:
+        for p, c in enumerate(products):
+            writer.write(c)
+            leaves.extend(row_leaf_hashes(p, c))
+    return merkle.root_from_leaf_hashes(leaves).hex()
+
+
+def _seed(**change: str) -> dict[str, str]:
+    return {**SEED, **change}
+
+
+# --- the honest path ---------------------------------------------------------------
+
+
+def test_honest_result_passes(honest: dict[str, Any]) -> None:
+    result = poc.verify(SPEC, SEED, honest["path"], honest["out"]["result_hash"])
+    assert result.ok, result.reason
+    assert result.code == "ok"
+    assert "Freivalds' check passed" in result.reason
+    assert result.seconds > 0
+
+
+def test_run_reports_each_pair_and_its_figures(honest: dict[str, Any]) -> None:
+    out = honest["out"]
+    assert [(e["step"], e["total"]) for e in honest["events"]] == [(1, 2), (2, 2)]
+    assert all(e["metrics"]["gflops"] > 0 for e in honest["events"])
+    assert out["artifact"] == "product.safetensors"
+    assert honest["path"].is_file()
+    assert len(out["result_hash"]) == 64
+    assert int(out["result_hash"], 16) >= 0
+    assert out["gflops"] > 0
+    assert 0 < out["matmul_seconds"] <= out["seconds"]
+    assert (out["device"], out["n"], out["count"]) == ("cpu", 64, 2)
+
+
+def test_product_is_exact_and_committed_row_by_row(tmp_path: Path) -> None:
+    spec = {"n": 256, "count": 1, "entry_bound": 8}
+    out = poc.run(spec, SEED, tmp_path)
+    (c,) = _products(tmp_path / out["artifact"])
+    seed = poc.parse_seed_material(SEED).seed
+    a = poc.generate_matrix(seed, "A", 0, 256, 8).astype(np.int64)
+    b = poc.generate_matrix(seed, "B", 0, 256, 8).astype(np.int64)
+    assert c.dtype == np.int32
+    assert c.shape == (256, 256)
+    np.testing.assert_array_equal(c, a @ b)
+    # Leaf i = u32le(pair) ‖ u32le(row) ‖ row as int32le, RFC 6962 over all rows.
+    leaves = [merkle.leaf_hash(struct.pack("<II", 0, i) + c[i].astype("<i4").tobytes()) for i in range(256)]
+    assert out["result_hash"] == merkle.root_from_leaf_hashes(leaves).hex()
+
+
+def test_same_seed_same_result_on_a_second_run(honest: dict[str, Any], tmp_path: Path) -> None:
+    again = poc.run(SPEC, SEED, tmp_path)
+    assert again["result_hash"] == honest["out"]["result_hash"]
+    assert (tmp_path / again["artifact"]).read_bytes() == honest["path"].read_bytes()
+
+
+def test_run_restores_a_reduced_matmul_precision(honest: dict[str, Any], tmp_path: Path) -> None:
+    before = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("medium")
+    try:
+        out = poc.run(SPEC, SEED, tmp_path)
+        assert torch.get_float32_matmul_precision() == "medium"
+    finally:
+        torch.set_float32_matmul_precision(before)
+    assert out["result_hash"] == honest["out"]["result_hash"]
+
+
+def test_an_inexact_device_is_caught_before_anything_is_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A device that silently loses precision cannot be produced on demand: fake its product.
+    real = torch.matmul
+
+    def lossy(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        c = real(a, b)
+        if c.shape[0] == SPEC["n"]:
+            c[3, 5] += 1
+        return c
+
+    monkeypatch.setattr(runner.torch, "matmul", lossy)
+    with pytest.raises(poc.InexactProductError, match="not exact"):
+        poc.run(SPEC, SEED, tmp_path)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_product_is_bit_identical_to_cpu(honest: dict[str, Any], tmp_path: Path) -> None:
+    out = poc.run(SPEC, SEED, tmp_path, device="cuda")
+    assert out["device"].startswith("cuda")
+    assert out["result_hash"] == honest["out"]["result_hash"]
+    assert (tmp_path / out["artifact"]).read_bytes() == honest["path"].read_bytes()
+
+
+def test_asking_for_cuda_without_it_is_a_clear_error(tmp_path: Path) -> None:
+    if torch.cuda.is_available():
+        pytest.skip("CUDA is available here")
+    with pytest.raises(ValueError, match="CUDA is not available"):
+        poc.run(SPEC, SEED, tmp_path, device="cuda")
+
+
+# --- soundness: every way to cheat fails with its own reason -----------------------
+
+
+def test_changed_entry_fails_the_root_or_freivalds(honest: dict[str, Any], tmp_path: Path) -> None:
+    products = _products(honest["path"])
+    products[1][10, 20] += 1
+    root = _write(tmp_path / "p.safetensors", products)
+    same_claim = poc.verify(SPEC, SEED, tmp_path / "p.safetensors", honest["out"]["result_hash"])
+    assert (same_claim.ok, same_claim.code) == (False, "root_mismatch")
+    consistent_claim = poc.verify(SPEC, SEED, tmp_path / "p.safetensors", root)
+    assert (consistent_claim.ok, consistent_claim.code) == (False, "product_mismatch")
+    assert "c1" in consistent_claim.reason
+
+
+def test_swapped_rows_fail(honest: dict[str, Any], tmp_path: Path) -> None:
+    products = _products(honest["path"])
+    products[0][[3, 4]] = products[0][[4, 3]]
+    root = _write(tmp_path / "p.safetensors", products)
+    assert poc.verify(SPEC, SEED, tmp_path / "p.safetensors", honest["out"]["result_hash"]).code == "root_mismatch"
+    result = poc.verify(SPEC, SEED, tmp_path / "p.safetensors", root)
+    assert (result.ok, result.code) == (False, "product_mismatch")
+
+
+def test_swapped_products_fail(honest: dict[str, Any], tmp_path: Path) -> None:
+    c0, c1 = _products(honest["path"])
+    root = _write(tmp_path / "p.safetensors", [c1, c0])
+    assert poc.verify(SPEC, SEED, tmp_path / "p.safetensors", root).code == "product_mismatch"
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"block_hash": "5f" + "5e" * 31},
+        {"worker_address": "cpc1qf0ewqq7ut3kq4n6cxw9j0w6d8pd8rz3k2s5jkn"},
+        {"task_id": "3f2b8c1e-6a4d-4e0b-9c57-2d1f0a9b8e72"},
+    ],
+    ids=["block_hash", "worker_address", "task_id"],
+)
+def test_result_for_another_seed_fails(honest: dict[str, Any], change: dict[str, str]) -> None:
+    result = poc.verify(SPEC, _seed(**change), honest["path"], honest["out"]["result_hash"])
+    assert (result.ok, result.code) == (False, "product_mismatch")
+
+
+def test_forged_root_of_another_product_fails(honest: dict[str, Any], tmp_path: Path) -> None:
+    other = poc.run(SPEC, _seed(task_id=str(uuid.UUID(int=7))), tmp_path)
+    result = poc.verify(SPEC, SEED, honest["path"], other["result_hash"])
+    assert (result.ok, result.code) == (False, "root_mismatch")
+    assert "claimed result_hash" in result.reason
+
+
+def test_entries_beyond_the_honest_range_are_refused(honest: dict[str, Any], tmp_path: Path) -> None:
+    products = _products(honest["path"])
+    products[0][0, 0] = 2**31 - 1
+    root = _write(tmp_path / "p.safetensors", products)
+    result = poc.verify(SPEC, SEED, tmp_path / "p.safetensors", root)
+    assert (result.ok, result.code) == (False, "out_of_range")
+    assert "±4096" in result.reason
+
+
+def test_truncated_artifact_is_unreadable(honest: dict[str, Any], tmp_path: Path) -> None:
+    path = tmp_path / "p.safetensors"
+    path.write_bytes(honest["path"].read_bytes()[:-100])
+    result = poc.verify(SPEC, SEED, path, honest["out"]["result_hash"])
+    assert (result.ok, result.code) == (False, "unreadable")
+
+
+@pytest.mark.parametrize("content", [b"", b"\x80\x04\x95 not safetensors", b"\xff" * 64])
+def test_garbage_artifact_is_unreadable(honest: dict[str, Any], tmp_path: Path, content: bytes) -> None:
+    path = tmp_path / "p.safetensors"
+    path.write_bytes(content)
+    result = poc.verify(SPEC, SEED, path, honest["out"]["result_hash"])
+    assert (result.ok, result.code) == (False, "unreadable")
+    assert "not a valid safetensors file" in result.reason
+
+
+def test_missing_artifact_is_unreadable(honest: dict[str, Any], tmp_path: Path) -> None:
+    result = poc.verify(SPEC, SEED, tmp_path / "absent.safetensors", honest["out"]["result_hash"])
+    assert (result.code, result.reason) == ("unreadable", "the artifact absent.safetensors is missing.")
+
+
+@pytest.mark.parametrize(
+    ("tensors", "code", "words"),
+    [
+        ({"c0": np.zeros((64, 64), np.int32)}, "tensors", "missing ['c1']"),
+        (
+            {"c0": np.zeros((64, 64), np.int32), "c1": np.zeros((64, 64), np.int32), "x": np.zeros(1, np.int32)},
+            "tensors",
+            "unexpected ['x']",
+        ),
+        ({"c0": np.zeros((64, 64), np.int64), "c1": np.zeros((64, 64), np.int32)}, "dtype", "c0 has dtype I64"),
+        ({"c0": np.zeros((64, 64), np.int32), "c1": np.zeros((64, 64), np.float32)}, "dtype", "c1 has dtype F32"),
+        ({"c0": np.zeros((63, 64), np.int32), "c1": np.zeros((64, 64), np.int32)}, "shape", "c0 has shape [63, 64]"),
+        ({"c0": np.zeros((64, 64), np.int32), "c1": np.zeros(64 * 64, np.int32)}, "shape", "c1 has shape [4096]"),
+    ],
+    ids=["missing", "extra", "int64", "float32", "rows", "flat"],
+)
+def test_wrong_layout_is_named(
+    honest: dict[str, Any], tmp_path: Path, tensors: dict[str, np.ndarray], code: str, words: str
+) -> None:
+    path = tmp_path / "p.safetensors"
+    save_file(tensors, str(path))
+    result = poc.verify(SPEC, SEED, path, honest["out"]["result_hash"])
+    assert (result.ok, result.code) == (False, code)
+    assert words in result.reason
+
+
+@pytest.mark.parametrize(
+    ("spec", "seed", "code", "field"),
+    [
+        ({**SPEC, "n": "64"}, SEED, "spec", "n: must be an integer"),
+        ({**SPEC, "count": 0}, SEED, "spec", "count: must be between 1 and 64"),
+        ({**SPEC, "entry_bound": True}, SEED, "spec", "entry_bound: must be an integer"),
+        (SPEC, _seed(block_hash="zz" * 32), "seed", "block_hash: must be 64 hexadecimal digits"),
+        (SPEC, _seed(worker_address="cpc1é"), "seed", "worker_address: must be a printable ASCII"),
+        (SPEC, _seed(task_id="task-7"), "seed", "task_id: must be a UUID"),
+    ],
+)
+def test_bad_spec_or_seed_is_a_verdict_not_a_crash(
+    honest: dict[str, Any], spec: dict[str, Any], seed: dict[str, str], code: str, field: str
+) -> None:
+    result = poc.verify(spec, seed, honest["path"], honest["out"]["result_hash"])
+    assert (result.ok, result.code) == (False, code)
+    assert field in result.reason
+
+
+@pytest.mark.parametrize("claim", ["", "ab" * 31, "g" * 64, None])
+def test_malformed_claimed_hash(honest: dict[str, Any], claim: Any) -> None:
+    result = poc.verify(SPEC, SEED, honest["path"], claim)
+    assert (result.ok, result.code) == (False, "result_hash")
+
+
+def test_claimed_hash_is_case_insensitive(honest: dict[str, Any]) -> None:
+    assert poc.verify(SPEC, SEED, honest["path"], honest["out"]["result_hash"].upper()).ok
+
+
+def test_run_rejects_a_bad_spec_naming_the_field(tmp_path: Path) -> None:
+    with pytest.raises(poc.PocError, match="n: must be between 1 and 16384"):
+        poc.run({"n": 20_000}, SEED, tmp_path)
+    with pytest.raises(poc.PocError, match="task_id: must be a UUID"):
+        poc.run(SPEC, _seed(task_id="7"), tmp_path)
+
+
+def test_freivalds_vectors_are_fresh_and_in_range() -> None:
+    first, second = random_vectors(64, 3, 20), random_vectors(64, 3, 20)
+    assert first.shape == (3, 64)
+    assert not np.array_equal(first, second)
+    assert first.min() >= 0
+    assert first.max() < 2**20
+
+
+def test_rounds_reach_2_to_the_minus_60_within_exact_float64() -> None:
+    for n in (1, 64, 1024, 2048, 16_384):
+        for bound in range(1, 9):
+            spec = poc.parse_spec({"n": n, "count": 1, "entry_bound": bound})
+            bits, rounds = poc.freivalds_bits(spec), poc.rounds_for(spec)
+            assert bits * rounds >= 60
+            # Largest partial sum of A·(B·r) or C·r: n²b²·(2^bits − 1).
+            assert n * n * bound * bound * (2**bits - 1) < 2**53
+    assert poc.rounds_for(poc.parse_spec({"n": 2048})) == 3
+    assert poc.rounds_for(poc.parse_spec({"n": 16_384})) == 4
+
+
+# --- the generator -----------------------------------------------------------------
+
+
+def _reference_rows(seed: bytes, matrix: str, pair: int, n: int, bound: int) -> np.ndarray:
+    """The documented stream, read one byte at a time (slow, independent of the numpy code)."""
+    m = 2 * bound + 1
+    rows = []
+    for i in range(n):
+        stream = hashlib.shake_128(DOMAIN + seed + matrix.encode() + struct.pack("<II", pair, i)).digest(4 * n + 64)
+        rows.append([x % m - bound for x in stream if x < 256 - 256 % m][:n])
+    return np.array(rows, dtype=np.int8)
+
+
+@pytest.mark.parametrize("bound", [1, 3, 6, 8])
+def test_generator_follows_its_documented_definition(bound: int) -> None:
+    seed = poc.parse_seed_material(SEED).seed
+    pairs: tuple[tuple[Literal["A", "B"], int], ...] = (("A", 0), ("B", 3))
+    for matrix, pair in pairs:
+        got = poc.generate_matrix(seed, matrix, pair, 48, bound)
+        np.testing.assert_array_equal(got, _reference_rows(seed, matrix, pair, 48, bound))
+
+
+def test_seed_is_sha256_of_the_documented_bytes() -> None:
+    raw = bytes.fromhex(SEED["block_hash"]) + SEED["worker_address"].encode("ascii") + uuid.UUID(SEED["task_id"]).bytes
+    assert poc.parse_seed_material(SEED).seed == hashlib.sha256(raw).digest()
+    upper = _seed(block_hash=SEED["block_hash"].upper(), task_id=SEED["task_id"].upper())
+    assert poc.parse_seed_material(upper).seed == hashlib.sha256(raw).digest()
+
+
+def test_generator_is_pinned() -> None:
+    # Pins the bytes of A: a change in hashlib, numpy or this code that alters them would
+    # make every verifier reject every honest worker, so it must fail loudly here.
+    a = poc.generate_matrix(poc.parse_seed_material(SEED).seed, "A", 0, 64, 8)
+    assert hashlib.sha256(a.tobytes()).hexdigest() == PINNED_A
+
+
+def test_generation_is_deterministic_and_seed_dependent() -> None:
+    seed = poc.parse_seed_material(SEED).seed
+    a = poc.generate_matrix(seed, "A", 0, 128, 8)
+    assert a.tobytes() == poc.generate_matrix(seed, "A", 0, 128, 8).tobytes()
+    assert a.dtype == np.int8
+    assert a.min() == -8
+    assert a.max() == 8
+    assert set(np.unique(a).tolist()) == set(range(-8, 9))
+    others = [
+        poc.generate_matrix(seed, "B", 0, 128, 8),
+        poc.generate_matrix(seed, "A", 1, 128, 8),
+        *(
+            poc.generate_matrix(poc.parse_seed_material(_seed(**change)).seed, "A", 0, 128, 8)
+            for change in ({"block_hash": "00" * 32}, {"worker_address": "cpc1x"}, {"task_id": str(uuid.UUID(int=1))})
+        ),
+    ]
+    for other in others:
+        assert np.mean(other != a) > 0.9
+
+
+def test_rows_regenerate_alone_and_short_streams_read_further() -> None:
+    seed = poc.parse_seed_material(SEED).seed
+    whole = poc.generate_matrix(seed, "B", 2, 96, 6)
+    np.testing.assert_array_equal(poc.generate_rows(seed, "B", 2, 96, 6, 40, 41), whole[40:41])
+    # With no spare bytes nearly every row comes up short and is read again, further.
+    np.testing.assert_array_equal(poc.generate_rows(seed, "B", 2, 96, 6, 0, 96, margin=0), whole)
+
+
+# --- row proofs --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("pair", "row"), [(0, 0), (0, 63), (1, 0), (1, 37)])
+def test_row_proof_verifies_and_is_the_right_row(honest: dict[str, Any], pair: int, row: int) -> None:
+    proof = poc.prove_row(honest["path"], pair, row)
+    assert poc.check_row(proof, honest["out"]["result_hash"], n=64, count=2)
+    assert proof.values == poc.expected_row(SPEC, SEED, pair, row)
+    parsed = poc.RowProof.from_json(json.loads(json.dumps(proof.to_json())))
+    assert poc.check_row(parsed, honest["out"]["result_hash"])
+
+
+def test_tampered_row_proofs_fail(honest: dict[str, Any]) -> None:
+    root = honest["out"]["result_hash"]
+    proof = poc.prove_row(honest["path"], 1, 5)
+    data = proof.to_json()
+    bad_value = {**data, "values": [data["values"][0] + 1, *data["values"][1:]]}
+    other_row = {**data, "row": 6}
+    other_pair = {**data, "pair": 0}
+    bad_path = {
+        **data,
+        "path": [data["path"][0][:-1] + ("0" if data["path"][0][-1] != "0" else "1"), *data["path"][1:]],
+    }
+    short_path = {**data, "path": data["path"][:-1]}
+    for forged in (bad_value, other_row, other_pair, bad_path, short_path):
+        assert not poc.check_row(poc.RowProof.from_json(forged), root)
+    assert not poc.check_row(proof, "00" * 32)
+    assert not poc.check_row(proof, "not hex")
+    assert not poc.check_row(proof, root, n=32)
+    assert not poc.check_row(proof, root, count=3)
+
+
+def test_row_proof_outside_the_artifact(honest: dict[str, Any]) -> None:
+    with pytest.raises(IndexError, match="row 64 of product 0"):
+        poc.prove_row(honest["path"], 0, 64)
+    with pytest.raises(ValueError, match="values"):
+        poc.RowProof.from_json({"pair": 0, "row": 0, "n": 1, "count": 1, "values": [2**40], "path": []})
+
+
+# --- boundaries --------------------------------------------------------------------
+
+
+def test_library_imports_without_django() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
+    code = (
+        "import sys, training.poc, ledger.merkle; "
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('django', 'rest_framework')); "
+        "print(bad); sys.exit(1 if bad else 0)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr

@@ -1,0 +1,169 @@
+"""Real processes for end-to-end tests: daphne, a platform Celery worker, a provider agent.
+
+They share the test database (a file for SQLite, the test database on PostgreSQL) and
+the broker the settings name (the filesystem broker under var/, or Redis in CI). Stale
+broker messages from earlier runs are harmless: every task re-reads its rows and
+returns quietly when they are gone.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+from django.db import connection
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_database_url() -> str:
+    """The URL of the database the test process is using, for child processes."""
+    params = connection.settings_dict
+    if connection.vendor == "sqlite":
+        return f"sqlite:///{params['NAME']}"
+    auth = params["USER"] + (f":{params['PASSWORD']}" if params.get("PASSWORD") else "")
+    return f"postgres://{auth}@{params['HOST'] or '127.0.0.1'}:{params['PORT'] or 5432}/{params['NAME']}"
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    env = {**os.environ, "DATABASE_URL": test_database_url(), "PYTHONPATH": str(ROOT), "PROOFWORK_LOG_LEVEL": "INFO"}
+    env.pop("DJANGO_SETTINGS_MODULE", None)
+    env.update(extra)
+    return env
+
+
+@contextmanager
+def spawn(args: list[str], log: Path, env: dict[str, str]) -> Iterator[subprocess.Popen[bytes]]:
+    with log.open("wb") as out:
+        proc = subprocess.Popen(args, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            yield proc
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+@contextmanager
+def daphne(tmp: Path) -> Iterator[str]:
+    port = free_port()
+    args = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "config.asgi:application"]
+    with spawn(args, tmp / "daphne.log", child_env(DJANGO_SETTINGS_MODULE="config.settings")) as proc:
+        url = f"http://127.0.0.1:{port}"
+        wait_for(lambda: _up(url), 30, f"daphne did not start: {(tmp / 'daphne.log').read_text()[-2000:]}")
+        assert proc.poll() is None
+        yield url
+
+
+def _up(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/api/v1/kinds/", timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+@contextmanager
+def platform_worker(tmp: Path) -> Iterator[subprocess.Popen[bytes]]:
+    args = [sys.executable, "-m", "celery", "-A", "config", "worker", "-Q", "platform", "--pool", "solo"]
+    args += ["-n", f"platform-{os.getpid()}@%h", "--loglevel", "INFO"]
+    with spawn(args, tmp / "platform.log", child_env(DJANGO_SETTINGS_MODULE="config.settings")) as proc:
+        yield proc
+
+
+def agent_cmd(key: Path, *args: str) -> list[str]:
+    return [sys.executable, "-m", "workers.agent", "--key", str(key), *args]
+
+
+def broker_args() -> list[str]:
+    from django.conf import settings
+
+    url = settings.CELERY_BROKER_URL
+    if url.startswith("filesystem://"):
+        return ["--broker", url, "--broker-folder", str(settings.CELERY_BROKER_DIR / "out")]
+    return ["--broker", url]
+
+
+def wait_for(
+    condition: Callable[[], bool],
+    timeout: float,
+    message: str,
+    interval: float = 0.2,
+    explain: Callable[[], str] | None = None,
+) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(interval)
+    raise AssertionError(message + ("\n" + explain() if explain else ""))
+
+
+# --- Rows for in-process tests (no processes involved) ---------------------------------
+
+CAPS = {"cpu_cores": 2, "ram_bytes": 8 * 2**30, "gpu_memory_bytes": 0, "kinds": ["synthetic"], "agent_version": "test"}
+
+
+def make_worker(
+    owner: Any,
+    *,
+    name: str = "",
+    online: bool = True,
+    reputation: int = 50,
+    caps: dict[str, Any] | None = None,
+) -> tuple[Any, str, Any]:
+    """A worker row with a real key and API token: (worker, raw token, key pair).
+
+    Created directly rather than through registration, which test_registration covers.
+    """
+    from django.utils import timezone
+
+    from ledger import keys
+    from workers import services
+    from workers.models import Worker
+
+    key = keys.generate()
+    raw = services.WORKER_TOKEN_PREFIX + secrets.token_urlsafe(32)
+    worker = Worker.objects.create(
+        owner=owner,
+        name=name or f"node-{key.address[4:10]}",
+        address=key.address,
+        public_key=key.public_key.hex(),
+        token_hash=services.hash_secret(raw),
+        capabilities=dict(caps or CAPS),
+        reputation=reputation,
+        last_heartbeat_at=timezone.now() if online else None,
+    )
+    return worker, raw, key
+
+
+def register_agent(tmp: Path, url: str, owner: Any, name: str) -> Path:
+    """``init`` and ``register`` a node with the real CLI; returns its key path."""
+    from workers import services
+
+    key = tmp / name / "worker.pem"
+    env = child_env()
+    init = subprocess.run(agent_cmd(key, "init"), env=env, capture_output=True, text=True, timeout=120)
+    assert init.returncode == 0, init.stderr
+    _, raw = services.create_registration_token(owner)
+    args = agent_cmd(key, "register", "--server", url, "--token", raw, "--name", name)
+    reg = subprocess.run(args, env=env, capture_output=True, text=True, timeout=120)
+    assert reg.returncode == 0, reg.stderr
+    return key

@@ -1,0 +1,291 @@
+"""The ASL kinds on the platform side, in-process: the participant-disjoint held-out split the
+worker never gets, and the verifiers refusing wrong claims and tampered work."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import shutil
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from ledger import services as ledger
+from marketplace.models import Task, TaskStatus
+from marketplace.units import UNITS_PER_CREDIT
+from tests.factories import make_dataset, post_task
+from tests.workers.processes import CAPS
+from tests.workers.test_cube_kinds import Provider, assign, completed_training, submitted
+from training.asl.infer import predict
+from training.asl.run import run
+from training.asl.split import prepare
+from training.asl.synthetic import generate
+from workers import heldout
+from workers.verify_asl import verify_asl_inference, verify_asl_training
+
+pytestmark = pytest.mark.django_db
+
+ASL_CAPS = {**CAPS, "kinds": ["asl_training", "asl_inference"]}
+SPEC: dict[str, Any] = {
+    "dim": 192,
+    "blocks": 1,
+    "max_len": 32,
+    "epochs": 6,
+    "batch_size": 8,
+    "grad_accumulation": 1,
+    "learning_rate": 3e-3,
+    "validation_fraction": 0.25,
+    "seed": 0,
+}
+MODEL_FILES = ("model.safetensors", "config.json", "labels.json", "metrics.json")
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("asl-data")
+    return generate(root / "signs.zip", n_signs=5, n_participants=5, per_participant=2, max_frames=20, as_zip=True)
+
+
+@pytest.fixture(scope="module")
+def trained(dataset: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A model trained on exactly what the platform serves the worker for ``dataset``."""
+    root = tmp_path_factory.mktemp("asl-model")
+    worker_zip, _ = prepare(SPEC, dataset, root / "split")
+    assert worker_zip is not None
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        metrics = run(SPEC, worker_zip, root / "model", cache_dir=root / "cache", resume=False)
+    finally:
+        torch.set_num_threads(threads)
+    (root / "model" / "reported.json").write_text(json.dumps({"val_top1": metrics["val_top1"]}))
+    return root / "model"
+
+
+class AslProvider(Provider):
+    def __init__(self, owner: Any, name: str, reputation: int = 50) -> None:
+        super().__init__(owner, name, reputation)
+        self.worker.capabilities = ASL_CAPS
+        self.worker.save(update_fields=["capabilities"])
+
+
+@pytest.fixture
+def alpha(alice: Any) -> AslProvider:
+    return AslProvider(alice, "alpha", reputation=90)
+
+
+def training_task(owner: Any, archive: Path, **spec: Any) -> Task:
+    upload = make_dataset(owner, archive.read_bytes(), "signs.zip")
+    return post_task(owner, "asl_training", {**SPEC, **spec}, dataset=upload.pk, budget=10 * UNITS_PER_CREDIT)
+
+
+def index(archive: zipfile.ZipFile) -> list[dict[str, str]]:
+    return list(csv.DictReader(io.StringIO(archive.read("train.csv").decode())))
+
+
+# --- The held-out split ----------------------------------------------------------------
+
+
+def test_the_worker_never_receives_a_held_out_participant(bob: Any, alpha: AslProvider, dataset: Path) -> None:
+    task = training_task(bob, dataset)
+    assignment = assign(task)
+    job = alpha.get(assignment).json()
+    response = alpha.get(assignment, "dataset/")
+    assert response.status_code == 200
+    body = b"".join(response.streaming_content)
+    assert job["dataset"]["size_bytes"] == len(body)
+    assert job["dataset"]["format"] == "zip"
+
+    served = zipfile.ZipFile(io.BytesIO(body))
+    held = zipfile.ZipFile(heldout.prepared(task).heldout_path())  # type: ignore[union-attr]
+    original = zipfile.ZipFile(dataset)
+    served_people = {row["participant_id"] for row in index(served)}
+    held_people = {row["participant_id"] for row in index(held)}
+    assert len(held_people) == 1
+    assert len(served_people) == 4
+    assert served_people.isdisjoint(held_people)
+    # Not one sequence file of a held-out participant rides along in the worker's archive.
+    data_files = {n for n in served.namelist() if n.endswith(".parquet")}
+    assert data_files.isdisjoint({n for n in held.namelist() if n.endswith(".parquet")})
+    assert data_files == {row["path"] for row in index(served)}
+    assert len(index(served)) + len(index(held)) == len(index(original))
+    # Both carry the whole label map, so the worker's model has a class for every sign.
+    assert served.read("sign_to_prediction_index_map.json") == held.read("sign_to_prediction_index_map.json")
+
+
+def test_too_few_participants_fail_the_task_with_a_refund(bob: Any, alpha: AslProvider, tmp_path: Path) -> None:
+    archive = generate(tmp_path / "two.zip", n_signs=3, n_participants=2, per_participant=1, max_frames=12, as_zip=True)
+    before = ledger.balance(bob)
+    task = training_task(bob, archive)
+    assert scheduler_offers_nothing(task)
+    task.refresh_from_db()
+    assert task.status == TaskStatus.FAILED
+    assert "at least 3 are needed" in task.status_reason
+    assert ledger.balance(bob) == before
+
+
+def test_a_malformed_archive_fails_the_task_naming_the_file(bob: Any, alpha: AslProvider) -> None:
+    from tests.factories import zip_bytes
+
+    bad = {"train.csv": b"path,participant_id,sequence_id,sign\nmissing.parquet,1,1,hello\n"}
+    upload = make_dataset(bob, zip_bytes(bad), "bad.zip")
+    task = post_task(bob, "asl_training", SPEC, dataset=upload.pk, budget=UNITS_PER_CREDIT)
+    assert scheduler_offers_nothing(task)
+    task.refresh_from_db()
+    assert task.status == TaskStatus.FAILED
+    assert "train.csv line 2" in task.status_reason
+    assert "missing.parquet" in task.status_reason
+
+
+def scheduler_offers_nothing(task: Task) -> bool:
+    from workers import scheduler
+
+    return scheduler.schedule(task.pk) == []
+
+
+# --- The verifiers -----------------------------------------------------------------------
+
+
+def copy_model(trained: Path, target: Path) -> Path:
+    target.mkdir()
+    for name in MODEL_FILES:
+        shutil.copy(trained / name, target / name)
+    return target
+
+
+def artifacts_of(model: Path) -> dict[str, Path]:
+    return {name: model / name for name in MODEL_FILES}
+
+
+def claim(trained: Path, top1: float | None = None) -> dict[str, int]:
+    value = json.loads((trained / "reported.json").read_text())["val_top1"] if top1 is None else top1
+    return {"val_top1_micro": round(value * 1e6)}
+
+
+def test_an_honest_model_is_accepted_on_the_held_out_participants(
+    bob: Any, alpha: AslProvider, dataset: Path, trained: Path
+) -> None:
+    assignment = submitted(assign(training_task(bob, dataset)), trained / "model.safetensors", claim(trained))
+    verdict = verify_asl_training(assignment, artifacts_of(trained))
+    assert verdict.ok, verdict.reason
+    assert verdict.metrics["heldout_sequences"] == 10
+    assert verdict.metrics["heldout_top1"] >= 0.5
+
+
+def test_a_wrong_reported_accuracy_is_rejected(bob: Any, alpha: AslProvider, dataset: Path, trained: Path) -> None:
+    assignment = submitted(assign(training_task(bob, dataset)), trained / "model.safetensors", claim(trained, 0.05))
+    verdict = verify_asl_training(assignment, artifacts_of(trained))
+    assert not verdict.ok
+    assert "differs from reported 0.0500" in verdict.reason
+
+
+def test_below_the_minimum_accuracy_is_not_paid(
+    bob: Any, alpha: AslProvider, dataset: Path, trained: Path, tmp_path: Path
+) -> None:
+    from safetensors.numpy import load, save_file
+
+    from training.asl.run import verify
+
+    # A useless model (every weight zero: one constant guess), its accuracy reported honestly.
+    model = copy_model(trained, tmp_path / "useless")
+    tensors = load((model / "model.safetensors").read_bytes())
+    save_file({k: v * 0 if v.dtype.kind == "f" else v for k, v in tensors.items()}, str(model / "model.safetensors"))
+    task = training_task(bob, dataset, min_accuracy=0.5)
+    assignment = assign(task)
+    honest = verify(model, heldout.prepared(task).heldout_path(), cache_dir=tmp_path / "cache")  # type: ignore[union-attr]
+    assert honest["top1"] < 0.5
+    verdict = verify_asl_training(
+        submitted(assignment, model / "model.safetensors", claim(trained, honest["top1"])), artifacts_of(model)
+    )
+    assert not verdict.ok
+    assert "below the required 0.5000" in verdict.reason
+
+
+def test_a_tampered_model_is_rejected(
+    bob: Any, alpha: AslProvider, dataset: Path, trained: Path, tmp_path: Path
+) -> None:
+    from safetensors.numpy import load, save_file
+
+    model = copy_model(trained, tmp_path / "tampered")
+    tensors = load((model / "model.safetensors").read_bytes())
+    save_file({k: v * 0 if v.dtype.kind == "f" else v for k, v in tensors.items()}, str(model / "model.safetensors"))
+    assignment = assign(training_task(bob, dataset))
+
+    verdict = verify_asl_training(
+        submitted(assignment, trained / "model.safetensors", claim(trained)), artifacts_of(model)
+    )
+    assert not verdict.ok
+    assert "result_hash" in verdict.reason
+
+    verdict = verify_asl_training(
+        submitted(assignment, model / "model.safetensors", claim(trained)), artifacts_of(model)
+    )
+    assert not verdict.ok
+    assert "differs from reported" in verdict.reason
+
+
+@pytest.mark.parametrize(
+    ("file", "change", "words"),
+    [
+        ("config.json", {"dim": 384}, "config.json does not match the spec: dim"),
+        ("config.json", {"num_classes": 4}, "num_classes"),
+        ("labels.json", None, "labels.json does not list the dataset's signs"),
+    ],
+)
+def test_a_model_other_than_the_spec_is_rejected(
+    bob: Any, alpha: AslProvider, dataset: Path, trained: Path, tmp_path: Path, file: str, change: Any, words: str
+) -> None:
+    model = copy_model(trained, tmp_path / "other")
+    raw = json.loads((model / file).read_text())
+    if change is None:
+        raw["signs"] = list(reversed(raw["signs"]))
+    else:
+        raw.update(change)
+    (model / file).write_text(json.dumps(raw))
+    assignment = submitted(assign(training_task(bob, dataset)), model / "model.safetensors", claim(trained))
+    verdict = verify_asl_training(assignment, artifacts_of(model))
+    assert not verdict.ok
+    assert words in verdict.reason
+
+
+def test_inference_predictions_are_spot_checked(
+    bob: Any, alpha: AslProvider, dataset: Path, trained: Path, tmp_path: Path
+) -> None:
+    source = completed_training(bob, alpha, trained, training_task(bob, dataset))
+    inputs = generate(
+        tmp_path / "new.zip", n_signs=5, n_participants=1, per_participant=1, max_frames=16, seed=4, as_zip=True
+    )
+    upload = make_dataset(bob, inputs.read_bytes(), "new.zip")
+    spec = {"source_task": str(source.pk), "top_k": 3, "verify_samples": 5}
+    task = post_task(bob, "asl_inference", spec, dataset=upload.pk, budget=UNITS_PER_CREDIT)
+    assignment = assign(task)
+    predict(trained, inputs, tmp_path / "honest", top_k=3)
+    honest_csv = (tmp_path / "honest" / "predictions.csv").read_text()
+
+    def check(text: str) -> Any:
+        path = tmp_path / "predictions.csv"
+        path.write_text(text)
+        return verify_asl_inference(submitted(assignment, path, {}), {"predictions.csv": path})
+
+    verdict = check(honest_csv)
+    assert verdict.ok, verdict.reason
+    assert verdict.metrics["sequences_checked"] == 5
+
+    rows = [line.split(",") for line in honest_csv.splitlines()]
+    rows[3][3] = f"{float(rows[3][3]) - 0.01:.6f}"  # one score nudged
+    verdict = check("\n".join(",".join(r) for r in rows) + "\n")
+    assert not verdict.ok
+    assert "recomputed sequences differ" in verdict.reason
+
+    rows = [line.split(",") for line in honest_csv.splitlines()]
+    verdict = check("\n".join(",".join(r[:4]) for r in rows) + "\n")  # top 1 instead of 3
+    assert not verdict.ok
+    assert "top 3 signs" in verdict.reason
+
+    verdict = check("\n".join(honest_csv.splitlines()[:-1]) + "\n")  # a sequence left out
+    assert not verdict.ok
+    assert "exactly the input sequences" in verdict.reason

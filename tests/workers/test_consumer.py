@@ -1,0 +1,284 @@
+"""``/ws/worker/`` through the real ASGI application: authentication, heartbeats,
+progress (own running assignments only, persisted at a bounded rate, fanned out to the
+task's group), log lines, and the platform closing a suspended worker's socket."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from asgiref.sync import async_to_sync, sync_to_async
+from channels.layers import get_channel_layer
+from channels.testing import WebsocketCommunicator
+from django.utils import timezone
+
+from config.asgi import application
+from marketplace.events import task_group
+from marketplace.models import Task
+from marketplace.units import UNITS_PER_CREDIT
+from tests.factories import post_task
+from tests.workers.processes import make_worker
+from workers import consumers, jobs, scheduler, services
+from workers.models import Assignment, Worker
+
+# Transactional: the consumer's database_sync_to_async closes the connection it used,
+# which a test wrapped in one open transaction cannot survive.
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def run(coro: Callable[[], Awaitable[None]]) -> None:
+    """Run an async scenario; DB calls inside stay on this thread's test transaction."""
+    async_to_sync(coro)()
+
+
+def socket(raw_token: str | None) -> WebsocketCommunicator:
+    headers = [(b"origin", b"http://testserver")]
+    if raw_token is not None:
+        headers.append((b"authorization", f"Worker {raw_token}".encode()))
+    return WebsocketCommunicator(application, "/ws/worker/", headers=headers)
+
+
+async def barrier(comm: WebsocketCommunicator) -> None:
+    """Messages are handled in order: once this one's error is back, the earlier ones are done."""
+    await comm.send_json_to({"type": "ping-barrier"})
+    reply = await comm.receive_json_from(timeout=5)
+    assert reply == {"type": "error", "detail": "Unknown message type."}
+
+
+async def subscribe(task_id: Any) -> tuple[Any, str]:
+    layer = get_channel_layer()
+    assert layer is not None
+    channel = await layer.new_channel()
+    await layer.group_add(task_group(task_id), channel)
+    return layer, channel
+
+
+async def nothing_on(layer: Any, channel: str) -> bool:
+    try:
+        await asyncio.wait_for(layer.receive(channel), timeout=0.3)
+    except TimeoutError:
+        return True
+    return False
+
+
+@pytest.fixture
+def job(alice: Any, bob: Any) -> dict[str, Any]:
+    """alice's online worker running bob's synthetic task."""
+    worker, raw, _ = make_worker(alice, name="alpha")
+    task = post_task(bob, "synthetic", {"n": 64}, budget=UNITS_PER_CREDIT)
+    (assignment,) = scheduler.schedule(task.pk)
+    assert assignment.worker == worker
+    jobs.start(worker, assignment.pk)
+    return {"worker": worker, "token": raw, "task": task, "assignment": assignment}
+
+
+def test_a_worker_token_connects_and_a_heartbeat_marks_it_online(job: dict[str, Any]) -> None:
+    worker = job["worker"]
+    stale = timezone.now() - timedelta(minutes=5)
+    Worker.objects.filter(pk=worker.pk).update(last_heartbeat_at=stale)
+
+    async def scenario() -> None:
+        comm = socket(job["token"])
+        connected, _ = await comm.connect()
+        assert connected
+        await sync_to_async(Worker.objects.filter(pk=worker.pk).update)(last_heartbeat_at=stale)
+        await comm.send_json_to({"type": "heartbeat"})
+        await barrier(comm)
+        await comm.disconnect()
+
+    run(scenario)
+    worker.refresh_from_db()
+    assert worker.last_heartbeat_at is not None
+    assert timezone.now() - worker.last_heartbeat_at < timedelta(seconds=5)
+    assert worker.is_online
+
+
+@pytest.mark.parametrize("which", ["none", "garbage", "unknown", "suspended", "retired"])
+def test_a_bad_or_disabled_token_is_closed_with_4401(alice: Any, which: str) -> None:
+    worker, raw, _ = make_worker(alice)
+    token: str | None = {"none": None, "garbage": "not-a-token", "unknown": "pww_" + "x" * 43}.get(which, raw)
+    if which in ("suspended", "retired"):
+        services.set_worker_state(alice, worker.pk, which)
+
+    async def scenario() -> None:
+        connected, code = await socket(token).connect()
+        assert (connected, code) == (False, 4401)
+
+    run(scenario)
+
+
+def test_progress_is_persisted_at_a_bounded_rate_and_fanned_out(job: dict[str, Any]) -> None:
+    assignment, task = job["assignment"], job["task"]
+    received: list[dict[str, Any]] = []
+
+    async def scenario() -> None:
+        layer, channel = await subscribe(task.pk)
+        comm = socket(job["token"])
+        assert (await comm.connect())[0]
+        for step in (1, 2):  # two events well within one second
+            await comm.send_json_to(
+                {
+                    "type": "progress",
+                    "assignment_id": str(assignment.pk),
+                    "step": step,
+                    "total": 4,
+                    "metrics": {"gflops": 1.5},
+                }
+            )
+            received.append(await asyncio.wait_for(layer.receive(channel), timeout=5))
+        await barrier(comm)
+        persisted = await sync_to_async(Assignment.objects.get)(pk=assignment.pk)
+        assert persisted.progress == 25.0  # only the first of the two was written
+        assert [point["step"] for point in persisted.history] == [1]
+        # The last step is always written, whatever the rate.
+        await comm.send_json_to({"type": "progress", "assignment_id": str(assignment.pk), "step": 4, "total": 4})
+        received.append(await asyncio.wait_for(layer.receive(channel), timeout=5))
+        await barrier(comm)
+        await comm.disconnect()
+
+    run(scenario)
+    assert [(e["type"], e["step"], e["percent"]) for e in received] == [
+        ("task.progress", 1, 25.0),
+        ("task.progress", 2, 50.0),
+        ("task.progress", 4, 100.0),
+    ]
+    assert received[0]["task_id"] == str(task.pk)
+    assert received[0]["metrics"] == {"gflops": 1.5}
+    assignment.refresh_from_db()
+    assert assignment.progress == 100.0
+    assert [point["step"] for point in assignment.history] == [1, 4]
+    assert assignment.last_progress_at is not None
+    task.refresh_from_db()
+    assert task.progress == 100.0
+
+
+def test_the_progress_history_stays_bounded(job: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(consumers, "PERSIST_INTERVAL", 0.0)
+    monkeypatch.setattr(consumers, "HISTORY_LIMIT", 10)
+    assignment = job["assignment"]
+
+    async def scenario() -> None:
+        comm = socket(job["token"])
+        assert (await comm.connect())[0]
+        for step in range(1, 41):
+            await comm.send_json_to(
+                {
+                    "type": "progress",
+                    "assignment_id": str(assignment.pk),
+                    "step": step,
+                    "total": 40,
+                    "metrics": {"loss": 1 / step},
+                }
+            )
+        await barrier(comm)
+        await comm.disconnect()
+
+    run(scenario)
+    assignment.refresh_from_db()
+    steps = [point["step"] for point in assignment.history]
+    assert len(steps) <= 10
+    assert steps[0] == 1
+    assert steps[-1] == 40
+    assert steps == sorted(steps)
+    assert assignment.metrics == {"loss": 1 / 40}
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "foreign",
+        "settled",
+        "malformed-id",
+        "missing-id",
+        "nan-metric",
+        "infinite-metric",
+        "step-over-total",
+        "zero-total",
+    ],
+)
+def test_refused_progress_changes_nothing_and_reaches_nobody(job: dict[str, Any], bob: Any, case: str) -> None:
+    assignment, task = job["assignment"], job["task"]
+    other_task = post_task(bob, "synthetic", {"n": 64}, budget=UNITS_PER_CREDIT)
+    other_worker, _, _ = make_worker(bob, name="beta")
+    (foreign,) = scheduler.schedule(other_task.pk)
+    assert foreign.worker == other_worker
+    if case == "settled":
+        jobs.fail(job["worker"], assignment.pk, "test: out of memory")
+    target = {"foreign": str(foreign.pk), "malformed-id": "not-a-uuid", "missing-id": None}.get(
+        case, str(assignment.pk)
+    )
+    message: dict[str, Any] = {"type": "progress", "assignment_id": target, "step": 1, "total": 2}
+    if case == "nan-metric":
+        message["metrics"] = {"loss": float("nan")}
+    elif case == "infinite-metric":
+        message["metrics"] = {"loss": float("inf")}
+    elif case == "step-over-total":
+        message.update(step=3, total=2)
+    elif case == "zero-total":
+        message.update(step=0, total=0)
+    before = {a.pk: (a.progress, a.history, a.metrics) for a in Assignment.objects.all()}
+
+    async def scenario() -> None:
+        layers = [await subscribe(task.pk), await subscribe(other_task.pk)]
+        comm = socket(job["token"])
+        assert (await comm.connect())[0]
+        await comm.send_json_to(message)
+        reply = await comm.receive_json_from(timeout=5)
+        assert reply["type"] == "error"
+        assert reply["detail"]
+        for layer, channel in layers:
+            assert await nothing_on(layer, channel)
+        await comm.disconnect()
+
+    run(scenario)
+    assert {a.pk: (a.progress, a.history, a.metrics) for a in Assignment.objects.all()} == before
+    assert set(Task.objects.values_list("progress", flat=True)) == {0.0}
+
+
+def test_log_lines_are_bounded_and_fanned_out(job: dict[str, Any], bob: Any) -> None:
+    assignment, task = job["assignment"], job["task"]
+    fanned: list[dict[str, Any]] = []
+
+    async def scenario() -> None:
+        layer, channel = await subscribe(task.pk)
+        comm = socket(job["token"])
+        assert (await comm.connect())[0]
+        await comm.send_json_to({"type": "log", "assignment_id": str(assignment.pk), "lines": ["x" * 2000] * 80})
+        fanned.append(await asyncio.wait_for(layer.receive(channel), timeout=5))
+        for batch in range(6):
+            lines = [f"batch {batch} line {i}" for i in range(50)]
+            await comm.send_json_to({"type": "log", "assignment_id": str(assignment.pk), "lines": lines})
+        await comm.send_json_to({"type": "log", "assignment_id": str(assignment.pk), "lines": "not a list"})
+        assert (await comm.receive_json_from(timeout=5))["type"] == "error"
+        await comm.disconnect()
+
+    run(scenario)
+    assert fanned[0]["type"] == "task.log"
+    assert len(fanned[0]["lines"]) == 50
+    assert {len(line) for line in fanned[0]["lines"]} == {500}
+    assignment.refresh_from_db()
+    assert len(assignment.log_tail) == consumers.LOG_LINES
+    assert assignment.log_tail[-1] == "batch 5 line 49"
+
+
+@pytest.mark.parametrize("target", ["suspended", "retired"])
+def test_suspending_or_retiring_closes_the_open_socket(job: dict[str, Any], alice: Any, target: str) -> None:
+    worker = job["worker"]
+
+    def change_state() -> None:
+        services.set_worker_state(alice, worker.pk, target)  # the close goes out on commit
+
+    async def scenario() -> None:
+        comm = socket(job["token"])
+        assert (await comm.connect())[0]
+        await sync_to_async(change_state)()
+        closed = await comm.receive_output(timeout=5)
+        assert closed == {"type": "websocket.close", "code": 4403}
+        # And it cannot come back.
+        assert await socket(job["token"]).connect() == (False, 4401)
+
+    run(scenario)
+    assert Worker.objects.get(pk=worker.pk).state == target

@@ -1,0 +1,384 @@
+"""The cube kinds on the platform side, in-process: the held-out split the worker never
+gets, the model download for inference, and the verifiers refusing tampered work."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from django.core.files.base import ContentFile
+from django.core.files.storage import default_storage
+from rest_framework.test import APIClient
+from safetensors.numpy import load, save_file
+
+from ledger import services as ledger
+from marketplace.models import Task, TaskStatus
+from marketplace.units import UNITS_PER_CREDIT
+from tests.factories import make_dataset, post_task
+from tests.workers.processes import CAPS, make_worker
+from training.cube.data import synthetic_embeddings
+from training.cube.run import infer, run
+from training.cube.split import load_heldout, prepare
+from workers import heldout, jobs, scheduler
+from workers.agent import capabilities, runners
+from workers.models import Assignment
+from workers.verify_cube import verify_cube_inference, verify_cube_training
+
+pytestmark = pytest.mark.django_db
+
+CUBE_CAPS = {**CAPS, "kinds": ["synthetic", "cube_training", "cube_inference"]}
+SPEC = {
+    "teacher_dim": 32,
+    "lattice_edge": 3,
+    "state_size": 8,
+    "steps": 2,
+    "epochs": 3,
+    "batch_size": 16,
+    "warmup_steps": 5,
+    "learning_rate": 3e-3,
+    "synthetic_samples": 0,
+    "seed": 1,
+}
+ROWS = 200
+
+
+def teacher() -> np.ndarray:
+    return synthetic_embeddings(ROWS, 32, seed=7)[0]
+
+
+def npy(array: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    np.save(buffer, array)
+    return buffer.getvalue()
+
+
+def sha256(path: Path) -> str:
+    return runners.sha256_file(path)
+
+
+class Provider:
+    """A registered node as the platform sees it: worker row and REST client."""
+
+    def __init__(self, owner: Any, name: str, reputation: int = 50) -> None:
+        self.worker, token, self.key = make_worker(owner, name=name, caps=CUBE_CAPS, reputation=reputation)
+        self.client = APIClient()
+        self.client.credentials(HTTP_AUTHORIZATION=f"Worker {token}")
+
+    def get(self, assignment: Assignment, tail: str = "") -> Any:
+        return self.client.get(f"/api/v1/assignments/{assignment.pk}/{tail}")
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A model trained on exactly what the platform serves the worker for ``teacher()``."""
+    root = tmp_path_factory.mktemp("cube-model")
+    np.save(root / "upload.npy", teacher())
+    worker_file, _ = prepare(SPEC, root / "upload.npy", root / "split")
+    assert worker_file is not None
+    data = root / "data"
+    data.mkdir()
+    shutil.copy(worker_file, data / "embeddings.npy")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        metrics = run(SPEC, data, root / "model")
+    finally:
+        torch.set_num_threads(threads)
+    (root / "model" / "reported.json").write_text(json.dumps({"val_loss": metrics["val_loss"]}))
+    return root / "model"
+
+
+@pytest.fixture
+def alpha(alice: Any) -> Provider:
+    return Provider(alice, "alpha", reputation=90)
+
+
+@pytest.fixture
+def beta(alice: Any) -> Provider:
+    return Provider(alice, "beta", reputation=10)
+
+
+def training_task(owner: Any, array: np.ndarray | None = None, **spec: Any) -> Task:
+    dataset = make_dataset(owner, npy(teacher() if array is None else array), "teacher.npy")
+    return post_task(owner, "cube_training", {**SPEC, **spec}, dataset=dataset.pk, budget=10 * UNITS_PER_CREDIT)
+
+
+def assign(task: Task) -> Assignment:
+    (one,) = scheduler.schedule(task.pk)
+    return one
+
+
+# --- The held-out split ----------------------------------------------------------------
+
+
+def test_the_worker_is_served_only_rows_the_platform_does_not_hold_out(bob: Any, alpha: Provider) -> None:
+    data = teacher()
+    task = training_task(bob, data)
+    assignment = assign(task)
+
+    job = alpha.get(assignment).json()
+    served = alpha.get(assignment, "dataset/")
+    assert served.status_code == 200
+    body = b"".join(served.streaming_content)
+    assert job["dataset"]["size_bytes"] == len(body)
+    assert job["dataset"]["format"] == "npy"
+    worker_rows = np.load(io.BytesIO(body), allow_pickle=False)
+    held_rows, targets = load_heldout(heldout.prepared(task).heldout_path())  # type: ignore[union-attr]
+    assert targets is None
+
+    def keys(rows: np.ndarray) -> set[bytes]:
+        return {row.tobytes() for row in rows}
+
+    assert len(held_rows) == 20  # a tenth
+    assert keys(worker_rows).isdisjoint(keys(held_rows))
+    assert keys(worker_rows) | keys(held_rows) == keys(data)
+    # The upload itself is never what the worker downloads.
+    assert body != task.dataset.file.open("rb").read()  # type: ignore[union-attr]
+
+
+def test_dialogue_pairs_stay_aligned_on_both_sides(bob: Any, alpha: Provider, tmp_path: Path) -> None:
+    inputs = teacher()
+    save_file({"embeddings": inputs, "targets": -inputs}, str(tmp_path / "pairs.safetensors"))
+    dataset = make_dataset(bob, (tmp_path / "pairs.safetensors").read_bytes(), "pairs.safetensors")
+    task = post_task(bob, "cube_training", {**SPEC, "mode": "dialogue"}, dataset=dataset.pk, budget=UNITS_PER_CREDIT)
+    assignment = assign(task)
+    served = load(b"".join(alpha.get(assignment, "dataset/").streaming_content))
+    np.testing.assert_array_equal(served["targets"], -served["embeddings"])
+    held, targets = load_heldout(heldout.prepared(task).heldout_path())  # type: ignore[union-attr]
+    assert targets is not None
+    np.testing.assert_array_equal(targets, -held)
+    assert len(served["embeddings"]) + len(held) == ROWS
+
+
+def test_synthetic_data_sends_no_dataset_and_holds_out_another_stream(bob: Any, alpha: Provider) -> None:
+    task = post_task(bob, "cube_training", {**SPEC, "synthetic_samples": 64}, budget=UNITS_PER_CREDIT)
+    assignment = assign(task)
+    assert alpha.get(assignment).json()["dataset"] is None
+    assert alpha.get(assignment, "dataset/").status_code == 404
+    held, _ = load_heldout(heldout.prepared(task).heldout_path())  # type: ignore[union-attr]
+    train, _ = synthetic_embeddings(64, 32, seed=1)
+    assert held.shape == (256, 32)
+    assert {r.tobytes() for r in held}.isdisjoint({r.tobytes() for r in train})
+
+
+def test_an_unusable_upload_fails_the_task_with_a_full_refund(bob: Any, alpha: Provider) -> None:
+    before = ledger.balance(bob)
+    task = training_task(bob, np.zeros((40, 8), dtype=np.float32))  # teacher_dim is 32
+    assert ledger.balance(bob) < before
+    assert scheduler.schedule(task.pk) == []
+    task.refresh_from_db()
+    assert task.status == TaskStatus.FAILED
+    assert "8 dimensions but teacher_dim is 32" in task.status_reason
+    assert ledger.balance(bob) == before
+    assert not Assignment.objects.filter(task=task).exists()
+    assert heldout.prepared(task) is None
+
+
+def test_preparation_happens_once(bob: Any, alpha: Provider) -> None:
+    task = training_task(bob)
+    heldout.ensure_prepared(task.pk)
+    first = heldout.prepared(task)
+    heldout.ensure_prepared(task.pk)
+    assert heldout.prepared(task) == first
+
+
+def test_the_agent_advertises_exactly_the_kinds_it_has_runners_for() -> None:
+    assert capabilities.detect()["kinds"] == list(runners.RUNNERS)
+
+
+# --- The model download for inference ------------------------------------------------
+
+
+def completed_training(owner: Any, provider: Provider, model_dir: Path, task: Task | None = None) -> Task:
+    """A training task (cube unless given) whose accepted result is ``model_dir`` (settled
+    directly: the verification path is tested below and end to end)."""
+    from marketplace.kinds import KINDS
+
+    task = task or training_task(owner)
+    assignment = assign(task)
+    assert assignment.worker == provider.worker
+    for name in KINDS[task.kind].model_files:
+        default_storage.save(jobs.artifact_path(assignment, name), ContentFile((model_dir / name).read_bytes()))
+    Assignment.objects.filter(pk=assignment.pk).update(state=Assignment.State.ACCEPTED)
+    Task.objects.filter(pk=task.pk).update(status=TaskStatus.COMPLETED)
+    return task
+
+
+def inference_task(owner: Any, source: Task, rows: np.ndarray, samples: int = 4) -> Task:
+    dataset = make_dataset(owner, npy(rows), "inputs.npy")
+    spec = {"source_task": str(source.pk), "verify_samples": samples}
+    return post_task(owner, "cube_inference", spec, dataset=dataset.pk, budget=UNITS_PER_CREDIT)
+
+
+def test_only_the_assigned_worker_downloads_only_the_model_files(
+    bob: Any, alpha: Provider, beta: Provider, trained: Path
+) -> None:
+    source = completed_training(bob, alpha, trained)
+    assignment = assign(inference_task(bob, source, teacher()[:8]))
+    assert assignment.worker == alpha.worker
+
+    response = alpha.get(assignment, "model/model.safetensors/")
+    assert response.status_code == 200
+    assert b"".join(response.streaming_content) == (trained / "model.safetensors").read_bytes()
+    assert alpha.get(assignment, "model/config.json/").status_code == 200
+    for name in ("metrics.json", "outputs.npy", "..", "model.safetensors.bak"):
+        assert alpha.get(assignment, f"model/{name}/").status_code == 404, name
+    # Another worker, even of the same provider, is told the assignment does not exist.
+    assert beta.get(assignment, "model/model.safetensors/").status_code == 404
+    assert APIClient().get(f"/api/v1/assignments/{assignment.pk}/model/model.safetensors/").status_code in (401, 403)
+    # Once the assignment is over, its model is closed.
+    Assignment.objects.filter(pk=assignment.pk).update(state=Assignment.State.EXPIRED)
+    assert alpha.get(assignment, "model/model.safetensors/").status_code == 409
+
+
+def test_a_training_task_serves_no_model_download(bob: Any, alpha: Provider) -> None:
+    assignment = assign(training_task(bob))
+    assert alpha.get(assignment, "model/model.safetensors/").status_code == 404
+
+
+# --- The verifiers -----------------------------------------------------------------------
+
+
+def submitted(assignment: Assignment, artifact: Path, proof: dict[str, Any]) -> Assignment:
+    assignment.result = {"compute_result": {"result_hash": sha256(artifact), "proof": proof}}
+    return assignment
+
+
+def copy_model(trained: Path, target: Path) -> Path:
+    target.mkdir()
+    for name in ("model.safetensors", "config.json", "metrics.json"):
+        shutil.copy(trained / name, target / name)
+    return target
+
+
+def artifacts_of(model: Path) -> dict[str, Path]:
+    return {name: model / name for name in ("model.safetensors", "config.json", "metrics.json")}
+
+
+def reported_micro(trained: Path, factor: float = 1.0) -> int:
+    return round(json.loads((trained / "reported.json").read_text())["val_loss"] * factor * 1e6)
+
+
+def test_an_honest_model_is_accepted_on_the_held_out_rows(bob: Any, alpha: Provider, trained: Path) -> None:
+    assignment = submitted(
+        assign(training_task(bob)), trained / "model.safetensors", {"val_loss_micro": reported_micro(trained)}
+    )
+    verdict = verify_cube_training(assignment, artifacts_of(trained))
+    assert verdict.ok, verdict.reason
+    assert verdict.metrics["heldout_rows"] == 20
+    assert verdict.metrics["heldout_val_loss"] < verdict.metrics["untrained_val_loss"]
+
+
+def test_a_wrong_reported_loss_is_rejected(bob: Any, alpha: Provider, trained: Path) -> None:
+    assignment = submitted(
+        assign(training_task(bob)), trained / "model.safetensors", {"val_loss_micro": reported_micro(trained, 0.3)}
+    )
+    verdict = verify_cube_training(assignment, artifacts_of(trained))
+    assert not verdict.ok
+    assert "differs from reported" in verdict.reason
+
+
+def test_a_proof_without_the_integer_loss_is_rejected(bob: Any, alpha: Provider, trained: Path) -> None:
+    assignment = submitted(assign(training_task(bob)), trained / "model.safetensors", {"val_loss": 0.1})
+    verdict = verify_cube_training(assignment, artifacts_of(trained))
+    assert not verdict.ok
+    assert "val_loss_micro" in verdict.reason
+
+
+def test_a_tampered_model_is_rejected(bob: Any, alpha: Provider, trained: Path, tmp_path: Path) -> None:
+    model = copy_model(trained, tmp_path / "tampered")
+    tensors = load((model / "model.safetensors").read_bytes())
+    tensors = {k: (v * 3.0 if v.dtype.kind == "f" else v) for k, v in tensors.items()}
+    save_file(tensors, str(model / "model.safetensors"))
+    task = training_task(bob)
+    assignment = assign(task)
+
+    # Committed to the honest file, uploaded the tampered one.
+    honest = submitted(assignment, trained / "model.safetensors", {"val_loss_micro": reported_micro(trained)})
+    verdict = verify_cube_training(honest, artifacts_of(model))
+    assert not verdict.ok
+    assert "result_hash" in verdict.reason
+
+    # Committed to the tampered file, claiming the honest loss.
+    lying = submitted(assignment, model / "model.safetensors", {"val_loss_micro": reported_micro(trained)})
+    verdict = verify_cube_training(lying, artifacts_of(model))
+    assert not verdict.ok
+    assert "differs from reported" in verdict.reason
+
+
+def test_a_model_other_than_the_spec_is_rejected(bob: Any, alpha: Provider, trained: Path, tmp_path: Path) -> None:
+    model = copy_model(trained, tmp_path / "other")
+    config = json.loads((model / "config.json").read_text())
+    config["loss_weights"]["reconstruction"] = 0.0  # a cheaper loss to report
+    (model / "config.json").write_text(json.dumps(config))
+    assignment = submitted(
+        assign(training_task(bob)), model / "model.safetensors", {"val_loss_micro": reported_micro(trained)}
+    )
+    verdict = verify_cube_training(assignment, artifacts_of(model))
+    assert not verdict.ok
+    assert "loss_weights" in verdict.reason
+
+
+def test_an_untrained_model_honestly_reported_is_rejected(
+    bob: Any, alpha: Provider, trained: Path, tmp_path: Path
+) -> None:
+    from training.artifacts import model_tensors, save_tensors
+    from training.cube.config import CubeConfig
+    from training.cube.model import CubeModel
+    from training.cube.run import training_spec
+    from workers.verify_cube import _untrained_loss
+
+    task = training_task(bob)
+    assignment = assign(task)
+    model = copy_model(trained, tmp_path / "untrained")
+    torch.manual_seed(SPEC["seed"])
+    save_tensors(model / "model.safetensors", model_tensors(CubeModel(CubeConfig.from_dict(training_spec(SPEC)))))
+    held, targets = load_heldout(heldout.prepared(task).heldout_path())  # type: ignore[union-attr]
+    honest_loss = _untrained_loss(task.spec, held, targets)
+    verdict = verify_cube_training(
+        submitted(assignment, model / "model.safetensors", {"val_loss_micro": round(honest_loss * 1e6)}),
+        artifacts_of(model),
+    )
+    assert not verdict.ok
+    assert "no better than untrained" in verdict.reason
+
+
+def test_inference_outputs_are_spot_checked(bob: Any, alpha: Provider, trained: Path, tmp_path: Path) -> None:
+    source = completed_training(bob, alpha, trained)
+    rows = synthetic_embeddings(12, 32, seed=7, stream=3)[0]
+    task = inference_task(bob, source, rows, samples=12)
+    assignment = assign(task)
+    outputs = infer(trained, rows, batch_size=5)
+
+    def check(array: np.ndarray) -> Any:
+        path = tmp_path / "outputs.npy"
+        np.save(path, array)
+        return verify_cube_inference(submitted(assignment, path, {"rows": len(array)}), {"outputs.npy": path})
+
+    honest = check(outputs)
+    assert honest.ok, honest.reason
+    assert honest.metrics["rows_checked"] == 12
+
+    tampered = outputs.copy()
+    tampered[5] += 0.01
+    verdict = check(tampered)
+    assert not verdict.ok
+    assert "recomputed rows differ" in verdict.reason
+    assert not check(outputs[:6]).ok
+    assert "dtype" in check(outputs.astype(np.int64)).reason
+
+
+def test_a_pickled_output_is_refused_unread(bob: Any, alpha: Provider, trained: Path, tmp_path: Path) -> None:
+    source = completed_training(bob, alpha, trained)
+    assignment = assign(inference_task(bob, source, teacher()[:4]))
+    path = tmp_path / "outputs.npy"
+    np.save(path, np.array([{"evil": 1}], dtype=object), allow_pickle=True)
+    verdict = verify_cube_inference(submitted(assignment, path, {}), {"outputs.npy": path})
+    assert not verdict.ok
+    assert "not a readable array" in verdict.reason

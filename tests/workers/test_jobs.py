@@ -1,0 +1,277 @@
+"""A worker's side of an assignment over the REST API: a real synthetic result (computed
+by the agent's runner at n = 64, signed by the agent's own code), what is refused and why,
+and that a refusal moves no money; then rejection, reassignment, exhausted attempts and
+the node reporting a job it cannot finish."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rest_framework.test import APIClient
+
+from ledger import keys
+from ledger import services as ledger
+from ledger.encoding import ComputeResult
+from ledger.models import Account, Transaction
+from ledger.signing import sign_compute_result
+from marketplace.models import Task, TaskStatus
+from marketplace.units import UNITS_PER_CREDIT
+from tests.factories import post_task
+from tests.workers.processes import make_worker
+from workers import jobs, scheduler, services, settlement
+from workers.agent import runners
+from workers.agent.identity import Credentials
+from workers.agent.node import Node
+from workers.models import Assignment, Worker
+from workers.tasks import verify_assignment
+
+pytestmark = pytest.mark.django_db
+
+
+class Provider:
+    """One registered node as the platform sees it: its worker row, REST client and key."""
+
+    def __init__(self, owner: Any, name: str) -> None:
+        self.worker, self.token, self.key = make_worker(owner, name=name)
+        self.client = APIClient()
+        self.client.credentials(HTTP_AUTHORIZATION=f"Worker {self.token}")
+
+    def url(self, assignment: Assignment, tail: str = "") -> str:
+        return f"/api/v1/assignments/{assignment.pk}/{tail}"
+
+    def run_job(self, assignment: Assignment, workdir: Path, *, tamper: bool = False) -> dict[str, Any]:
+        """What the agent does: fetch, start, compute, upload; returns the signed body."""
+        job = self.client.get(self.url(assignment)).json()
+        assert self.client.post(self.url(assignment, "start/")).status_code == 200
+        outcome = runners.run(job, workdir, lambda step, total, metrics: None)
+        for name, path in outcome.artifacts.items():
+            data = bytearray(path.read_bytes())
+            if tamper:
+                data[-4] ^= 1  # the last product entry is off by one; the committed root is not
+            response = self.client.put(
+                self.url(assignment, f"artifacts/{name}/"),
+                data=bytes(data),
+                content_type="application/octet-stream",
+                HTTP_CONTENT_DISPOSITION=f'attachment; filename="{name}"',
+            )
+            assert response.status_code == 201, response.content
+        creds = Credentials(
+            server="http://testserver", worker_id=str(self.worker.pk), address=self.key.address, token=""
+        )
+        node = Node(self.key, creds, "http://testserver")
+        try:
+            return node.sign_result(job, outcome)
+        finally:
+            node.http.close()
+
+    def submit(self, assignment: Assignment, body: dict[str, Any]) -> Any:
+        return self.client.post(self.url(assignment, "result/"), body, format="json")
+
+
+def money() -> tuple[dict[str, int], int]:
+    """Every account's spendable balance and the number of transactions: what must not move."""
+    return dict(Account.objects.values_list("address", "available")), Transaction.objects.count()
+
+
+@pytest.fixture
+def alpha(alice: Any) -> Provider:
+    return Provider(alice, "alpha")
+
+
+@pytest.fixture
+def task(bob: Any) -> Task:
+    return post_task(bob, "synthetic", {"n": 64}, budget=UNITS_PER_CREDIT, max_attempts=2)
+
+
+@pytest.fixture
+def assignment(alpha: Provider, task: Task) -> Assignment:
+    (one,) = scheduler.schedule(task.pk)
+    assert one.worker == alpha.worker
+    return one
+
+
+def test_an_honest_result_is_verified_and_paid_and_a_duplicate_is_harmless(
+    alpha: Provider, task: Task, assignment: Assignment, bob: Any, tmp_path: Path
+) -> None:
+    bob_before = ledger.balance(bob) + ledger.escrowed(bob)
+    body = alpha.run_job(assignment, tmp_path)
+    response = alpha.submit(assignment, body)
+    assert response.status_code == 202, response.json()
+    assert response.json() == {"state": "submitted"}
+    assert Task.objects.get(pk=task.pk).status == TaskStatus.VERIFYING
+
+    again = alpha.submit(assignment, body)
+    assert again.status_code == 409
+    assert again.json() == {"state": ["This assignment is submitted; it takes no result."]}
+
+    assert verify_assignment(str(assignment.pk)) == "accepted"
+    assert verify_assignment(str(assignment.pk)) == "skipped"  # a redelivered message changes nothing
+    task.refresh_from_db()
+    assert task.status == TaskStatus.COMPLETED
+    alpha.worker.refresh_from_db()
+    assert alpha.worker.earnings > 0
+    assert alpha.worker.jobs_done == 1
+    assert ledger.escrowed(bob) == 0
+    assert ledger.balance(bob) == bob_before - settlement.reward_per_replica(task)
+
+    settled = money()
+    late = alpha.submit(assignment, body)
+    assert late.status_code == 409
+    assert late.json() == {"state": ["This assignment is accepted; it takes no result."]}
+    assert money() == settled
+    assert Transaction.objects.filter(type="SUBMIT_RESULT", sender=alpha.worker.address).count() == 1
+
+
+def test_a_result_for_an_expired_assignment_is_refused(alpha: Provider, assignment: Assignment, tmp_path: Path) -> None:
+    body = alpha.run_job(assignment, tmp_path)
+    Worker.objects.filter(pk=alpha.worker.pk).update(last_heartbeat_at=None)
+    Assignment.objects.filter(pk=assignment.pk).update(deadline=assignment.created_at)
+    assert scheduler.expire_overdue() == 1
+    before = money()
+    response = alpha.submit(assignment, body)
+    assert response.status_code == 409
+    assert response.json() == {"state": ["This assignment is expired; it takes no result."]}
+    assert money() == before
+    assert Assignment.objects.get(pk=assignment.pk).result == {}
+
+
+def test_a_result_for_another_workers_assignment_is_refused(
+    alpha: Provider, assignment: Assignment, alice: Any, tmp_path: Path
+) -> None:
+    body = alpha.run_job(assignment, tmp_path)
+    intruder = Provider(alice, "intruder")
+    before = money()
+    response = intruder.submit(assignment, body)
+    assert response.status_code == 404
+    assert response.json() == {"detail": "No such assignment for this worker."}
+    assert intruder.client.get(alpha.url(assignment)).status_code == 404
+    assert money() == before
+    assert Assignment.objects.get(pk=assignment.pk).state == Assignment.State.RUNNING
+
+
+def _forged_compute_result(body: dict[str, Any]) -> dict[str, Any]:
+    cr = body["compute_result"]
+    forged = sign_compute_result(
+        ComputeResult(cr["task_id"], cr["worker_address"], cr["result_hash"], cr["proof"], cr["nonce"]), keys.generate()
+    )
+    return {**body, "compute_result": forged.to_json()}
+
+
+def _tx(body: dict[str, Any], **changes: Any) -> dict[str, Any]:
+    return {**body, "transaction": {**body["transaction"], **changes}}
+
+
+@pytest.mark.parametrize(
+    ("tamper", "field", "message"),
+    [
+        (_forged_compute_result, "compute_result", "The signature does not verify with this worker's key."),
+        (lambda b: _tx(b, fee=0), "transaction", "fee must be"),
+        (lambda b: _tx(b, nonce=b["transaction"]["nonce"] + 1), "transaction", "nonce must be"),
+        (lambda b: _tx(b, payload={"compute_result": {}}), "transaction", "payload must be"),
+        (lambda b: _tx(b, signature="00" * 64), "transaction", "The signature does not verify"),
+        (lambda b: _tx(b, public_key=keys.generate().public_key.hex()), "transaction", "The signature does not verify"),
+        (lambda b: {**b, "transaction": "nope"}, "transaction", "Expected the signed SUBMIT_RESULT"),
+        (lambda b: {**b, "compute_result": {"task_id": 1}}, "compute_result", ""),
+    ],
+    ids=["forged-result-signature", "fee", "nonce", "payload", "tx-signature", "tx-key", "tx-shape", "result-shape"],
+)
+def test_a_tampered_result_is_refused_naming_the_field(
+    alpha: Provider, assignment: Assignment, tmp_path: Path, tamper: Any, field: str, message: str
+) -> None:
+    body = alpha.run_job(assignment, tmp_path)
+    before = money()
+    response = alpha.submit(assignment, tamper(body))
+    assert response.status_code == 400
+    errors = response.json()
+    assert list(errors) == [field]
+    assert message in errors[field][0]
+    assert money() == before
+    assert Assignment.objects.get(pk=assignment.pk).state == Assignment.State.RUNNING
+    # The honest body still goes through afterwards: a refusal left nothing behind.
+    assert alpha.submit(assignment, body).status_code == 202
+
+
+def test_a_rejected_result_costs_reputation_and_the_job_is_reassigned(
+    alpha: Provider, task: Task, assignment: Assignment, alice: Any, bob: Any, tmp_path: Path
+) -> None:
+    beta = Provider(alice, "beta")
+    escrow_before = ledger.escrowed(bob)
+    reputation = alpha.worker.reputation
+    assert alpha.submit(assignment, alpha.run_job(assignment, tmp_path / "a", tamper=True)).status_code == 202
+    assert verify_assignment(str(assignment.pk)) == "rejected"
+
+    assignment.refresh_from_db()
+    assert assignment.state == Assignment.State.REJECTED
+    assert assignment.reason
+    reject = Transaction.objects.get(type="REJECT_RESULT")
+    assert reject.status == "pending"
+    assert not Transaction.objects.filter(type="SUBMIT_RESULT").exists()
+    alpha.worker.refresh_from_db()
+    assert alpha.worker.reputation == reputation - settlement.REPUTATION_DOWN
+    assert alpha.worker.earnings == 0
+    assert ledger.escrowed(bob) == escrow_before  # the money waits for the next attempt
+    assert Task.objects.get(pk=task.pk).status == TaskStatus.OPEN
+
+    (second,) = scheduler.schedule(task.pk)
+    assert second.worker == beta.worker
+    assert second.attempt == 2
+    assert beta.submit(second, beta.run_job(second, tmp_path / "b")).status_code == 202
+    assert verify_assignment(str(second.pk)) == "accepted"
+    assert Task.objects.get(pk=task.pk).status == TaskStatus.COMPLETED
+
+
+def test_when_every_attempt_is_rejected_the_task_fails_with_a_full_refund(
+    alpha: Provider, task: Task, assignment: Assignment, alice: Any, bob: Any, tmp_path: Path
+) -> None:
+    total_before = ledger.balance(bob) + ledger.escrowed(bob)
+    beta = Provider(alice, "beta")
+    assert alpha.submit(assignment, alpha.run_job(assignment, tmp_path / "a", tamper=True)).status_code == 202
+    assert verify_assignment(str(assignment.pk)) == "rejected"
+    (second,) = scheduler.schedule(task.pk)
+    assert beta.submit(second, beta.run_job(second, tmp_path / "b", tamper=True)).status_code == 202
+    assert verify_assignment(str(second.pk)) == "rejected"
+    Provider(alice, "gamma")  # willing, but the task's two attempts are spent
+
+    assert scheduler.schedule(task.pk) == []
+    task.refresh_from_db()
+    assert task.status == TaskStatus.FAILED
+    assert ledger.escrowed(bob) == 0
+    assert ledger.balance(bob) == total_before
+    assert Transaction.objects.filter(type="REJECT_RESULT").count() == 2
+
+
+def test_a_node_reports_a_job_it_cannot_finish(alpha: Provider, task: Task, assignment: Assignment, alice: Any) -> None:
+    beta = Provider(alice, "beta")
+    assert alpha.client.post(alpha.url(assignment, "start/")).status_code == 200
+    assert Task.objects.get(pk=task.pk).status == TaskStatus.RUNNING
+
+    missing = alpha.client.post(alpha.url(assignment, "fail/"), {}, format="json")
+    assert missing.status_code == 400
+    assert list(missing.json()) == ["reason"]
+    foreign = beta.client.post(alpha.url(assignment, "fail/"), {"reason": "x"}, format="json")
+    assert foreign.status_code == 404
+
+    response = alpha.client.post(
+        alpha.url(assignment, "fail/"), {"reason": "RuntimeError: CUDA out of memory"}, format="json"
+    )
+    assert response.status_code == 200
+    assert response.json() == {"state": "expired", "reason": "The worker gave up: RuntimeError: CUDA out of memory"}
+    alpha.worker.refresh_from_db()
+    assert alpha.worker.reputation == 50 - jobs.FAIL_PENALTY
+    task.refresh_from_db()
+    assert task.status == TaskStatus.OPEN
+    assert task.events.filter(message__contains="could not finish").exists()
+
+    again = alpha.client.post(alpha.url(assignment, "fail/"), {"reason": "again"}, format="json")
+    assert again.status_code == 409
+    (second,) = scheduler.schedule(task.pk)
+    assert second.worker == beta.worker
+
+
+def test_a_suspended_workers_token_is_refused(alpha: Provider, assignment: Assignment, alice: Any) -> None:
+    services.set_worker_state(alice, alpha.worker.pk, "suspended")
+    response = alpha.client.get(alpha.url(assignment))
+    assert response.status_code == 401
+    assert "suspended" in response.json()["detail"]

@@ -1,0 +1,169 @@
+"""Scheduling through workers.scheduler: who is eligible, why a task waits, replication,
+expiry of silent or overdue jobs, and a task that runs out of attempts."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.utils import timezone
+
+from ledger import services as ledger
+from marketplace.models import Task, TaskStatus
+from marketplace.units import UNITS_PER_CREDIT
+from tests.factories import post_task
+from tests.workers.processes import CAPS, make_worker
+from workers import jobs, scheduler, services
+from workers.models import Assignment, Worker
+
+pytestmark = pytest.mark.django_db
+
+
+def test_only_online_active_capable_reputable_workers_are_chosen(alice: Any, bob: Any) -> None:
+    good, _, _ = make_worker(alice, name="good", reputation=70)
+    make_worker(alice, name="offline", reputation=90, online=False)
+    suspended, _, _ = make_worker(alice, name="suspended", reputation=90)
+    services.set_worker_state(alice, suspended.pk, "suspended")
+    make_worker(alice, name="no-kind", reputation=90, caps={**CAPS, "kinds": ["cube_training"]})
+    make_worker(alice, name="small", reputation=90, caps={**CAPS, "ram_bytes": 1024, "gpu_memory_bytes": 0})
+    make_worker(alice, name="disreputable", reputation=59)
+    stale, _, _ = make_worker(alice, name="stale", reputation=90)
+    Worker.objects.filter(pk=stale.pk).update(last_heartbeat_at=timezone.now() - timedelta(hours=1))
+
+    task = post_task(bob, "synthetic", {"n": 64}, budget=UNITS_PER_CREDIT, min_reputation=60)
+    assert [w.name for w in scheduler.eligible_workers(task, exclude=set())] == ["good"]
+
+    (assignment,) = scheduler.schedule(task.pk)
+    assert assignment.worker == good
+    assert assignment.state == Assignment.State.OFFERED
+    assert assignment.attempt == 1
+    assert assignment.seed_block_hash == scheduler.latest_block_hash()
+    assert assignment.deadline > timezone.now()
+    task.refresh_from_db()
+    assert task.status == TaskStatus.ASSIGNED
+    # A busy worker takes no second job: its next SUBMIT_RESULT nonce must stay predictable.
+    other = post_task(bob, "synthetic", {"n": 64}, budget=UNITS_PER_CREDIT, min_reputation=60)
+    assert scheduler.schedule(other.pk) == []
+    assert "Waiting for a worker" in Task.objects.get(pk=other.pk).status_reason
+
+
+def test_with_no_eligible_worker_the_task_waits_and_says_why(alice: Any, bob: Any) -> None:
+    make_worker(alice, name="disreputable", reputation=10)
+    task = post_task(bob, "synthetic", {"n": 64}, budget=UNITS_PER_CREDIT, min_reputation=40)
+    assert scheduler.schedule(task.pk) == []
+    task.refresh_from_db()
+    assert task.status == TaskStatus.OPEN
+    assert task.status_reason.startswith("Waiting for a worker: none online offers")
+    assert "reputation ≥ 40" in task.status_reason
+    assert "GiB of memory" in task.status_reason
+    assert not Assignment.objects.filter(task=task).exists()
+
+
+def test_replication_gives_the_job_to_different_workers(alice: Any, bob: Any) -> None:
+    for i in range(3):
+        make_worker(alice, name=f"w{i}")
+    task = post_task(bob, "synthetic", {"n": 64}, budget=3 * UNITS_PER_CREDIT, replication=2)
+    created = scheduler.schedule(task.pk)
+    assert len(created) == 2
+    assert len({a.worker_id for a in created}) == 2
+    assert scheduler.schedule(task.pk) == []  # running twice is harmless
+    assert Assignment.objects.filter(task=task).count() == 2
+
+
+def test_a_silent_worker_has_its_job_expired_and_given_to_another(alice: Any, bob: Any) -> None:
+    first, _, _ = make_worker(alice, name="first", reputation=80)
+    task = post_task(bob, "synthetic", {"n": 64}, budget=UNITS_PER_CREDIT)
+    (assignment,) = scheduler.schedule(task.pk)
+    jobs.start(first, assignment.pk)
+    second, _, _ = make_worker(alice, name="second", reputation=60)
+    assert scheduler.expire_overdue() == 0  # everyone is still talking
+
+    Worker.objects.filter(pk=first.pk).update(last_heartbeat_at=timezone.now() - timedelta(minutes=10))
+    assert scheduler.expire_overdue() == 1
+    assert scheduler.expire_overdue() == 0
+    assignment.refresh_from_db()
+    assert assignment.state == Assignment.State.EXPIRED
+    assert assignment.reason
+    first.refresh_from_db()
+    assert first.reputation == 80 - scheduler.EXPIRE_PENALTY
+    task.refresh_from_db()
+    assert task.status == TaskStatus.OPEN
+
+    (again,) = scheduler.schedule(task.pk)
+    assert again.worker == second
+    assert again.attempt == 2
+
+
+def test_an_overdue_job_expires_even_if_the_worker_is_online(alice: Any, bob: Any) -> None:
+    _worker, _, _ = make_worker(alice)
+    task = post_task(bob, "synthetic", {"n": 64}, budget=UNITS_PER_CREDIT)
+    (assignment,) = scheduler.schedule(task.pk)
+    Assignment.objects.filter(pk=assignment.pk).update(deadline=timezone.now() - timedelta(seconds=1))
+    assert scheduler.expire_overdue() == 1
+    assert Assignment.objects.get(pk=assignment.pk).state == Assignment.State.EXPIRED
+
+
+def test_when_attempts_run_out_the_task_fails_and_the_escrow_is_refunded(alice: Any, bob: Any) -> None:
+    before = ledger.balance(bob)
+    worker, _, _ = make_worker(alice)
+    task = post_task(bob, "synthetic", {"n": 64}, budget=UNITS_PER_CREDIT, max_attempts=1)
+    assert ledger.escrowed(bob) == UNITS_PER_CREDIT
+    assert ledger.balance(bob) == before - UNITS_PER_CREDIT
+    (assignment,) = scheduler.schedule(task.pk)
+    jobs.fail(worker, assignment.pk, "CUDA out of memory")
+    make_worker(alice, name="spare")  # available, but the task has no attempt left
+
+    assert scheduler.schedule(task.pk) == []
+    task = Task.objects.get(pk=task.pk)
+    assert task.status == TaskStatus.FAILED
+    assert "attempt" in task.status_reason or task.events.filter(message__icontains="attempt").exists()
+    assert ledger.escrowed(bob) == 0
+    assert ledger.balance(bob) == before
+    assert Assignment.objects.filter(task=task).count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.skipif(
+    __import__("django.db").db.connection.vendor != "postgresql",
+    reason="row locks need PostgreSQL (set DATABASE_URL); SQLite serialises every writer",
+)
+def test_tasks_scheduled_at_once_never_give_one_worker_two_jobs(
+    alice: Any, bob: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each task is scheduled under its own task lock; the worker's row lock keeps two of
+    them from both offering the one idle worker a job (it would get one nonce twice).
+    Both schedulers are held right after choosing their candidates, so they race."""
+    import threading
+
+    from django.db import connections
+
+    worker, _, _ = make_worker(alice, name="only")
+    tasks = [post_task(bob, "synthetic", {"n": 64}, budget=UNITS_PER_CREDIT) for _ in range(2)]
+    both_chose = threading.Barrier(len(tasks))
+    choose = scheduler.eligible_workers
+
+    def choose_then_wait(task: Task, exclude: set[Any]) -> list[Worker]:
+        chosen = choose(task, exclude)
+        both_chose.wait(timeout=30)
+        return chosen
+
+    monkeypatch.setattr(scheduler, "eligible_workers", choose_then_wait)
+    errors: list[BaseException] = []
+
+    def run(task_id: Any) -> None:
+        try:
+            scheduler.schedule(task_id)
+        except BaseException as exc:  # collected and asserted on below
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=run, args=(t.pk,)) for t in tasks]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert Assignment.objects.filter(worker=worker).count() == 1
+    assert Task.objects.filter(pk__in=[t.pk for t in tasks], status=TaskStatus.ASSIGNED).count() == 1

@@ -1,0 +1,156 @@
+"""Augmentations on raw landmarks ([frames, points, 3], NaN where undetected), before features.
+
+Each augmentation is a pure function of (landmarks, rng) that never turns a NaN into a
+number: geometric ones move only detected points, temporal resampling picks whole frames,
+and the masking ones only add NaNs. ``Augmenter`` applies them with the spec's
+probabilities (one draw per group, then each member's own switch).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from training.asl.landmarks import groups, mirror_permutation
+
+ALL = (
+    "resample",
+    "time_mask",
+    "rotate",
+    "scale",
+    "shear",
+    "translate",
+    "flip",
+    "noise",
+    "feature_mask",
+    "landmark_dropout",
+)
+
+
+def _centre(x: np.ndarray) -> np.ndarray:
+    finite = x[..., :2][~np.isnan(x[..., 0])]
+    return finite.mean(0) if finite.size else np.array([0.5, 0.5], dtype=x.dtype)
+
+
+def _affine(x: np.ndarray, matrix: np.ndarray, shift: np.ndarray | None = None) -> np.ndarray:
+    """Apply a 2×2 matrix (about the sequence centre) and a shift to x, y; z untouched."""
+    out = x.copy()
+    centre = _centre(x)
+    xy = (x[..., :2] - centre) @ matrix.T.astype(x.dtype) + centre
+    if shift is not None:
+        xy = xy + shift.astype(x.dtype)
+    out[..., :2] = xy
+    return out
+
+
+def resample(x: np.ndarray, rng: np.random.Generator, low: float = 0.5, high: float = 1.5) -> np.ndarray:
+    """Play the sequence 0.5–1.5× as long, picking the nearest original frame for each new one."""
+    frames = x.shape[0]
+    target = max(1, round(frames * rng.uniform(low, high)))
+    index = np.minimum((np.arange(target) * frames / target).astype(np.int64), frames - 1)
+    return x[index]
+
+
+def time_mask(x: np.ndarray, rng: np.random.Generator, max_fraction: float = 0.3) -> np.ndarray:
+    """Hide a random span of up to 30 % of the frames (they become undetected)."""
+    frames = x.shape[0]
+    span = int(rng.integers(1, max(2, int(frames * max_fraction) + 1)))
+    start = int(rng.integers(0, max(1, frames - span + 1)))
+    out = x.copy()
+    out[start : start + span] = np.nan
+    return out
+
+
+def rotate(x: np.ndarray, rng: np.random.Generator, degrees: float = 15.0) -> np.ndarray:
+    """Rotate in the image plane by up to ±15°."""
+    a = np.deg2rad(rng.uniform(-degrees, degrees))
+    return _affine(x, np.array([[np.cos(a), -np.sin(a)], [np.sin(a), np.cos(a)]]))
+
+
+def scale(x: np.ndarray, rng: np.random.Generator, low: float = 0.8, high: float = 1.2) -> np.ndarray:
+    """Scale by 0.8–1.2, slightly differently along x and y."""
+    s = rng.uniform(low, high) * rng.uniform(0.95, 1.05, 2)
+    return _affine(x, np.diag(s))
+
+
+def shear(x: np.ndarray, rng: np.random.Generator, amount: float = 0.15) -> np.ndarray:
+    """Shear along x or y by up to ±0.15."""
+    m = np.eye(2)
+    m[tuple(rng.permutation(2))] = rng.uniform(-amount, amount)
+    return _affine(x, m)
+
+
+def translate(x: np.ndarray, rng: np.random.Generator, amount: float = 0.1) -> np.ndarray:
+    """Shift by up to ±0.1 (a tenth of the image)."""
+    return _affine(x, np.eye(2), rng.uniform(-amount, amount, 2))
+
+
+def flip(x: np.ndarray, mirror: np.ndarray) -> np.ndarray:
+    """Mirror horizontally: x ↦ 2c − x, and swap left/right hands, eyes, lips and nose points."""
+    out = x[:, mirror].copy()
+    centre = _centre(x)[0]
+    out[..., 0] = 2 * centre - out[..., 0]
+    return out
+
+
+def noise(x: np.ndarray, rng: np.random.Generator, sigma: float = 0.003) -> np.ndarray:
+    """Gaussian jitter on every detected coordinate."""
+    return x + rng.normal(0.0, sigma, x.shape).astype(x.dtype)
+
+
+def feature_mask(x: np.ndarray, rng: np.random.Generator, parts: dict[str, np.ndarray]) -> np.ndarray:
+    """Hide one body part (lips, a hand, eyes, nose, pose) for the whole sequence."""
+    out = x.copy()
+    names = sorted(parts)
+    out[:, parts[names[int(rng.integers(len(names)))]]] = np.nan
+    return out
+
+
+def landmark_dropout(x: np.ndarray, rng: np.random.Generator, rate: float = 0.05) -> np.ndarray:
+    """Hide each point of each frame independently with probability 5 %."""
+    out = x.copy()
+    out[rng.random(x.shape[:2]) < rate] = np.nan
+    return out
+
+
+@dataclass
+class Augmenter:
+    """The train-split augmentation policy: group probabilities and per-augmentation switches."""
+
+    points: list[int]
+    p_temporal: float = 0.5
+    p_spatial: float = 0.7
+    p_noise: float = 0.3
+    p_masking: float = 0.2
+    enabled: frozenset[str] = field(default_factory=lambda: frozenset(ALL))
+
+    def __post_init__(self) -> None:
+        unknown = set(self.enabled) - set(ALL)
+        if unknown:
+            raise ValueError(f"unknown augmentation(s): {', '.join(sorted(unknown))}")
+        self.mirror = mirror_permutation(self.points)
+        self.parts = groups(self.points)
+
+    def __call__(self, x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """An augmented copy of ``x`` [frames, points, 3]."""
+        on = self.enabled
+        if rng.random() < self.p_temporal:
+            if "resample" in on:
+                x = resample(x, rng)
+            if "time_mask" in on and rng.random() < 0.5:
+                x = time_mask(x, rng)
+        if rng.random() < self.p_spatial:
+            if "flip" in on and rng.random() < 0.5:
+                x = flip(x, self.mirror)
+            for name, fn in (("rotate", rotate), ("scale", scale), ("shear", shear), ("translate", translate)):
+                if name in on and rng.random() < 0.5:
+                    x = fn(x, rng)
+        if "noise" in on and rng.random() < self.p_noise:
+            x = noise(x, rng)
+        if rng.random() < self.p_masking:
+            if "feature_mask" in on and rng.random() < 0.5:
+                x = feature_mask(x, rng, self.parts)
+            if "landmark_dropout" in on:
+                x = landmark_dropout(x, rng)
+        return x

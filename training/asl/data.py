@@ -1,0 +1,189 @@
+"""From a cached dataset to batches: participant split, per-sample augmentation, padding.
+
+A batch is ``{"x": [B, T, P, 3] raw landmarks (NaN-padded), "lengths": [B], "y": [B]}``;
+the model's featurizer turns it into features, so the exported graph and training share
+one implementation of preprocessing.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import queue
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from training.asl.augment import Augmenter
+from training.asl.dataset import LandmarkDataset
+from training.asl.preprocess import drop_empty_frames
+from training.device import pin_memory
+
+
+def split_by_participant(
+    participants: np.ndarray, fraction: float, seed: int
+) -> tuple[np.ndarray, np.ndarray, list[int]]:
+    """Row indices (train, validation) with no participant in both, and the held-out ids.
+
+    At least one participant goes each way; which ones depends only on the ids and ``seed``.
+    """
+    ids = np.unique(participants)
+    if ids.size < 2:
+        raise ValueError("a participant-disjoint split needs sequences from at least 2 participants")
+    count = min(ids.size - 1, max(1, math.ceil(fraction * ids.size)))
+    held = np.sort(np.random.default_rng(seed).permutation(ids)[:count])
+    is_val = np.isin(participants, held)
+    return np.flatnonzero(~is_val), np.flatnonzero(is_val), [int(i) for i in held]
+
+
+class SequenceDataset(Dataset[dict[str, Any]]):
+    """Sequences of a LandmarkDataset restricted to the model's points, optionally augmented."""
+
+    def __init__(
+        self, data: LandmarkDataset, points: list[int], max_len: int, augmenter: Augmenter | None = None
+    ) -> None:
+        self.data = data
+        self.points = np.asarray(points, dtype=np.int64)
+        self.max_len = max_len
+        self.augmenter = augmenter
+        # Set by EpochLoader at the start of every epoch; with the index it seeds a sample's
+        # augmentation, so the result depends on neither thread, worker nor batch order.
+        self.epoch_seed = 0
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        x = np.asarray(self.data.sequence(i)[:, self.points], dtype=np.float32)
+        if self.augmenter is not None:
+            rng = np.random.default_rng((self.epoch_seed, i))
+            x = self.augmenter(x, rng).astype(np.float32, copy=False)
+        x = drop_empty_frames(x, self.max_len)
+        return {"x": x, "y": int(self.data.labels[i])}
+
+
+def collate(items: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+    """Pad a list of samples with NaN into one batch."""
+    lengths = [item["x"].shape[0] for item in items]
+    longest = max(1, max(lengths))
+    points = items[0]["x"].shape[1]
+    x = np.full((len(items), longest, points, 3), np.nan, dtype=np.float32)
+    for row, item in enumerate(items):
+        x[row, : lengths[row]] = item["x"]
+    return {
+        "x": torch.from_numpy(x),
+        "lengths": torch.tensor(lengths, dtype=torch.long),
+        "y": torch.tensor([item["y"] for item in items], dtype=torch.long),
+    }
+
+
+def loader_settings(device: torch.device) -> dict[str, Any]:
+    """DataLoader workers and pinning for ``device``.
+
+    On CPU the trainer already uses every core, and a sample costs well under a
+    millisecond to prepare, so loading stays in-process. On a GPU, workers prepare the
+    next batches while the GPU computes, and pinned memory speeds the copy.
+    """
+    if device.type != "cuda":
+        return {"num_workers": 0, "pin_memory": False}
+    workers = max(1, min(4, (os.cpu_count() or 2) - 1))
+    # Not persistent: workers started each epoch take their seeds from the RNG the loop
+    # re-seeds per epoch, so a resumed run augments exactly like an uninterrupted one.
+    return {"num_workers": workers, "pin_memory": pin_memory(device)}
+
+
+class EpochLoader:
+    """A DataLoader whose shuffling and augmentation replay exactly on resume.
+
+    At the start of each epoch it draws one seed from torch's global RNG (which the shared
+    loop re-seeds per epoch) and derives the order and every augmentation from it. Without
+    worker processes (CPU), a background thread prepares the next batches while the main
+    thread trains: augmentation is numpy and torch kernels release the GIL, so the two overlap.
+    """
+
+    def __init__(
+        self, dataset: SequenceDataset, loader: DataLoader[dict[str, Any]], generator: torch.Generator
+    ) -> None:
+        self.dataset = dataset
+        self.loader = loader
+        self.generator = generator
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+        seed = int(torch.randint(0, 2**31 - 1, (1,)).item())
+        self.dataset.epoch_seed = seed
+        self.generator.manual_seed(seed)
+        if self.loader.num_workers:
+            return iter(self.loader)
+        return _prefetch(iter(self.loader))
+
+
+_END = object()
+
+
+def _prefetch(source: Iterator[dict[str, torch.Tensor]], depth: int = 3) -> Iterator[dict[str, torch.Tensor]]:
+    """Items of ``source`` produced by a background thread, up to ``depth`` ahead."""
+    buffer: queue.Queue[Any] = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def produce() -> None:
+        try:
+            for item in source:
+                while not stop.is_set():
+                    try:
+                        buffer.put(item, timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+            buffer.put(_END)
+        except BaseException as exc:  # handed to the consumer, which re-raises it
+            buffer.put(exc)
+
+    thread = threading.Thread(target=produce, name="asl-prefetch", daemon=True)
+    thread.start()
+    try:
+        while True:
+            item = buffer.get()
+            if item is _END:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+        thread.join()
+
+
+def make_loader(
+    dataset: SequenceDataset,
+    batch_size: int,
+    shuffle: bool,
+    device: torch.device,
+    drop_last: bool = False,
+    num_workers: int | None = None,
+) -> EpochLoader:
+    """An EpochLoader with the device's worker and pinning settings (``num_workers`` overrides)."""
+    settings = loader_settings(device)
+    if num_workers is not None:
+        settings["num_workers"] = num_workers
+    if settings["num_workers"] and len(dataset) < 4 * batch_size:
+        settings = {"num_workers": 0, "pin_memory": settings["pin_memory"]}
+    generator = torch.Generator()
+    loader = DataLoader(
+        dataset,
+        batch_size=batch_size,
+        shuffle=shuffle,
+        collate_fn=collate,
+        drop_last=drop_last,
+        generator=generator,
+        **settings,
+    )
+    return EpochLoader(dataset, loader, generator)

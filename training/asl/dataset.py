@@ -1,0 +1,239 @@
+"""An ISLR dataset read once into a compact cache and memory-mapped afterwards.
+
+The cache is one raw float32 file holding every frame of every sequence back to back
+([total_frames, 543, 3]) plus an index (offsets, labels, participants, sequence ids) and
+the label map. It is keyed by a digest of train.csv, the label map and every parquet
+file's stamp, so a changed dataset is re-read and an unchanged one never is.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import shutil
+import tempfile
+from collections import deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from itertools import islice
+from pathlib import Path
+
+import numpy as np
+
+from training.asl.landmarks import N_LANDMARKS
+from training.asl.parquet import DatasetError, read_sequence
+from training.asl.source import (
+    DEFAULT_MAX_BYTES,
+    DEFAULT_MAX_UNCOMPRESSED_BYTES,
+    INDEX_FILE,
+    SIGN_MAP_FILE,
+    Source,
+    default_cache_dir,
+    safe_relative,
+)
+
+CACHE_VERSION = "islr-cache-1"
+INDEX_COLUMNS = ("path", "participant_id", "sequence_id", "sign")
+# Below this many sequences a thread pool is not worth starting.
+POOL_THRESHOLD = 64
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One row of train.csv, checked."""
+
+    path: str
+    participant_id: int
+    sequence_id: int
+    sign: str
+
+
+@dataclass
+class LandmarkDataset:
+    """Every sequence of a dataset: ``sequence(i)`` is a [frames, 543, 3] float32 view."""
+
+    frames: np.ndarray
+    starts: np.ndarray
+    lengths: np.ndarray
+    labels: np.ndarray
+    participants: np.ndarray
+    sequence_ids: np.ndarray
+    signs: list[str]
+
+    def __len__(self) -> int:
+        return int(self.labels.shape[0])
+
+    def sequence(self, i: int) -> np.ndarray:
+        """Landmarks of sequence ``i``, NaN where undetected."""
+        start = int(self.starts[i])
+        return self.frames[start : start + int(self.lengths[i])]
+
+    def subset(self, rows: np.ndarray) -> LandmarkDataset:
+        """The sequences at ``rows``, sharing the frames (no copy)."""
+        return LandmarkDataset(
+            frames=self.frames,
+            starts=self.starts[rows],
+            lengths=self.lengths[rows],
+            labels=self.labels[rows],
+            participants=self.participants[rows],
+            sequence_ids=self.sequence_ids[rows],
+            signs=self.signs,
+        )
+
+
+def read_index(source: Source) -> tuple[list[Entry], list[str]]:
+    """Rows of train.csv and the label list (from the sign map when the dataset has one)."""
+    name = INDEX_FILE
+    try:
+        text = source.read(INDEX_FILE).decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise DatasetError(name, "is not UTF-8 text") from None
+    reader = csv.DictReader(io.StringIO(text))
+    header = reader.fieldnames or []
+    missing = [c for c in INDEX_COLUMNS if c not in header]
+    if missing:
+        raise DatasetError(name, f"missing columns {', '.join(missing)} (expected {', '.join(INDEX_COLUMNS)})")
+    entries: list[Entry] = []
+    for line, row in enumerate(reader, start=2):
+        where = f"{name} line {line}"
+        try:
+            participant, sequence = int(row["participant_id"]), int(row["sequence_id"])
+        except (TypeError, ValueError):
+            raise DatasetError(where, "participant_id and sequence_id must be integers") from None
+        sign = (row["sign"] or "").strip()
+        if not sign:
+            raise DatasetError(where, "empty sign")
+        path = safe_relative(row["path"] or "", where)
+        if not source.exists(path):
+            raise DatasetError(where, f"sequence file {path!r} is missing from the dataset")
+        entries.append(Entry(path, participant, sequence, sign))
+    if not entries:
+        raise DatasetError(name, "lists no sequences")
+    return entries, _labels(source, entries)
+
+
+def _labels(source: Source, entries: list[Entry]) -> list[str]:
+    if not source.exists(SIGN_MAP_FILE):
+        return sorted({e.sign for e in entries})
+    try:
+        mapping = json.loads(source.read(SIGN_MAP_FILE))
+    except (ValueError, UnicodeDecodeError):
+        raise DatasetError(SIGN_MAP_FILE, "is not valid JSON") from None
+    if (
+        not isinstance(mapping, dict)
+        or not mapping
+        or not all(isinstance(v, int) and not isinstance(v, bool) for v in mapping.values())
+        or sorted(mapping.values()) != list(range(len(mapping)))
+    ):
+        raise DatasetError(SIGN_MAP_FILE, "must map each sign to a distinct index 0..N-1")
+    for line, e in enumerate(entries, start=2):
+        if e.sign not in mapping:
+            raise DatasetError(f"{INDEX_FILE} line {line}", f"unknown sign {e.sign!r} (not in {SIGN_MAP_FILE})")
+    return [sign for sign, _ in sorted(mapping.items(), key=lambda kv: kv[1])]
+
+
+def iter_sequences(source: Source, paths: list[str], workers: int) -> Iterator[np.ndarray]:
+    """Sequences in ``paths`` order, decoded by ``workers`` threads when there are many.
+
+    Threads, not processes: pyarrow decodes parquet without holding the GIL, and threads
+    need neither pickling of the arrays nor a fresh interpreter per worker.
+    """
+    if workers <= 1 or len(paths) < POOL_THRESHOLD:
+        for p in paths:
+            yield read_sequence(source.read(p), p)
+        return
+    with ThreadPoolExecutor(workers) as pool:
+        # A bounded look-ahead keeps memory flat on large datasets.
+        queue: deque[Future[np.ndarray]] = deque()
+        ahead = iter(paths)
+        for p in islice(ahead, workers * 8):
+            queue.append(pool.submit(_read_one, source, p))
+        while queue:
+            future = queue.popleft()
+            for p in islice(ahead, 1):
+                queue.append(pool.submit(_read_one, source, p))
+            yield future.result()
+
+
+def _read_one(source: Source, path: str) -> np.ndarray:
+    return read_sequence(source.read(path), path)
+
+
+def load_dataset(
+    location: Path,
+    cache_dir: Path | None = None,
+    *,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    max_uncompressed_bytes: int = DEFAULT_MAX_UNCOMPRESSED_BYTES,
+    workers: int | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> LandmarkDataset:
+    """Read (or reuse the cache of) the ISLR dataset at ``location``, a folder or a zip.
+
+    Raises DatasetError, naming the file, for anything malformed.
+    """
+    with Source(location, max_bytes, max_uncompressed_bytes) as source:
+        entries, signs = read_index(source)
+        paths = [e.path for e in entries]
+        total = sum(source.size(p) for p in paths)
+        if not source.is_zip and total > max_uncompressed_bytes:
+            raise DatasetError(str(location), f"sequence files total {total} bytes, over the limit")
+        key = source.fingerprint(paths, CACHE_VERSION)[:24]
+        folder = Path(cache_dir or default_cache_dir(location)) / key
+        if not (folder / "index.npz").is_file():
+            _build_cache(source, entries, signs, folder, workers or min(2, os.cpu_count() or 1), progress)
+    return open_cache(folder)
+
+
+def _build_cache(
+    source: Source,
+    entries: list[Entry],
+    signs: list[str],
+    folder: Path,
+    workers: int,
+    progress: Callable[[int, int], None] | None,
+) -> None:
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".building-", dir=folder.parent))
+    try:
+        lengths = np.zeros(len(entries), dtype=np.int64)
+        with open(tmp / "frames.f32", "wb") as out:
+            for i, seq in enumerate(iter_sequences(source, [e.path for e in entries], workers)):
+                lengths[i] = seq.shape[0]
+                out.write(np.ascontiguousarray(seq, dtype=np.float32).data)
+                if progress is not None and (i % 256 == 0 or i + 1 == len(entries)):
+                    progress(i + 1, len(entries))
+        label_of = {s: i for i, s in enumerate(signs)}
+        np.savez(
+            tmp / "index.npz",
+            offsets=np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64),
+            labels=np.array([label_of[e.sign] for e in entries], dtype=np.int64),
+            participants=np.array([e.participant_id for e in entries], dtype=np.int64),
+            sequence_ids=np.array([e.sequence_id for e in entries], dtype=np.int64),
+        )
+        (tmp / "signs.json").write_text(json.dumps(signs))
+        try:
+            tmp.rename(folder)
+        except OSError:
+            if not (folder / "index.npz").is_file():  # not merely a concurrent builder winning
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def open_cache(folder: Path) -> LandmarkDataset:
+    """Memory-map a cache folder written by ``load_dataset``."""
+    with np.load(folder / "index.npz") as index:
+        offsets = index["offsets"]
+        arrays = {k: index[k] for k in ("labels", "participants", "sequence_ids")}
+    total = int(offsets[-1])
+    frames = (
+        np.memmap(folder / "frames.f32", dtype=np.float32, mode="r", shape=(total, N_LANDMARKS, 3))
+        if total
+        else np.zeros((0, N_LANDMARKS, 3), np.float32)
+    )
+    signs = json.loads((folder / "signs.json").read_text())
+    return LandmarkDataset(frames=frames, starts=offsets[:-1], lengths=np.diff(offsets), signs=signs, **arrays)

@@ -1,0 +1,231 @@
+"""The 1D-CNN + Transformer family that won Google's ISLR competition, in PyTorch.
+
+A linear stem, then ``blocks`` stacks of [3 × Conv1D block + Transformer block], a top
+projection, masked mean pooling, late dropout and a classifier. Padding never leaks: it is
+zeroed after every block, excluded from BatchNorm statistics, from attention keys and from
+pooling, and the convolution is causal so padded frames (always at the end) cannot reach
+real ones.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import torch
+import torch.nn.functional as F  # noqa: N812
+from torch import nn
+
+from training.asl.landmarks import selected_landmarks
+from training.asl.preprocess import Featurizer
+
+
+@dataclass
+class ModelConfig:
+    """Everything needed to rebuild the model (written to config.json)."""
+
+    num_classes: int
+    dim: int = 192
+    blocks: int = 2
+    max_len: int = 384
+    use_pose: bool = False
+    coords: int = 2
+    kernel_size: int = 17
+    expand: int = 2
+    heads: int = 4
+    attn_dropout: float = 0.2
+    drop_path: float = 0.2
+    dropout: float = 0.2
+    points: list[int] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not self.points:
+            self.points = selected_landmarks(self.use_pose)
+        if self.dim % self.heads:
+            raise ValueError(f"dim {self.dim} must be a multiple of heads {self.heads}")
+
+    def to_dict(self) -> dict[str, object]:
+        """A JSON-ready copy."""
+        return asdict(self)
+
+
+class MaskedBatchNorm(nn.Module):
+    """BatchNorm over [B, L, C] whose batch statistics count only unmasked frames."""
+
+    running_mean: torch.Tensor
+    running_var: torch.Tensor
+
+    def __init__(self, channels: int, momentum: float = 0.05, eps: float = 1e-3) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(channels))
+        self.bias = nn.Parameter(torch.zeros(channels))
+        self.register_buffer("running_mean", torch.zeros(channels))
+        self.register_buffer("running_var", torch.ones(channels))
+        self.momentum = momentum
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """Normalise ``x`` [B, L, C]; ``mask`` [B, L] is True on real frames."""
+        dtype = x.dtype
+        x = x.float()
+        if self.training:
+            m = mask[..., None].float()
+            n = m.sum().clamp(min=1.0)
+            mean = (x * m).sum((0, 1)) / n
+            var = (((x - mean) ** 2) * m).sum((0, 1)) / n
+            with torch.no_grad():
+                unbiased = var * n / (n - 1).clamp(min=1.0)
+                self.running_mean.lerp_(mean.detach(), self.momentum)
+                self.running_var.lerp_(unbiased.detach(), self.momentum)
+        else:
+            mean, var = self.running_mean, self.running_var
+        out = (x - mean) * torch.rsqrt(var + self.eps) * self.weight + self.bias
+        return out.to(dtype)
+
+
+class ECA(nn.Module):
+    """Efficient channel attention: a gate from a small conv over the channels' masked means."""
+
+    def __init__(self, kernel_size: int = 5) -> None:
+        super().__init__()
+        self.conv = nn.Conv1d(1, 1, kernel_size, padding=kernel_size // 2, bias=False)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """Gate ``x`` [B, L, C] channel-wise."""
+        m = mask[..., None].to(x.dtype)
+        mean = (x * m).sum(1) / m.sum(1).clamp(min=1.0)  # [B, C]
+        gate = torch.sigmoid(self.conv(mean[:, None, :]))[:, 0]
+        return x * gate[:, None, :]
+
+
+class DropPath(nn.Module):
+    """Stochastic depth: drop a residual branch for whole samples during training."""
+
+    def __init__(self, rate: float) -> None:
+        super().__init__()
+        self.rate = rate
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Zero or rescale each sample's branch."""
+        if not self.training or self.rate == 0.0:
+            return x
+        keep = torch.rand(x.shape[0], 1, 1, device=x.device) >= self.rate
+        return x * keep.to(x.dtype) / (1.0 - self.rate)
+
+
+class Conv1DBlock(nn.Module):
+    """Expand, causal depthwise conv, BatchNorm, ECA, project, drop path, residual."""
+
+    def __init__(self, dim: int, kernel_size: int, expand: int, drop_path: float) -> None:
+        super().__init__()
+        hidden = dim * expand
+        self.expand = nn.Linear(dim, hidden)
+        self.kernel_size = kernel_size
+        self.conv = nn.Conv1d(hidden, hidden, kernel_size, groups=hidden, bias=False)
+        self.norm = MaskedBatchNorm(hidden)
+        self.eca = ECA()
+        self.project = nn.Linear(hidden, dim)
+        self.drop = DropPath(drop_path)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """[B, L, C] → [B, L, C]."""
+        m = mask[..., None].to(x.dtype)
+        h = F.silu(self.expand(x)) * m
+        h = F.pad(h.transpose(1, 2), (self.kernel_size - 1, 0))
+        h = self.conv(h).transpose(1, 2)
+        h = self.eca(self.norm(h, mask), mask)
+        return (x + self.drop(self.project(h))) * m
+
+
+class TransformerBlock(nn.Module):
+    """Pre-norm (masked BatchNorm) self-attention and MLP, each with drop path and residual."""
+
+    def __init__(self, dim: int, heads: int, attn_dropout: float, drop_path: float, expand: int = 4) -> None:
+        super().__init__()
+        self.heads = heads
+        self.norm1 = MaskedBatchNorm(dim)
+        self.qkv = nn.Linear(dim, 3 * dim, bias=False)
+        self.out = nn.Linear(dim, dim, bias=False)
+        self.attn_dropout = attn_dropout
+        self.norm2 = MaskedBatchNorm(dim)
+        self.mlp_in = nn.Linear(dim, dim * expand, bias=False)
+        self.mlp_out = nn.Linear(dim * expand, dim, bias=False)
+        self.drop = DropPath(drop_path)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """[B, L, C] → [B, L, C]."""
+        b, length, c = x.shape
+        m = mask[..., None].to(x.dtype)
+        q, k, v = self.qkv(self.norm1(x, mask)).reshape(b, length, 3, self.heads, c // self.heads).unbind(2)
+        # Padded keys are hidden; key 0 always stays visible so an empty sequence gives no NaN.
+        keys = mask.clone()
+        keys[:, 0] = True
+        attn = F.scaled_dot_product_attention(
+            q.transpose(1, 2),
+            k.transpose(1, 2),
+            v.transpose(1, 2),
+            attn_mask=keys[:, None, None, :],
+            dropout_p=self.attn_dropout if self.training else 0.0,
+        )
+        x = (x + self.drop(self.out(attn.transpose(1, 2).reshape(b, length, c)))) * m
+        h = self.mlp_out(F.silu(self.mlp_in(self.norm2(x, mask))))
+        return (x + self.drop(h)) * m
+
+
+class LateDropout(nn.Module):
+    """Dropout that stays off until the trainer switches it on, part-way through training."""
+
+    def __init__(self, rate: float) -> None:
+        super().__init__()
+        self.rate = rate
+        self.active = False
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Dropout when training and active."""
+        return F.dropout(x, self.rate, training=self.training and self.active)
+
+
+class SignModel(nn.Module):
+    """Raw landmark subset [B, T, P, 3] + lengths → one logit per sign [B, num_classes]."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.featurizer = Featurizer(config.points, config.max_len, config.coords)
+        self.stem = nn.Linear(self.featurizer.features, config.dim, bias=False)
+        self.stem_norm = MaskedBatchNorm(config.dim)
+        layers: list[nn.Module] = []
+        for _ in range(config.blocks):
+            layers += [Conv1DBlock(config.dim, config.kernel_size, config.expand, config.drop_path) for _ in range(3)]
+            layers.append(TransformerBlock(config.dim, config.heads, config.attn_dropout, config.drop_path))
+        self.layers = nn.ModuleList(layers)
+        self.top = nn.Linear(config.dim, 2 * config.dim)
+        self.late_dropout = LateDropout(config.dropout)
+        self.classifier = nn.Linear(2 * config.dim, config.num_classes)
+
+    def forward(self, landmarks: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """Logits for a padded batch of raw landmark subsets."""
+        feats, mask = self.featurizer(landmarks, lengths)
+        x = self.stem_norm(self.stem(feats), mask)
+        for layer in self.layers:
+            x = layer(x, mask)
+        x = self.top(x)
+        m = mask[..., None].to(x.dtype)
+        pooled = (x * m).sum(1) / m.sum(1).clamp(min=1.0)
+        return self.classifier(self.late_dropout(pooled))
+
+
+class CompetitionModel(nn.Module):
+    """The competition contract: one [frames, 543, 3] float32 sequence with NaNs → [num_classes]."""
+
+    points: torch.Tensor
+
+    def __init__(self, model: SignModel) -> None:
+        super().__init__()
+        self.model = model
+        self.register_buffer("points", torch.tensor(model.config.points, dtype=torch.long), persistent=False)
+
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        """Logits for one sequence."""
+        x = inputs.index_select(1, self.points)[None]
+        lengths = torch.ones(1, dtype=torch.long, device=inputs.device) * inputs.shape[0]
+        return self.model(x, lengths)[0]

@@ -1,0 +1,314 @@
+"""Entry points of the cube kinds: ``run`` trains (provider side), ``verify`` re-evaluates
+(platform side), ``infer`` / ``verify_inference`` serve a trained model.
+
+Spec field names and defaults are those of ``marketplace.specs.CubeTrainingSpec`` and
+``CubeInferenceSpec`` (the serializers validate; this module only fills defaults, so it can
+run without Django on a provider node).
+
+Artifacts written by ``run`` into ``out_dir`` (Hugging Face layout): ``model.safetensors``,
+``config.json`` (the model's constructor arguments and loss weights), ``README.md`` (model
+card), ``metrics.json``; resumable checkpoints under ``out_dir/checkpoints``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from training.artifacts import ArtifactError, export_hf, load_model_weights, read_json, write_json
+from training.cube.config import CubeConfig, CubeConfigError, check_capacity
+from training.cube.data import CubeDataError, load_dataset, split_indices, synthetic_embeddings, validate_embeddings
+from training.cube.losses import total_loss, weights_from_spec
+from training.cube.model import CubeModel
+from training.device import pin_memory, select_device
+from training.loop import FitResult, LoopConfig, fit
+
+Progress = Callable[[dict[str, Any]], None]
+
+# Mirrors marketplace.specs.CubeTrainingSpec (a test keeps the two in step).
+DEFAULT_TRAINING_SPEC: dict[str, Any] = {
+    "mode": "autoencoder",
+    "teacher_dim": 768,
+    "lattice_edge": 8,
+    "state_size": 32,
+    "steps": 5,
+    "gate": "soft",
+    "top_k": 2,
+    "early_exit_tolerance": 0.0,
+    "epochs": 10,
+    "batch_size": 8,
+    "grad_accumulation": 1,
+    "learning_rate": 1e-3,
+    "weight_decay": 0.01,
+    "warmup_steps": 100,
+    "grad_clip": 1.0,
+    "early_stopping_patience": 5,
+    "loss_reconstruction": 1.0,
+    "loss_similarity": 0.5,
+    "loss_diversity": 0.1,
+    "loss_emergence": 0.05,
+    "loss_dynamics": 0.05,
+    "loss_spatial": 0.05,
+    "synthetic_samples": 2048,
+    "mixed_precision": True,
+    "compile": False,
+    "seed": 0,
+}
+DEFAULT_INFERENCE_SPEC: dict[str, Any] = {"batch_size": 64, "verify_samples": 16}
+VALIDATION_FRACTION = 0.1
+VERIFY_RELATIVE_TOLERANCE = 0.2
+VERIFY_ABSOLUTE_TOLERANCE = 1e-3
+
+
+def training_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """``spec`` over the defaults; unknown keys are refused, as the serializer does."""
+    unknown = sorted(set(spec) - set(DEFAULT_TRAINING_SPEC))
+    if unknown:
+        raise CubeConfigError(f"Unknown cube_training field(s): {', '.join(unknown)}.")
+    return {**DEFAULT_TRAINING_SPEC, **spec}
+
+
+def _config(spec: Mapping[str, Any]) -> CubeConfig:
+    return CubeConfig.from_dict(dict(spec))
+
+
+def _loader(
+    inputs: np.ndarray, targets: np.ndarray | None, batch_size: int, shuffle: bool, device: torch.device
+) -> DataLoader:
+    x = torch.from_numpy(inputs)
+    y = torch.from_numpy(targets) if targets is not None else x
+    return DataLoader(TensorDataset(x, y), batch_size=batch_size, shuffle=shuffle, pin_memory=pin_memory(device))
+
+
+def _rows(array: np.ndarray | None, rows: np.ndarray) -> np.ndarray | None:
+    return array[rows] if array is not None else None
+
+
+def evaluate(model: CubeModel, loader: DataLoader, weights: Mapping[str, float]) -> dict[str, float]:
+    """Mean loss terms over ``loader`` (weighted by batch size), as ``val_loss``, ``val_<term>``, ``val_cosine``."""
+    device = next(model.parameters()).device
+    sums: dict[str, float] = {}
+    rows = 0
+    was_training = model.training
+    model.eval()
+    with torch.no_grad():
+        for x, y in loader:
+            x, y = x.to(device), y.to(device)
+            loss, metrics = total_loss(model(x), y, model.config.lattice_edge, weights)
+            n = x.shape[0]
+            sums["val_loss"] = sums.get("val_loss", 0.0) + float(loss) * n
+            for key, value in metrics.items():
+                sums[f"val_{key}"] = sums.get(f"val_{key}", 0.0) + value * n
+            rows += n
+    model.train(was_training)
+    return {k: v / max(1, rows) for k, v in sums.items()}
+
+
+def run(
+    spec: Mapping[str, Any],
+    data_dir: Path,
+    out_dir: Path,
+    progress: Progress | None = None,
+    *,
+    device: str | None = None,
+    capacity_bytes: int | None = None,
+    resume: bool = False,
+    max_steps_per_epoch: int | None = None,
+) -> dict[str, Any]:
+    """Train a cube model and write its artifacts into ``out_dir``; return the metrics.
+
+    Data comes from ``data_dir`` (see ``training.cube.data``), or, when it holds none and
+    ``synthetic_samples`` > 0, from the synthetic generator (stream 0). ``progress`` gets
+    every step and epoch event of ``training.loop.fit``. Raises CubeConfigError (bad spec,
+    memory estimate above ``capacity_bytes``), CubeDataError (bad data) or
+    training.loop.NonFiniteLossError.
+    """
+    spec = training_spec(spec)
+    config = _config(spec)
+    batch_size = int(spec["batch_size"])
+    estimate = check_capacity(config, batch_size, capacity_bytes)
+    dataset = load_dataset(Path(data_dir), config.teacher_dim, config.mode)
+    if dataset is None:
+        if spec["synthetic_samples"] <= 0:
+            raise CubeDataError("No embeddings in the dataset and synthetic_samples is 0: upload embeddings.")
+        dataset = synthetic_embeddings(spec["synthetic_samples"], config.teacher_dim, spec["seed"], config.mode)
+    inputs, targets = dataset
+    train_idx, val_idx = split_indices(inputs.shape[0], VALIDATION_FRACTION, spec["seed"])
+    dev = select_device(device)
+
+    torch.manual_seed(spec["seed"])
+    model = CubeModel(config)
+    model.set_batch_size(batch_size)
+    weights = weights_from_spec(spec)
+    train_loader = _loader(inputs[train_idx], _rows(targets, train_idx), batch_size, True, dev)
+    val_loader = _loader(inputs[val_idx], _rows(targets, val_idx), batch_size, False, dev)
+    initial = evaluate(model.to(dev), val_loader, weights)
+
+    def step_fn(m: torch.nn.Module, batch: Any) -> tuple[torch.Tensor, dict[str, float]]:
+        x, y = batch
+        return total_loss(m(x), y, config.lattice_edge, weights)
+
+    def eval_fn(m: torch.nn.Module, loader: Any) -> dict[str, float]:
+        return evaluate(model, loader, weights)
+
+    loop_config = LoopConfig(
+        epochs=spec["epochs"],
+        lr=spec["learning_rate"],
+        weight_decay=spec["weight_decay"],
+        schedule="cosine",
+        warmup_steps=spec["warmup_steps"],
+        grad_clip=spec["grad_clip"],
+        grad_accumulation=spec["grad_accumulation"],
+        mixed_precision=spec["mixed_precision"],
+        compile=spec["compile"],
+        early_stopping_patience=spec["early_stopping_patience"],
+        seed=spec["seed"],
+        device=str(dev),
+        max_steps_per_epoch=max_steps_per_epoch,
+    )
+    out_dir = Path(out_dir)
+    result: FitResult = fit(
+        model,
+        train_loader,
+        val_loader,
+        step_fn,
+        eval_fn,
+        loop_config,
+        progress=progress,
+        checkpoint_dir=out_dir / "checkpoints",
+        resume=resume,
+    )
+    best = result.best_metrics
+    params = sum(p.numel() for p in model.parameters())
+    metrics: dict[str, Any] = {
+        **best,
+        "cosine": best.get("val_cosine"),
+        "initial_val_loss": initial["val_loss"],
+        "best_epoch": result.best_epoch,
+        "epochs_run": result.epochs_run,
+        "steps": result.global_step,
+        "stopped_early": result.stopped_early,
+        "parameters": params,
+        "train_rows": len(train_idx),
+        "validation_rows": len(val_idx),
+        "memory_estimate_bytes": estimate,
+        "seconds": result.seconds,
+        "device": str(dev),
+        "history": result.history,
+    }
+    model_config = {**config.to_dict(), "architecture": "CubeModel", "loss_weights": weights, "batch_size": batch_size}
+    export_hf(
+        out_dir,
+        model.cpu(),
+        model_config,
+        title=f"Cube model {config.lattice_edge}³ ({config.mode})",
+        description=(
+            "A 3-D cellular neural network trained on teacher embeddings by Proofwork: the embedding is "
+            f"mapped onto the input face of a {config.lattice_edge}³ lattice of {config.state_size}-wide cells, "
+            f"updated for {config.steps} steps by a gated mixture of local, functional and distant experts, "
+            "and read back from the opposite face."
+        ),
+        metrics={k: v for k, v in metrics.items() if isinstance(v, int | float) and not isinstance(v, bool)},
+        tags=["proofwork", "cube", config.mode],
+    )
+    write_json(out_dir / "metrics.json", metrics)
+    return metrics
+
+
+def load_model(model_dir: Path) -> tuple[CubeModel, dict[str, Any]]:
+    """Rebuild a model from ``config.json`` + ``model.safetensors``; ArtifactError when they do not fit."""
+    raw = read_json(Path(model_dir) / "config.json")
+    if not isinstance(raw, dict) or raw.get("architecture") != "CubeModel":
+        raise ArtifactError("config.json does not describe a CubeModel.")
+    try:
+        config = CubeConfig.from_dict(raw)
+    except (CubeConfigError, TypeError) as exc:
+        raise ArtifactError(f"config.json: {exc}") from exc
+    model = CubeModel(config)
+    load_model_weights(model, Path(model_dir))
+    model.eval()
+    return model, raw
+
+
+def verify(
+    model_dir: Path,
+    inputs: np.ndarray,
+    targets: np.ndarray | None,
+    reported: Mapping[str, Any],
+    *,
+    relative_tolerance: float = VERIFY_RELATIVE_TOLERANCE,
+    absolute_tolerance: float = VERIFY_ABSOLUTE_TOLERANCE,
+) -> dict[str, Any]:
+    """Recompute the submitted model's validation loss on a held-out split the worker never saw.
+
+    Accepted when ``|recomputed − reported val_loss| ≤ relative_tolerance·max(both) +
+    absolute_tolerance``. Never raises for a bad submission: the reason is in the result.
+    The loss weights and batch size are the ones recorded in the model's config.json.
+    """
+    try:
+        model, raw = load_model(model_dir)
+        reported_loss = float(reported["val_loss"])
+    except (ArtifactError, KeyError, TypeError, ValueError) as exc:
+        return {"accepted": False, "reason": str(exc)}
+    if not math.isfinite(reported_loss):
+        return {"accepted": False, "reason": "reported val_loss is not finite."}
+    try:
+        x = validate_embeddings(inputs, model.config.teacher_dim, "held-out inputs")
+        y = validate_embeddings(targets, model.config.teacher_dim, "held-out targets") if targets is not None else None
+    except CubeDataError as exc:
+        return {"accepted": False, "reason": str(exc)}
+    weights = {k: float(v) for k, v in raw.get("loss_weights", {}).items()}
+    weights = {**weights_from_spec({}), **weights}
+    batch_size = int(raw.get("batch_size", DEFAULT_TRAINING_SPEC["batch_size"]))
+    recomputed = evaluate(model, _loader(x, y, batch_size, False, torch.device("cpu")), weights)
+    loss = recomputed["val_loss"]
+    allowed = relative_tolerance * max(abs(loss), abs(reported_loss)) + absolute_tolerance
+    accepted = math.isfinite(loss) and abs(loss - reported_loss) <= allowed
+    return {
+        "accepted": accepted,
+        "reason": "" if accepted else f"held-out val_loss {loss:.6g} differs from reported {reported_loss:.6g}",
+        "recomputed": recomputed,
+        "reported_val_loss": reported_loss,
+        "tolerance": allowed,
+    }
+
+
+def heldout_synthetic(spec: Mapping[str, Any], samples: int = 256) -> tuple[np.ndarray, np.ndarray | None]:
+    """The platform's held-out split for a synthetic run: the same structure, disjoint samples (stream 1)."""
+    full = training_spec(spec)
+    return synthetic_embeddings(samples, full["teacher_dim"], full["seed"], full["mode"], stream=1)
+
+
+def infer(model_dir: Path, inputs: np.ndarray, batch_size: int = 64) -> np.ndarray:
+    """Output embeddings ``[N, teacher_dim]`` (float32) of a trained model, computed in fp32 on CPU."""
+    model, _ = load_model(model_dir)
+    x = torch.from_numpy(validate_embeddings(inputs, model.config.teacher_dim, "inputs"))
+    outputs = []
+    with torch.no_grad():
+        for start in range(0, x.shape[0], batch_size):
+            outputs.append(model(x[start : start + batch_size]).prediction)
+    return torch.cat(outputs).numpy()
+
+
+def verify_inference(
+    model_dir: Path, inputs: np.ndarray, outputs: np.ndarray, samples: int, seed: int, atol: float = 1e-4
+) -> dict[str, Any]:
+    """Recompute ``samples`` rows chosen by ``seed`` and compare them with the submitted outputs.
+
+    Rows are recomputed one at a time, so the result does not depend on how the worker batched
+    them (the model has no cross-row interaction at inference).
+    """
+    if not isinstance(outputs, np.ndarray) or outputs.shape != inputs.shape:
+        got = list(outputs.shape) if isinstance(outputs, np.ndarray) else type(outputs).__name__
+        return {"accepted": False, "reason": f"outputs have shape {got}, expected {list(inputs.shape)}"}
+    rows = np.random.default_rng(seed).choice(inputs.shape[0], size=min(samples, inputs.shape[0]), replace=False)
+    expected = infer(model_dir, inputs[np.sort(rows)], batch_size=1)
+    error = float(np.max(np.abs(expected - outputs[np.sort(rows)])))
+    accepted = bool(np.isfinite(error) and error <= atol * max(1.0, float(np.max(np.abs(expected)))))
+    return {"accepted": accepted, "rows": np.sort(rows).tolist(), "max_abs_error": error}

@@ -1,0 +1,441 @@
+"""The shared training loop: one ``fit`` for every trainer (cube, ASL).
+
+A trainer supplies a model, two DataLoaders and two callables:
+
+- ``step_fn(model, batch) -> (loss, metrics)``: the forward pass of one micro-batch. ``loss``
+  is a scalar tensor; ``metrics`` maps names to floats or scalar tensors (averaged over the
+  epoch and reported as ``train_<name>``). ``batch`` is whatever the loader yields, already
+  moved to the device (tensors, and tensors inside tuples, lists and dicts).
+- ``eval_fn(model, loader) -> metrics``: called once per epoch in eval mode under
+  ``torch.no_grad()`` and full precision; must return ``config.monitor`` (``"val_loss"`` by default).
+
+``fit`` owns everything else: the optimizer (AdamW, or RAdam wrapped in Lookahead), the
+schedule (cosine with linear warm-up, one-cycle, or constant), gradient clipping and
+accumulation, mixed precision (bf16 autocast on CPU, fp16 with a GradScaler on CUDA),
+optional ``torch.compile``, early stopping with restore of the best weights, deterministic
+seeding, resumable checkpoints (safetensors + JSON, see ``training.artifacts``) and a
+progress callback.
+
+Progress events (the caller throttles; the loop sends every one):
+
+- ``{"event": "step", "epoch", "step", "total_steps", "loss", "lr", "metrics"}`` after each
+  optimizer step (``loss`` is the mean over the step's micro-batches).
+- ``{"event": "epoch", "epoch", "epochs", "step", "total_steps", "train", "val", "best",
+  "improved"}`` after each epoch's evaluation and checkpoint.
+
+Determinism and resume: at the start of every epoch the global RNGs are re-seeded from
+``(seed, epoch)``, so a DataLoader with ``shuffle=True`` and no generator of its own draws
+the same order whether the run was resumed or not. A checkpoint is written at the end of an
+epoch; ``resume=True`` continues from the last one and reaches the same weights as an
+uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from torch import nn
+
+from training.artifacts import load_model_tensors, load_state, save_state, state_exists
+from training.device import autocast, make_grad_scaler, seed_everything, select_device
+
+StepFn = Callable[[nn.Module, Any], tuple[torch.Tensor, Mapping[str, float | torch.Tensor]]]
+EvalFn = Callable[[nn.Module, Iterable[Any]], Mapping[str, float]]
+Progress = Callable[[dict[str, Any]], None]
+
+CHECKPOINT_STEM = "checkpoint"
+BEST_STEM = "best"
+
+
+class NonFiniteLossError(ArithmeticError):
+    """The training loss became NaN or infinite; the message names the epoch and step."""
+
+
+@dataclass
+class LoopConfig:
+    """Everything ``fit`` needs besides the model and data. Defaults suit a small CPU run."""
+
+    epochs: int = 10
+    optimizer: Literal["adamw", "radam_lookahead"] = "adamw"
+    lr: float = 1e-3
+    weight_decay: float = 0.01
+    betas: tuple[float, float] = (0.9, 0.999)
+    schedule: Literal["cosine", "onecycle", "constant"] = "cosine"
+    # Linear warm-up steps for "cosine"; for "onecycle" the rising phase (0: 30 % of the run).
+    warmup_steps: int = 0
+    min_lr_ratio: float = 0.0
+    grad_clip: float = 1.0  # max gradient norm; 0 disables clipping
+    grad_accumulation: int = 1
+    mixed_precision: bool = False
+    compile: bool = False
+    early_stopping_patience: int = 0  # epochs without improvement; 0 disables
+    monitor: str = "val_loss"
+    monitor_mode: Literal["min", "max"] = "min"
+    restore_best: bool = True
+    seed: int = 0
+    checkpoint_every: int = 1  # epochs between checkpoints when checkpoint_dir is given
+    lookahead_k: int = 5
+    lookahead_alpha: float = 0.5
+    device: str | None = None  # None: CUDA when available, else CPU
+    max_steps_per_epoch: int | None = None  # cap on optimizer steps per epoch (smoke runs, benchmarks)
+
+    def __post_init__(self) -> None:
+        checks = {
+            "epochs": self.epochs >= 1,
+            "lr": self.lr > 0 and math.isfinite(self.lr),
+            "weight_decay": self.weight_decay >= 0,
+            "grad_clip": self.grad_clip >= 0,
+            "grad_accumulation": self.grad_accumulation >= 1,
+            "early_stopping_patience": self.early_stopping_patience >= 0,
+            "warmup_steps": self.warmup_steps >= 0,
+            "checkpoint_every": self.checkpoint_every >= 1,
+            "optimizer": self.optimizer in ("adamw", "radam_lookahead"),
+            "schedule": self.schedule in ("cosine", "onecycle", "constant"),
+            "monitor_mode": self.monitor_mode in ("min", "max"),
+            "min_lr_ratio": 0.0 <= self.min_lr_ratio <= 1.0,
+        }
+        bad = [name for name, ok in checks.items() if not ok]
+        if bad:
+            raise ValueError(f"Invalid LoopConfig field(s): {', '.join(bad)}.")
+
+
+@dataclass
+class FitResult:
+    """What a finished ``fit`` reports. ``history`` has one entry per epoch run."""
+
+    epochs_run: int
+    global_step: int
+    best_epoch: int
+    best_metrics: dict[str, float]
+    final_metrics: dict[str, float]
+    history: list[dict[str, Any]] = field(default_factory=list)
+    stopped_early: bool = False
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready copy."""
+        return asdict(self)
+
+
+class Lookahead(torch.optim.Optimizer):
+    """Lookahead (Zhang et al. 2019) around any optimizer: every ``k`` steps the slow
+    weights move ``alpha`` of the way to the fast ones and the fast weights restart there."""
+
+    def __init__(self, inner: torch.optim.Optimizer, k: int = 5, alpha: float = 0.5) -> None:
+        if k < 1 or not 0.0 < alpha <= 1.0:
+            raise ValueError("Lookahead needs k >= 1 and 0 < alpha <= 1.")
+        super().__init__(inner.param_groups, inner.defaults)
+        # Share the groups so a scheduler's lr changes reach the inner optimizer.
+        self.param_groups = inner.param_groups
+        self.inner = inner
+        self.k = k
+        self.alpha = alpha
+        self.counter = 0
+        self.slow = [p.detach().clone() for group in inner.param_groups for p in group["params"]]
+
+    def _params(self) -> list[torch.Tensor]:
+        return [p for group in self.inner.param_groups for p in group["params"]]
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
+        """One inner step; a slow-weight sync every ``k`` of them."""
+        loss = self.inner.step(closure)
+        self.counter += 1
+        if self.counter % self.k == 0:
+            for p, slow in zip(self._params(), self.slow, strict=True):
+                slow.add_(p.detach() - slow, alpha=self.alpha)
+                p.copy_(slow)
+        return loss
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Clear the inner optimizer's gradients."""
+        self.inner.zero_grad(set_to_none=set_to_none)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Inner state plus slow weights and the step counter."""
+        return {"inner": self.inner.state_dict(), "slow": list(self.slow), "counter": self.counter}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore what ``state_dict`` returned."""
+        self.inner.load_state_dict(state_dict["inner"])
+        # Loading replaces the inner group dicts; share the new ones again.
+        self.param_groups = self.inner.param_groups
+        for slow, saved in zip(self.slow, state_dict["slow"], strict=True):
+            slow.copy_(saved)
+        self.counter = int(state_dict["counter"])
+
+
+def build_optimizer(model: nn.Module, config: LoopConfig) -> torch.optim.Optimizer:
+    """AdamW, or RAdam (decoupled weight decay) inside Lookahead. Biases and norms skip decay."""
+    decay: list[nn.Parameter] = []
+    no_decay: list[nn.Parameter] = []
+    for _name, p in model.named_parameters():
+        if p.requires_grad:
+            (no_decay if p.ndim <= 1 else decay).append(p)
+    groups = [
+        {"params": decay, "weight_decay": config.weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
+    groups = [g for g in groups if g["params"]]
+    if config.optimizer == "adamw":
+        return torch.optim.AdamW(groups, lr=config.lr, betas=config.betas)
+    inner = torch.optim.RAdam(groups, lr=config.lr, betas=config.betas, decoupled_weight_decay=True)
+    return Lookahead(inner, k=config.lookahead_k, alpha=config.lookahead_alpha)
+
+
+def lr_factor(step: int, total_steps: int, config: LoopConfig) -> float:
+    """The multiplier on ``config.lr`` at optimizer step ``step`` (0-based) of ``total_steps``."""
+    total = max(1, total_steps)
+    floor = config.min_lr_ratio
+    if config.schedule == "constant":
+        return 1.0 if step >= config.warmup_steps else (step + 1) / (config.warmup_steps + 1)
+    if config.schedule == "cosine":
+        if step < config.warmup_steps:
+            return (step + 1) / (config.warmup_steps + 1)
+        progress = (step - config.warmup_steps) / max(1, total - config.warmup_steps)
+        return floor + (1.0 - floor) * 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
+    # One-cycle: cosine rise from lr/25 to lr, then cosine fall to lr/1e4 (torch's OneCycleLR shape).
+    rise = config.warmup_steps or max(1, int(0.3 * total))
+    start, end = 1.0 / 25.0, max(floor, 1e-4)
+    if step < rise:
+        t = step / rise
+        return start + (1.0 - start) * 0.5 * (1.0 - math.cos(math.pi * t))
+    t = min(1.0, (step - rise) / max(1, total - rise))
+    return end + (1.0 - end) * 0.5 * (1.0 + math.cos(math.pi * t))
+
+
+def to_device(batch: Any, device: torch.device) -> Any:
+    """Move tensors (also inside tuples, lists and dicts) to ``device``."""
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=True)
+    if isinstance(batch, Mapping):
+        return {k: to_device(v, device) for k, v in batch.items()}
+    if type(batch) in (tuple, list):
+        return type(batch)(to_device(v, device) for v in batch)
+    return batch
+
+
+def _as_float(value: float | torch.Tensor) -> float:
+    return float(value.detach().float().item()) if isinstance(value, torch.Tensor) else float(value)
+
+
+def _improved(value: float, best: float | None, mode: str) -> bool:
+    if best is None:
+        return True
+    return value < best if mode == "min" else value > best
+
+
+def _epoch_seed(seed: int, epoch: int) -> int:
+    return (seed * 1_000_003 + epoch * 7_919) % 2**32
+
+
+def _steps_per_epoch(loader: Iterable[Any], config: LoopConfig) -> int:
+    try:
+        batches = len(loader)  # type: ignore[arg-type]
+    except TypeError as exc:
+        raise ValueError("fit needs a train loader with a length (a DataLoader over a sized dataset).") from exc
+    steps = math.ceil(batches / config.grad_accumulation)
+    if config.max_steps_per_epoch is not None:
+        steps = min(steps, config.max_steps_per_epoch)
+    return max(1, steps)
+
+
+def fit(
+    model: nn.Module,
+    train_loader: Iterable[Any],
+    val_loader: Iterable[Any],
+    step_fn: StepFn,
+    eval_fn: EvalFn,
+    config: LoopConfig,
+    progress: Progress | None = None,
+    checkpoint_dir: Path | None = None,
+    resume: bool = False,
+) -> FitResult:
+    """Train ``model`` in place and return what happened (see the module docstring).
+
+    Raises NonFiniteLossError when a loss is NaN/inf, and KeyError when ``eval_fn`` does not
+    return ``config.monitor``. With ``resume=True`` and a checkpoint in ``checkpoint_dir``
+    the run continues after the checkpoint's epoch; without one it starts fresh.
+    """
+    started = time.perf_counter()
+    device = select_device(config.device)
+    seed_everything(config.seed)
+    model.to(device)
+    optimizer = build_optimizer(model, config)
+    steps_per_epoch = _steps_per_epoch(train_loader, config)
+    total_steps = steps_per_epoch * config.epochs
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_factor(s, total_steps, config))
+    scaler = make_grad_scaler(device, config.mixed_precision)
+    runner: nn.Module = model
+    if config.compile and hasattr(torch, "compile"):
+        runner = torch.compile(model)  # type: ignore[assignment]
+
+    start_epoch, global_step, best_value, best_epoch, bad_epochs = 1, 0, None, 0, 0
+    best_metrics: dict[str, float] = {}
+    history: list[dict[str, Any]] = []
+    best_state: dict[str, torch.Tensor] | None = None
+    ckpt = Path(checkpoint_dir) if checkpoint_dir is not None else None
+    if resume and ckpt is not None and state_exists(ckpt / CHECKPOINT_STEM):
+        state = load_state(ckpt / CHECKPOINT_STEM, device=device)
+        load_model_tensors(model, state["model"], source=str(ckpt / CHECKPOINT_STEM))
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        if scaler is not None and state.get("scaler"):
+            scaler.load_state_dict(state["scaler"])
+        loop = state["loop"]
+        start_epoch, global_step = int(loop["epoch"]) + 1, int(loop["global_step"])
+        best_value, best_epoch, bad_epochs = loop["best_value"], int(loop["best_epoch"]), int(loop["bad_epochs"])
+        best_metrics, history = dict(loop["best_metrics"]), list(loop["history"])
+        if state_exists(ckpt / BEST_STEM):
+            best_state = load_state(ckpt / BEST_STEM, device=device)["model"]
+
+    stopped_early = False
+    val_metrics: dict[str, float] = dict(history[-1]["val"]) if history else {}
+    for epoch in range(start_epoch, config.epochs + 1):
+        if config.early_stopping_patience and bad_epochs >= config.early_stopping_patience:
+            stopped_early = True
+            break
+        seed_everything(_epoch_seed(config.seed, epoch))
+        model.train()
+        sums: dict[str, float] = {}
+        count = 0
+        micro = 0
+        step_loss = 0.0
+        step_metrics: dict[str, float] = {}
+        steps_this_epoch = 0
+        optimizer.zero_grad(set_to_none=True)
+        batches = iter(train_loader)
+        while steps_this_epoch < steps_per_epoch:
+            batch = next(batches, None)
+            if batch is None:
+                if micro == 0:
+                    break
+            else:
+                with autocast(device, config.mixed_precision):
+                    loss, metrics = step_fn(runner, to_device(batch, device))
+                loss_value = _as_float(loss)
+                if not math.isfinite(loss_value):
+                    raise NonFiniteLossError(
+                        f"Training loss became {loss_value} at epoch {epoch}, step {global_step + 1}; "
+                        "lower the learning rate or turn off mixed precision."
+                    )
+                scaled = loss / config.grad_accumulation
+                (scaler.scale(scaled) if scaler is not None else scaled).backward()
+                micro += 1
+                step_loss += loss_value
+                floats = {k: _as_float(v) for k, v in metrics.items()}
+                for k, v in floats.items():
+                    step_metrics[k] = step_metrics.get(k, 0.0) + v
+                    sums[k] = sums.get(k, 0.0) + v
+                sums["loss"] = sums.get("loss", 0.0) + loss_value
+                count += 1
+                if micro < config.grad_accumulation:
+                    continue
+            # An optimizer step over the `micro` micro-batches gathered (fewer at the epoch's end).
+            if micro < config.grad_accumulation:
+                for p in model.parameters():
+                    if p.grad is not None:
+                        p.grad.mul_(config.grad_accumulation / micro)
+            if scaler is not None:
+                scaler.unscale_(optimizer)
+            if config.grad_clip > 0:
+                nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
+            if scaler is not None:
+                scaler.step(optimizer)
+                scaler.update()
+            else:
+                optimizer.step()
+            lr = float(optimizer.param_groups[0]["lr"])
+            scheduler.step()
+            optimizer.zero_grad(set_to_none=True)
+            global_step += 1
+            steps_this_epoch += 1
+            if progress is not None:
+                progress(
+                    {
+                        "event": "step",
+                        "epoch": epoch,
+                        "step": global_step,
+                        "total_steps": total_steps,
+                        "loss": step_loss / micro,
+                        "lr": lr,
+                        "metrics": {k: v / micro for k, v in step_metrics.items()},
+                    }
+                )
+            micro, step_loss, step_metrics = 0, 0.0, {}
+            if batch is None:
+                break
+
+        train_metrics = {f"train_{k}": v / max(1, count) for k, v in sums.items()}
+        model.eval()
+        # Evaluation stays in full precision so the reported figure can be recomputed exactly.
+        with torch.no_grad():
+            val_metrics = {k: float(v) for k, v in eval_fn(runner, val_loader).items()}
+        if config.monitor not in val_metrics:
+            raise KeyError(f"eval_fn returned {sorted(val_metrics)} but the monitored metric is {config.monitor!r}.")
+        monitored = val_metrics[config.monitor]
+        if not math.isfinite(monitored):
+            raise NonFiniteLossError(f"Validation {config.monitor} became {monitored} at epoch {epoch}.")
+        improved = _improved(monitored, best_value, config.monitor_mode)
+        if improved:
+            best_value, best_epoch, bad_epochs, best_metrics = monitored, epoch, 0, dict(val_metrics)
+            best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+            if ckpt is not None:
+                save_state(ckpt / BEST_STEM, {"model": best_state})
+        else:
+            bad_epochs += 1
+        history.append({"epoch": epoch, "step": global_step, "train": train_metrics, "val": val_metrics})
+        if ckpt is not None and (epoch % config.checkpoint_every == 0 or epoch == config.epochs):
+            save_state(
+                ckpt / CHECKPOINT_STEM,
+                {
+                    "model": model.state_dict(),
+                    "optimizer": optimizer.state_dict(),
+                    "scheduler": scheduler.state_dict(),
+                    "scaler": scaler.state_dict() if scaler is not None else {},
+                    "loop": {
+                        "epoch": epoch,
+                        "global_step": global_step,
+                        "best_value": best_value,
+                        "best_epoch": best_epoch,
+                        "bad_epochs": bad_epochs,
+                        "best_metrics": best_metrics,
+                        "history": history,
+                        "config": copy.deepcopy(asdict(config)),
+                    },
+                },
+            )
+        if progress is not None:
+            progress(
+                {
+                    "event": "epoch",
+                    "epoch": epoch,
+                    "epochs": config.epochs,
+                    "step": global_step,
+                    "total_steps": total_steps,
+                    "train": train_metrics,
+                    "val": val_metrics,
+                    "best": best_value,
+                    "improved": improved,
+                }
+            )
+
+    if config.restore_best and best_state is not None:
+        model.load_state_dict(best_state)
+    return FitResult(
+        epochs_run=len(history),
+        global_step=global_step,
+        best_epoch=best_epoch,
+        best_metrics=best_metrics,
+        final_metrics=val_metrics,
+        history=history,
+        stopped_early=stopped_early,
+        seconds=time.perf_counter() - started,
+    )

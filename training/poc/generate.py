@@ -1,0 +1,146 @@
+"""A and B from the seed: SHAKE128 in counter mode, one stream per matrix row.
+
+Row ``i`` of matrix ``M`` ("A" or "B") of pair ``p`` is read from the stream
+
+    SHAKE128(DOMAIN ‖ seed ‖ M ‖ u32le(p) ‖ u32le(i))
+
+byte by byte: with m = 2·entry_bound + 1 values to draw from, a byte x is accepted when
+x < 256 − (256 mod m) (a multiple of m, so x mod m is exactly uniform) and becomes
+(x mod m) − entry_bound; rejected bytes are skipped. The row is the first n accepted
+values. SHAKE128 is a standard extendable-output function (FIPS 202), so the bytes are
+the same on every platform and library version; a stream per row lets any single row be
+regenerated in O(n) and keeps memory bounded by a chunk of rows.
+
+Speed: the bytes come out of hashlib at C speed (~0.6 GB/s on one core), and the
+acceptance step is vectorised with numpy, so generating A and B costs a few passes over
+n² bytes, far below the n³ of the product it feeds.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import struct
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from training.poc.pool import parallel_map
+
+DOMAIN = b"proofwork/poc/v1/matrix"
+Matrix = Literal["A", "B"]
+# Rows per chunk are chosen so that one chunk of raw bytes stays around 1 MiB: small
+# enough to spread over threads, large enough that per-chunk overhead is noise.
+_CHUNK_BYTES = 1024 * 1024
+
+
+def _margin(n: int) -> int:
+    # At most 9 in 256 bytes are rejected (m = 13); n/16 + 64 spare bytes leave a row
+    # short only with negligible probability, and a short row is simply read further.
+    return n // 16 + 64
+
+
+def _stream_prefix(seed: bytes, matrix: Matrix, pair: int) -> Any:
+    if matrix not in ("A", "B"):
+        raise ValueError(f"matrix must be 'A' or 'B', got {matrix!r}")
+    h = hashlib.shake_128(DOMAIN)
+    h.update(seed)
+    h.update(matrix.encode("ascii"))
+    h.update(struct.pack("<I", pair))
+    return h
+
+
+def _row_bytes(prefix: Any, row: int, length: int) -> bytes:
+    h = prefix.copy()
+    h.update(struct.pack("<I", row))
+    return bytes(h.digest(length))
+
+
+@functools.cache
+def _divider(m: int) -> tuple[int, int]:
+    """(c, s) with (x·c) >> s == x // m for every byte x, so x mod m needs no division."""
+    xs = np.arange(256, dtype=np.uint32)
+    for shift in range(8, 25):
+        c = -(-(1 << shift) // m)
+        if c < 1 << 16 and np.array_equal((xs * c) >> shift, xs // m):
+            return c, shift
+    raise AssertionError(f"no multiply-shift divider for {m}")
+
+
+def _accept(raw: npt.NDArray[np.uint8], n: int, bound: int) -> tuple[npt.NDArray[np.int8], npt.NDArray[np.bool_]]:
+    """Map a (rows, L) block of stream bytes to each row's first n accepted values.
+
+    Returns the values and a mask of rows with fewer than n accepted bytes in L (their
+    values are left unset; the caller reads those rows again with a longer stream).
+    """
+    rows = raw.shape[0]
+    m = 2 * bound + 1
+    accepted = raw < 256 - 256 % m
+    # Compacting the accepted bytes of all rows at once, then slicing each row's first n,
+    # costs two vectorised passes and one slice per row.
+    flat = raw[accepted]
+    counts = np.count_nonzero(accepted, axis=1)
+    short = counts < n
+    starts = (np.cumsum(counts) - counts).tolist()
+    picked = np.zeros((rows, n), dtype=np.uint8)
+    for i in np.flatnonzero(~short).tolist():
+        picked[i] = flat[starts[i] : starts[i] + n]
+    c, shift = _divider(m)
+    # x·c < 2^24 for bytes x and c < 2^16, so uint32 never wraps.
+    quotient = picked.astype(np.uint32)
+    quotient *= c
+    quotient >>= shift
+    values = picked - quotient.astype(np.uint8) * np.uint8(m)
+    return (values.astype(np.int8) - np.int8(bound)).astype(np.int8, copy=False), short
+
+
+def generate_rows(
+    seed: bytes,
+    matrix: Matrix,
+    pair: int,
+    n: int,
+    bound: int,
+    start: int,
+    stop: int,
+    margin: int | None = None,
+) -> npt.NDArray[np.int8]:
+    """Rows ``start:stop`` of matrix ``matrix`` of pair ``pair`` as int8 (see module docstring).
+
+    ``margin`` (spare stream bytes per row) only changes speed, never the values.
+    """
+    if not 0 <= start <= stop <= n:
+        raise ValueError(f"rows {start}:{stop} are outside an {n}×{n} matrix")
+    if not 1 <= bound <= 127:
+        raise ValueError("entry_bound must be between 1 and 127 to fit int8")
+    prefix = _stream_prefix(seed, matrix, pair)
+    extra = _margin(n) if margin is None else margin
+    out = np.empty((stop - start, n), dtype=np.int8)
+    chunk = max(1, _CHUNK_BYTES // (n + extra))
+
+    def fill(lo: int) -> None:
+        hi = min(stop, lo + chunk)
+        raw = np.frombuffer(b"".join(_row_bytes(prefix, i, n + extra) for i in range(lo, hi)), dtype=np.uint8)
+        values, short = _accept(raw.reshape(hi - lo, n + extra), n, bound)
+        out[lo - start : hi - start] = values
+        for offset in np.flatnonzero(short).tolist():
+            out[lo - start + offset] = _long_row(prefix, lo + offset, n, bound, 2 * (n + extra))
+
+    # Chunks write disjoint rows, so the thread schedule cannot change the result.
+    parallel_map(fill, range(start, stop, chunk))
+    return out
+
+
+def _long_row(prefix: Any, row: int, n: int, bound: int, length: int) -> npt.NDArray[np.int8]:
+    # SHAKE output is prefix-consistent, so reading further yields the same leading bytes.
+    while True:
+        raw = np.frombuffer(_row_bytes(prefix, row, length), dtype=np.uint8).reshape(1, length)
+        values, short = _accept(raw, n, bound)
+        if not short[0]:
+            return values[0]
+        length *= 2
+
+
+def generate_matrix(seed: bytes, matrix: Matrix, pair: int, n: int, bound: int) -> npt.NDArray[np.int8]:
+    """The whole n×n matrix ``matrix`` of pair ``pair`` as int8."""
+    return generate_rows(seed, matrix, pair, n, bound, 0, n)

@@ -1,0 +1,3 @@
+from workers.agent.cli import main
+
+raise SystemExit(main())

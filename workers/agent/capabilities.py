@@ -1,0 +1,43 @@
+"""What this node can offer, reported at registration."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from workers.agent import AGENT_VERSION
+from workers.agent.runners import RUNNERS
+
+# Only what this agent has a runner for: the scheduler offers a worker nothing else.
+SUPPORTED_KINDS = list(RUNNERS)
+
+
+def detect() -> dict[str, Any]:
+    """CPU cores, RAM, GPU name, GPU memory and CUDA version (via torch), kinds, version."""
+    caps: dict[str, Any] = {
+        "cpu_cores": os.cpu_count() or 1,
+        "ram_bytes": _ram_bytes(),
+        "gpu_name": "",
+        "gpu_memory_bytes": 0,
+        "cuda_version": "",
+        "kinds": list(SUPPORTED_KINDS),
+        "agent_version": AGENT_VERSION,
+    }
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            props = torch.cuda.get_device_properties(0)
+            caps["gpu_name"] = props.name
+            caps["gpu_memory_bytes"] = int(props.total_memory)
+            caps["cuda_version"] = torch.version.cuda or ""
+    except ImportError:
+        pass
+    return caps
+
+
+def _ram_bytes() -> int:
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return 0

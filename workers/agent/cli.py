@@ -1,0 +1,186 @@
+"""``python -m workers.agent init | register | run | sweep``: the provider node's command line."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from workers.agent import capabilities
+from workers.agent.identity import Credentials, IdentityError, credentials_path, init_key, load_key
+from workers.protocol import registration_message, sign_template
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    key = init_key(Path(args.key))
+    print(f"Wrote {args.key} (mode 0600). Keep it on this node; it never leaves it.")
+    print(f"Worker address: {key.address}")
+    return 0
+
+
+def _api_error(response: httpx.Response) -> str:
+    try:
+        body = response.json()
+    except ValueError:
+        return f"HTTP {response.status_code}"
+    return f"HTTP {response.status_code}: {body}"
+
+
+def cmd_register(args: argparse.Namespace) -> int:
+    key_path = Path(args.key)
+    key = load_key(key_path)
+    server = args.server.rstrip("/")
+    public_key = key.public_key.hex()
+    with httpx.Client(base_url=server, timeout=30) as http:
+        try:
+            response = http.post(
+                "/api/v1/workers/challenge/", json={"registration_token": args.token, "public_key": public_key}
+            )
+            if response.status_code != 200:
+                print(f"Could not get a challenge: {_api_error(response)}", file=sys.stderr)
+                return 1
+            challenge = response.json()["challenge"]
+            signature = key.sign(registration_message(challenge, public_key)).hex()
+            register_tx_signature = sign_template(response.json()["register_tx"], key).hex()
+            response = http.post(
+                "/api/v1/workers/register/",
+                json={
+                    "registration_token": args.token,
+                    "public_key": public_key,
+                    "signature": signature,
+                    "capabilities": capabilities.detect(),
+                    "name": args.name or "",
+                    "register_tx_signature": register_tx_signature,
+                },
+            )
+        except httpx.HTTPError as exc:
+            print(f"Could not reach {server}: {exc}", file=sys.stderr)
+            return 1
+    if response.status_code not in (200, 201):
+        print(f"Registration refused: {_api_error(response)}", file=sys.stderr)
+        return 1
+    body = response.json()
+    creds = Credentials(server=server, worker_id=body["id"], address=body["address"], token=body["token"])
+    creds.save(credentials_path(key_path))
+    verb = "Registered" if body.get("created") else "Re-registered"
+    print(f"{verb} worker {body['name']} ({body['address']}); credentials in {credentials_path(key_path)}.")
+    return 0
+
+
+SWEEP_PATH = "/api/v1/workers/me/sweep/"
+
+
+def _credits(units: int) -> str:
+    """Base units as credits, exactly (never through a float)."""
+    text = f"{Decimal(units).scaleb(-9):f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+def _reasons(response: httpx.Response) -> str:
+    """An API error body ({field: [message], "code": …} or {"detail": …}) as one line."""
+    try:
+        body = response.json()
+    except ValueError:
+        return response.text[:300] or response.reason_phrase
+    if not isinstance(body, dict):
+        return str(body)
+    parts = []
+    for field, value in body.items():
+        if field == "code":
+            continue
+        text = " ".join(str(v) for v in value) if isinstance(value, list) else str(value)
+        parts.append(text if field in ("detail", "non_field_errors") else f"{field}: {text}")
+    return "; ".join(parts)
+
+
+def _sweep_refusal(step: str, response: httpx.Response) -> str:
+    code = response.status_code
+    if code in (401, 403):
+        return (
+            f"{step}: the platform refused this worker's token (HTTP {code}): {_reasons(response)}\n"
+            "A suspended worker must be resumed on its page first; a retired one can no longer sweep."
+        )
+    if code == 409:
+        return f"{step}: not now (HTTP 409): {_reasons(response)}"
+    return f"{step} (HTTP {code}): {_reasons(response)}"
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    """Fetch the sweep TRANSFER, show it, sign it with the node's key, submit it."""
+    key_path = Path(args.key)
+    key = load_key(key_path)
+    creds = Credentials.load(credentials_path(key_path))
+    if creds.address != key.address:
+        raise IdentityError(f"{credentials_path(key_path)} belongs to {creds.address}, not this key")
+    server = (args.server or creds.server).rstrip("/")
+    headers = {"Authorization": f"Worker {creds.token}"}
+    with httpx.Client(base_url=server, headers=headers, timeout=30) as http:
+        try:
+            response = http.get(SWEEP_PATH)
+            if response.status_code != 200:
+                print(_sweep_refusal("Nothing swept", response), file=sys.stderr)
+                return 1
+            template: dict[str, Any] = response.json()
+            if template.get("from") != key.address or template.get("type") != "TRANSFER":
+                print(f"Nothing swept: the platform sent an unexpected transaction: {template}", file=sys.stderr)
+                return 1
+            print(
+                f"Sweep {_credits(int(template['amount']))} credits (fee {_credits(int(template['fee']))})"
+                f" from {template['from']} to your account {template['to']} (nonce {template['nonce']})."
+            )
+            if args.dry_run:
+                print("Dry run: nothing signed or sent.")
+                return 0
+            signature = sign_template(template, key)
+            signed = {**template, "public_key": key.public_key.hex(), "signature": signature.hex()}
+            response = http.post(SWEEP_PATH, json=signed)
+        except httpx.HTTPError as exc:
+            print(f"Could not reach {server}: {exc}", file=sys.stderr)
+            return 1
+    if response.status_code not in (200, 202):
+        print(_sweep_refusal("Sweep refused", response), file=sys.stderr)
+        return 1
+    body = response.json()
+    print(f"Swept: transaction {body['hash']} is {body['status']}; the credits are in your wallet.")
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from workers.agent.node import run_node
+
+    return run_node(Path(args.key), broker=args.broker, server=args.server, broker_folder=args.broker_folder)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m workers.agent", description="Proofwork provider node.")
+    parser.add_argument("--key", default="worker.pem", help="key file (default: ./worker.pem)")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("init", help="generate this node's ed25519 key file").set_defaults(func=cmd_init)
+    register = sub.add_parser("register", help="register this node with a one-time token")
+    register.add_argument("--server", required=True, help="platform URL, e.g. http://127.0.0.1:8000")
+    register.add_argument("--token", required=True, help="registration token from /workers/register")
+    register.add_argument("--name", default="", help="a name for this worker")
+    register.set_defaults(func=cmd_register)
+    run = sub.add_parser("run", help="take and run jobs")
+    run.add_argument("--server", default=None, help="platform URL (default: from registration)")
+    run.add_argument("--broker", required=True, help="broker URL, e.g. redis://host:6379/0 or filesystem://")
+    run.add_argument("--broker-folder", default=None, help="folder of the filesystem broker (embedded mode)")
+    run.set_defaults(func=cmd_run)
+    sweep = sub.add_parser("sweep", help="move this worker's earnings to your account (signed here)")
+    sweep.add_argument("--server", default=None, help="platform URL (default: from registration)")
+    sweep.add_argument("--dry-run", action="store_true", help="show the transfer without signing or sending it")
+    sweep.set_defaults(func=cmd_sweep)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except IdentityError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2

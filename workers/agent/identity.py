@@ -1,0 +1,90 @@
+"""The node's key file and the credentials file the platform gives it.
+
+``worker.pem`` holds the ed25519 private key (PKCS#8 PEM, mode 0600); it never leaves
+the node. ``worker.json`` beside it holds the server URL, worker id, address and the
+worker API token from registration (also 0600).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from ledger.keys import KeyPair, from_seed
+
+
+class IdentityError(Exception):
+    """A key or credentials file is missing, unreadable or malformed."""
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    """Create ``path`` readable by its owner only, without a window where it is wider."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(data)
+
+
+def init_key(path: Path) -> KeyPair:
+    """Generate a key file at ``path``; refuse to overwrite an existing one."""
+    if path.exists():
+        raise IdentityError(f"{path} already exists; one key per node (delete it only to become a new worker).")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    private = Ed25519PrivateKey.generate()
+    pem = private.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    _write_private(path, pem)
+    return load_key(path)
+
+
+def load_key(path: Path) -> KeyPair:
+    """Read the node's key pair from its PEM file."""
+    try:
+        private = serialization.load_pem_private_key(path.read_bytes(), password=None)
+    except FileNotFoundError:
+        raise IdentityError(f"No key file at {path}; run `python -m workers.agent init` first.") from None
+    except (ValueError, TypeError) as exc:
+        raise IdentityError(f"{path} is not an unencrypted PEM private key: {exc}") from None
+    if not isinstance(private, Ed25519PrivateKey):
+        raise IdentityError(f"{path} does not hold an ed25519 key.")
+    seed = private.private_bytes(
+        serialization.Encoding.Raw, serialization.PrivateFormat.Raw, serialization.NoEncryption()
+    )
+    return from_seed(seed)
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """What registration returned: where the platform is and how to authenticate."""
+
+    server: str
+    worker_id: str
+    address: str
+    token: str
+
+    def save(self, path: Path) -> None:
+        data = json.dumps(self.__dict__, indent=2).encode()
+        tmp = path.with_suffix(".tmp")
+        tmp.unlink(missing_ok=True)
+        _write_private(tmp, data)
+        tmp.replace(path)
+
+    @classmethod
+    def load(cls, path: Path) -> Credentials:
+        try:
+            data: dict[str, Any] = json.loads(path.read_text())
+            return cls(**{k: str(data[k]) for k in ("server", "worker_id", "address", "token")})
+        except FileNotFoundError:
+            raise IdentityError(f"No credentials at {path}; run `python -m workers.agent register` first.") from None
+        except (ValueError, KeyError, TypeError) as exc:
+            raise IdentityError(f"{path} is not a valid credentials file: {exc}") from None
+
+
+def credentials_path(key_path: Path) -> Path:
+    return key_path.with_name(key_path.stem + ".json")

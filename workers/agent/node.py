@@ -1,0 +1,260 @@
+"""``python -m workers.agent run``: the node's Celery worker and its job loop.
+
+The node consumes only its own queue ``w.<address>`` (JSON messages carrying an
+assignment id), one job at a time, acknowledging late so a job lost with the process
+is redelivered. For each job it fetches the assignment over REST, runs the kind's
+runner from training/, uploads the artifacts, signs the ComputeResult and the
+SUBMIT_RESULT transaction with the node's key, and submits them.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+from celery import Celery
+from kombu import Queue
+
+from ledger.encoding import ComputeResult, Tx
+from ledger.keys import KeyPair
+from ledger.signing import sign_compute_result, sign_tx
+from workers.agent import runners
+from workers.agent.identity import Credentials, credentials_path, load_key
+from workers.agent.reporter import Reporter
+
+log = logging.getLogger("workers.agent")
+
+
+class Node:
+    """One provider node: its key, its credentials, its HTTP client and its reporter."""
+
+    def __init__(self, key: KeyPair, creds: Credentials, server: str) -> None:
+        self.key = key
+        self.creds = creds
+        self.server = server.rstrip("/")
+        self.http = httpx.Client(base_url=self.server, headers={"Authorization": f"Worker {creds.token}"}, timeout=60)
+        self.reporter = Reporter(self.server, creds.token)
+
+    def _request(self, method: str, url: str, **kwargs: Any) -> httpx.Response:
+        """HTTP with retries on connection errors and 5xx (the server may be restarting)."""
+        delay = 1.0
+        for attempt in range(8):
+            try:
+                response = self.http.request(method, url, **kwargs)
+                if response.status_code < 500:
+                    return response
+            except httpx.TransportError as exc:
+                log.warning("%s %s failed (%s); retrying", method, url, exc)
+            if attempt < 7:
+                time.sleep(delay)
+                delay = min(delay * 2, 30.0)
+        raise RuntimeError(f"{method} {url}: the platform is unreachable")
+
+    def run_assignment(self, assignment_id: str) -> str:
+        response = self._request("GET", f"/api/v1/assignments/{assignment_id}/")
+        if response.status_code != 200:
+            log.error("assignment %s: %s", assignment_id, response.text[:300])
+            return "gone"
+        job = response.json()
+        if job["state"] not in ("offered", "running"):
+            return "already-" + job["state"]
+        started = self._request("POST", f"/api/v1/assignments/{assignment_id}/start/")
+        if started.status_code != 200:
+            log.error("assignment %s could not start: %s", assignment_id, started.text[:300])
+            return "refused"
+        self.reporter.log(assignment_id, f"{job['kind']} started on {self.key.address}")
+        t0 = time.monotonic()
+        bar = _Bar(job["kind"])
+
+        def progress(step: int, total: int, metrics: dict[str, float]) -> None:
+            elapsed = time.monotonic() - t0
+            eta = elapsed / step * (total - step) if step else None
+            self.reporter.progress(assignment_id, step, total, metrics, eta)
+            bar.update(step, total, metrics)
+
+        try:
+            body = self._compute(assignment_id, job, progress)
+        except Exception as exc:  # any failure of the job itself is reported, never left to the deadline
+            bar.done()
+            log.exception("assignment %s failed", assignment_id)
+            self.report_failure(assignment_id, f"{type(exc).__name__}: {exc}")
+            return "failed"
+        bar.done()
+        # The last progress (the end of the loss curve) must land while the job still runs.
+        self.reporter.flush()
+        result = self._request("POST", f"/api/v1/assignments/{assignment_id}/result/", json=body)
+        self.reporter.log(assignment_id, f"result submitted ({result.status_code})")
+        self.reporter.flush()
+        if result.status_code not in (200, 202):
+            log.error("result for %s refused: %s", assignment_id, result.text[:300])
+            return "refused"
+        return "submitted"
+
+    def _compute(self, assignment_id: str, job: dict[str, Any], progress: runners.Progress) -> dict[str, Any]:
+        """Download, run, upload: returns the signed result body. Raises on any failure."""
+        with tempfile.TemporaryDirectory(prefix="proofwork-") as tmp:
+            workdir = Path(tmp)
+            if job["dataset"]:
+                self._download(job["dataset"]["url"], workdir / f"dataset.{job['dataset']['format']}")
+            # Inference runners fetch their model over the same authenticated client.
+            outcome = runners.run({**job, "fetch": self._download}, workdir, progress)
+            for name, path in outcome.artifacts.items():
+                with path.open("rb") as handle:
+                    up = self._request(
+                        "PUT",
+                        f"/api/v1/assignments/{assignment_id}/artifacts/{name}/",
+                        content=handle.read(),
+                        headers={"Content-Disposition": f'attachment; filename="{name}"'},
+                    )
+                if up.status_code != 201:
+                    raise RuntimeError(f"upload of {name} refused: {up.text[:300]}")
+        return self.sign_result(job, outcome)
+
+    def report_failure(self, assignment_id: str, reason: str) -> None:
+        """Tell the platform this job cannot be finished here, so it is reassigned now."""
+        self.reporter.log(assignment_id, f"failed: {reason[:400]}")
+        try:
+            response = self._request(
+                "POST", f"/api/v1/assignments/{assignment_id}/fail/", json={"reason": reason[:250]}
+            )
+        except RuntimeError as exc:  # the platform is down; the heartbeat timeout will expire the job instead
+            log.error("could not report the failure of %s: %s", assignment_id, exc)
+            return
+        if response.status_code != 200:
+            log.error("failure report for %s refused: %s", assignment_id, response.text[:300])
+        self.reporter.flush()
+
+    def sign_result(self, job: dict[str, Any], outcome: runners.Outcome) -> dict[str, Any]:
+        """The ComputeResult and the SUBMIT_RESULT transaction, both signed by this node."""
+        template = job["submit"]
+        compute = sign_compute_result(
+            ComputeResult(
+                task_id=job["task_id"],
+                worker_address=self.key.address,
+                result_hash=outcome.result_hash,
+                proof=outcome.proof,
+                nonce=int(template["nonce"]),
+            ),
+            self.key,
+        )
+        payload = {"compute_result": compute.to_json()}
+        tx = Tx(
+            chain_id=template["chain_id"],
+            type=template["type"],
+            sender=template["from"],
+            recipient=template["to"],
+            amount=int(template["amount"]),
+            fee=int(template["fee"]),
+            nonce=int(template["nonce"]),
+            gas_price=int(template["gas_price"]),
+            gas_limit=int(template["gas_limit"]),
+            payload=payload,
+        )
+        signed, signature = sign_tx(tx, self.key)
+        return {
+            "compute_result": compute.to_json(),
+            "transaction": {
+                **{
+                    k: template[k]
+                    for k in ("chain_id", "type", "from", "to", "amount", "fee", "nonce", "gas_price", "gas_limit")
+                },
+                "payload": payload,
+                "public_key": signed.public_key.hex(),
+                "signature": signature.hex(),
+            },
+        }
+
+    def _download(self, url: str, dest: Path) -> None:
+        with self.http.stream("GET", url) as response:
+            response.raise_for_status()
+            with dest.open("wb") as out:
+                for chunk in response.iter_bytes(1 << 20):
+                    out.write(chunk)
+
+
+class _Bar:
+    """A one-line progress bar on the node's terminal."""
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.last = 0.0
+
+    def update(self, step: int, total: int, metrics: dict[str, float]) -> None:
+        now = time.monotonic()
+        if now - self.last < 0.2 and step < total:
+            return
+        self.last = now
+        filled = int(30 * step / max(total, 1))
+        extra = " ".join(f"{k}={v:.4g}" for k, v in list(metrics.items())[:3])
+        sys.stderr.write(f"\r{self.label} [{'#' * filled}{'.' * (30 - filled)}] {step}/{total} {extra}   ")
+        sys.stderr.flush()
+
+    def done(self) -> None:
+        sys.stderr.write("\n")
+
+
+def make_app(broker: str, queue: str, broker_folder: str | None = None) -> Celery:
+    """The node's Celery app: JSON only, its own queue, late acks, one job at a time."""
+    app = Celery("proofwork-agent", broker=broker)
+    options: dict[str, Any] = {}
+    if broker.startswith("filesystem://"):
+        folder = broker_folder or "var/celery/out"
+        control = str(Path(folder).parent / "control")
+        options = {
+            "data_folder_in": folder,
+            "data_folder_out": folder,
+            "control_folder": control,
+            "store_processed": False,
+        }
+    app.conf.update(
+        task_serializer="json",
+        accept_content=["json"],
+        result_backend=None,
+        task_ignore_result=True,
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        worker_prefetch_multiplier=1,
+        worker_concurrency=1,
+        task_queues=[Queue(queue, routing_key=queue)],
+        task_default_queue=queue,
+        broker_transport_options=options,
+        broker_connection_retry_on_startup=True,
+        worker_hijack_root_logger=False,
+    )
+    return app
+
+
+def run_node(key_path: Path, *, broker: str, server: str | None, broker_folder: str | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    key = load_key(key_path)
+    creds = Credentials.load(credentials_path(key_path))
+    if creds.address != key.address:
+        print(f"error: {credentials_path(key_path)} belongs to {creds.address}, not this key", file=sys.stderr)
+        return 2
+    node = Node(key, creds, server or creds.server)
+    node.reporter.start()
+    queue = f"w.{key.address}"
+    app = make_app(broker, queue, broker_folder)
+
+    @app.task(name="agent.run_assignment", bind=True, acks_late=True)
+    def run_assignment(self: Any, assignment_id: str) -> str:
+        try:
+            return node.run_assignment(str(assignment_id))
+        except runners.UnsupportedKind as exc:
+            log.error("%s", exc)
+            return "unsupported"
+
+    print(f"Worker {key.address} consuming {queue} from {broker}; reporting to {node.server}", flush=True)
+    try:
+        app.worker_main(["worker", "--pool", "solo", "--loglevel", "INFO", "-Q", queue, "-n", f"{key.address[:16]}@%h"])
+    finally:
+        node.reporter.stop()
+    return 0
+
+
+__all__ = ["Node", "make_app", "run_node"]

@@ -1,0 +1,154 @@
+"""The node's one WebSocket to ``/ws/worker/``: heartbeats, progress, log lines.
+
+Runs in its own thread with its own event loop, so the job (on the Celery worker's
+thread) never waits on the network. Progress is coalesced: at most ``max_rate`` events
+a second leave, always the latest. The socket reconnects with capped, jittered
+exponential backoff, so the node survives the server restarting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import random
+import threading
+import time
+from typing import Any
+from urllib.parse import urlsplit
+
+import websockets
+
+log = logging.getLogger("workers.agent.reporter")
+
+HEARTBEAT_SECONDS = 10.0
+
+
+def ws_url(server: str) -> str:
+    parts = urlsplit(server.rstrip("/"))
+    scheme = "wss" if parts.scheme == "https" else "ws"
+    return f"{scheme}://{parts.netloc}{parts.path}/ws/worker/"
+
+
+class Reporter:
+    def __init__(self, server: str, token: str, *, max_rate: float = 2.0, heartbeat: float = HEARTBEAT_SECONDS):
+        self.url = ws_url(server)
+        self.origin = server.rstrip("/")
+        self.token = token
+        self.min_interval = 1.0 / max_rate
+        self.heartbeat = heartbeat
+        self._latest: dict[str, dict[str, Any]] = {}
+        self._logs: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._wake: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread = threading.Thread(target=self._run, name="reporter", daemon=True)
+        self.connected = threading.Event()
+        self.closed_by_server = threading.Event()
+
+    def start(self) -> Reporter:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._poke()
+        self._thread.join(timeout=5)
+
+    def progress(self, assignment_id: str, step: int, total: int, metrics: dict[str, float], eta: float | None) -> None:
+        """Queue a progress event; a newer one for the same assignment replaces it."""
+        event = {
+            "type": "progress",
+            "assignment_id": assignment_id,
+            "step": step,
+            "total": total,
+            "metrics": metrics,
+            "eta": eta,
+            "sent_at": time.time(),
+        }
+        with self._lock:
+            self._latest[assignment_id] = event
+        self._poke()
+
+    def log(self, assignment_id: str, *lines: str) -> None:
+        with self._lock:
+            self._logs.append({"type": "log", "assignment_id": assignment_id, "lines": list(lines)})
+        self._poke()
+
+    def flush(self, timeout: float = 5.0) -> None:
+        """Wait until queued events have left (or the timeout passes)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self._lock:
+                if not self._latest and not self._logs:
+                    return
+            time.sleep(0.05)
+
+    def _poke(self) -> None:
+        if self._loop is not None and self._wake is not None:
+            self._loop.call_soon_threadsafe(self._wake.set)
+
+    def _run(self) -> None:
+        asyncio.run(self._main())
+
+    async def _main(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._wake = asyncio.Event()
+        backoff = 1.0
+        while not self._stop.is_set():
+            try:
+                async with websockets.connect(
+                    self.url,
+                    additional_headers={"Authorization": f"Worker {self.token}"},
+                    origin=websockets.Origin(self.origin),
+                    open_timeout=10,
+                    ping_interval=20,
+                ) as socket:
+                    self.connected.set()
+                    backoff = 1.0
+                    log.info("connected to %s", self.url)
+                    await self._session(socket)
+            except websockets.ConnectionClosedError as exc:
+                if exc.rcvd is not None and exc.rcvd.code in (4401, 4403):
+                    log.error("the platform closed the socket (%s): token refused or worker suspended", exc.rcvd.code)
+                    self.closed_by_server.set()
+            except (TimeoutError, OSError, websockets.WebSocketException) as exc:
+                log.warning("WebSocket unavailable (%s); retrying in %.0f s", exc, backoff)
+            except Exception:  # a bug here must not silence the node's heartbeats for good
+                log.exception("reporter session failed; reconnecting in %.0f s", backoff)
+            self.connected.clear()
+            if self._stop.is_set():
+                break
+            await asyncio.sleep(backoff * random.uniform(0.8, 1.2))
+            backoff = min(backoff * 2, 30.0)
+
+    async def _session(self, socket: Any) -> None:
+        assert self._wake is not None
+        next_beat = 0.0
+        last_progress = 0.0
+        while not self._stop.is_set():
+            now = time.monotonic()
+            if now >= next_beat:
+                await socket.send(json.dumps({"type": "heartbeat"}))
+                next_beat = now + self.heartbeat
+            with self._lock:
+                logs, self._logs = self._logs, []
+                due = now - last_progress >= self.min_interval
+                events = list(self._latest.values()) if due else []
+                if due:
+                    self._latest.clear()
+            for item in logs:
+                await socket.send(json.dumps(item))
+            for item in events:
+                await socket.send(json.dumps(item))
+            if events:
+                last_progress = now
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout=min(self.min_interval, self.heartbeat))
+            # Surface a server-side close promptly instead of at the next send.
+            if socket.close_code is not None:
+                state = socket.protocol  # the sans-I/O side knows which close frames went each way
+                raise websockets.ConnectionClosedError(state.close_rcvd, state.close_sent, state.close_rcvd_then_sent)

@@ -1,0 +1,205 @@
+"""Worker registration and management endpoints."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import QuerySet
+from drf_spectacular.utils import extend_schema
+from rest_framework import mixins, permissions, serializers, status, throttling
+from rest_framework.decorators import action
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from ledger.api.serializers import SubmitTransactionSerializer, TransactionSerializer
+from ledger.api.views import refusal_errors
+from ledger.models import TxStatus
+from marketplace.api.views import OwnedViewSet
+from workers import services, sweep
+from workers.authentication import IsWorker, WorkerTokenAuthentication
+from workers.models import Worker
+
+
+class WorkerSerializer(serializers.ModelSerializer):
+    status = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Worker
+        fields = [
+            "id",
+            "name",
+            "address",
+            "public_key",
+            "state",
+            "status",
+            "capabilities",
+            "reputation",
+            "jobs_done",
+            "earnings",
+            "benchmark_gflops",
+            "last_heartbeat_at",
+            "created_at",
+        ]
+        read_only_fields = fields
+
+    def get_status(self, worker: Worker) -> str:
+        if worker.state != Worker.State.ACTIVE:
+            return str(worker.state)
+        return "online" if worker.is_online else "offline"
+
+
+class RegisteredSerializer(WorkerSerializer):
+    token = serializers.CharField(help_text="The worker API token; the agent stores it beside its key.")
+    created = serializers.BooleanField()
+
+    class Meta(WorkerSerializer.Meta):
+        fields = [*WorkerSerializer.Meta.fields, "token", "created"]
+        read_only_fields = fields
+
+
+class ChallengeRequest(serializers.Serializer):
+    registration_token = serializers.CharField(max_length=100)
+    public_key = serializers.CharField(max_length=64)
+
+
+class RegisterRequest(ChallengeRequest):
+    signature = serializers.CharField(max_length=128)
+    register_tx_signature = serializers.CharField(max_length=128, help_text="The signed REGISTER_WORKER template.")
+    capabilities = serializers.JSONField()
+    name = serializers.CharField(max_length=100, required=False, default="", allow_blank=True)
+
+
+class RegistrationThrottle(throttling.AnonRateThrottle):
+    rate = "30/min"
+
+
+class RegistrationTokenView(APIView):
+    """Create a one-time registration token for a new node (valid one hour)."""
+
+    @extend_schema(request=None, responses={201: dict})
+    def post(self, request: Request) -> Response:
+        token, raw = services.create_registration_token(request.user)  # type: ignore[arg-type]
+        return Response({"token": raw, "expires_at": token.expires_at}, status=status.HTTP_201_CREATED)
+
+
+class ChallengeView(APIView):
+    """Step 1 of registration: a nonce for the node to sign. Needs the registration token."""
+
+    permission_classes = [permissions.AllowAny]
+    authentication_classes: list[Any] = []
+    throttle_classes = [RegistrationThrottle]
+
+    @extend_schema(request=ChallengeRequest, responses={200: dict})
+    def post(self, request: Request) -> Response:
+        form = ChallengeRequest(data=request.data)
+        form.is_valid(raise_exception=True)
+        body = services.issue_challenge(form.validated_data["registration_token"], form.validated_data["public_key"])
+        return Response(body)
+
+
+class RegisterView(APIView):
+    """Step 2: the signed challenge, the node's capabilities → the worker and its API token."""
+
+    permission_classes = [permissions.AllowAny]
+    authentication_classes: list[Any] = []
+    throttle_classes = [RegistrationThrottle]
+
+    @extend_schema(request=RegisterRequest, responses={201: RegisteredSerializer, 200: RegisteredSerializer})
+    def post(self, request: Request) -> Response:
+        form = RegisterRequest(data=request.data)
+        form.is_valid(raise_exception=True)
+        data = form.validated_data
+        worker, raw, created = services.register_worker(
+            data["registration_token"],
+            data["public_key"],
+            data["signature"],
+            data["capabilities"],
+            data["name"],
+            data["register_tx_signature"],
+        )
+        body = WorkerSerializer(worker).data | {"token": raw, "created": created}
+        return Response(body, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
+
+
+class SweepTemplateSerializer(serializers.Serializer[dict[str, Any]]):
+    """The unsigned TRANSFER a node signs to sweep its earnings (sign it as is)."""
+
+    chain_id = serializers.CharField()
+    type = serializers.CharField()
+    amount = serializers.IntegerField(help_text="The worker's balance less the fee, in base units.")
+    fee = serializers.IntegerField()
+    nonce = serializers.IntegerField()
+    gas_price = serializers.IntegerField()
+    gas_limit = serializers.IntegerField()
+    payload = serializers.DictField()
+
+    def get_fields(self) -> dict[str, serializers.Field[Any, Any, Any, Any]]:
+        fields = super().get_fields()
+        fields["from"] = serializers.CharField(help_text="This worker's address.")
+        fields["to"] = serializers.CharField(help_text="The owner's custodial account.")
+        return fields
+
+
+class SweepView(APIView):
+    """Move this worker's earnings to its owner's account, signed by the node's own key.
+
+    GET: the TRANSFER template (409 while an assignment is unsettled, 400 when there is
+    nothing beyond the fee). POST: the template signed (its fields plus ``public_key``
+    and ``signature``); 202 when admitted, 200 for the same signed sweep again.
+    """
+
+    authentication_classes = [WorkerTokenAuthentication]
+    permission_classes = [IsWorker]
+
+    @property
+    def worker(self) -> Worker:
+        assert isinstance(self.request.auth, Worker)
+        return self.request.auth
+
+    @extend_schema(responses={200: SweepTemplateSerializer})
+    def get(self, request: Request) -> Response:
+        return Response(sweep.sweep_template(self.worker))
+
+    @extend_schema(
+        request=SubmitTransactionSerializer, responses={202: TransactionSerializer, 200: TransactionSerializer}
+    )
+    def post(self, request: Request) -> Response:
+        form = SubmitTransactionSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        row, replayed = sweep.submit_sweep(self.worker, *form.to_tx())
+        if row.status == TxStatus.REFUSED:
+            raise serializers.ValidationError(refusal_errors(row))
+        code = status.HTTP_200_OK if replayed else status.HTTP_202_ACCEPTED
+        return Response(TransactionSerializer(row).data, status=code)
+
+
+class WorkerViewSet(OwnedViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixin):
+    """Your workers: status, capabilities, reputation, earnings; suspend, resume, retire."""
+
+    serializer_class = WorkerSerializer
+    lookup_value_regex = "[0-9a-fA-F-]{32,36}"
+    ordering_fields = ["created_at", "reputation", "jobs_done"]
+    ordering = ["-created_at"]
+
+    def base_queryset(self) -> QuerySet[Worker]:
+        return Worker.objects.all()
+
+    def _set(self, target: str) -> Response:
+        worker = services.set_worker_state(self.request.user, self.get_object().pk, target)  # type: ignore[arg-type]
+        return Response(WorkerSerializer(worker).data)
+
+    @extend_schema(request=None, responses={200: WorkerSerializer})
+    @action(detail=True, methods=["post"])
+    def suspend(self, request: Request, pk: str | None = None) -> Response:
+        return self._set(Worker.State.SUSPENDED)
+
+    @extend_schema(request=None, responses={200: WorkerSerializer})
+    @action(detail=True, methods=["post"])
+    def resume(self, request: Request, pk: str | None = None) -> Response:
+        return self._set(Worker.State.ACTIVE)
+
+    @extend_schema(request=None, responses={200: WorkerSerializer})
+    @action(detail=True, methods=["post"])
+    def retire(self, request: Request, pk: str | None = None) -> Response:
+        return self._set(Worker.State.RETIRED)

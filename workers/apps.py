@@ -1,0 +1,12 @@
+from django.apps import AppConfig
+
+
+class WorkersConfig(AppConfig):
+    name = "workers"
+    verbose_name = "Workers"
+
+    def ready(self) -> None:
+        from ledger.hooks import register_assignment_checker
+        from workers.ledger_hooks import check_assignment
+
+        register_assignment_checker(check_assignment)

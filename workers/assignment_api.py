@@ -1,0 +1,119 @@
+"""The REST surface a provider node uses for one assignment (worker token only).
+
+GET the job, download its dataset (and, for inference, its model), say it started,
+upload artifacts, submit the signed ComputeResult. Every endpoint checks the assignment
+belongs to the calling worker; a foreign one is reported missing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.files.storage import default_storage
+from django.http import FileResponse
+from drf_spectacular.utils import extend_schema
+from rest_framework import parsers, status
+from rest_framework.exceptions import NotFound
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from workers import heldout, jobs
+from workers.authentication import IsWorker, WorkerTokenAuthentication
+from workers.models import Assignment, Worker
+
+
+class WorkerAPIView(APIView):
+    authentication_classes = [WorkerTokenAuthentication]
+    permission_classes = [IsWorker]
+
+    @property
+    def worker(self) -> Worker:
+        assert isinstance(self.request.auth, Worker)
+        return self.request.auth
+
+    def assignment(self, assignment_id: Any) -> Assignment:
+        found = (
+            Assignment.objects.select_related("task", "task__dataset", "worker")
+            .filter(pk=assignment_id, worker=self.worker)
+            .first()
+        )
+        if found is None:
+            raise NotFound("No such assignment for this worker.")
+        return found
+
+
+class AssignmentView(WorkerAPIView):
+    """The job: kind, spec, seed material, dataset link, deadline."""
+
+    @extend_schema(responses={200: dict})
+    def get(self, request: Request, assignment_id: str) -> Response:
+        return Response(jobs.describe(self.assignment(assignment_id), request.build_absolute_uri("/")))
+
+
+class AssignmentDatasetView(WorkerAPIView):
+    """The task's dataset bytes (only to the assigned worker)."""
+
+    @extend_schema(responses={200: bytes})
+    def get(self, request: Request, assignment_id: str) -> FileResponse:
+        assignment = self.assignment(assignment_id)
+        dataset = assignment.task.dataset
+        if dataset is None:
+            raise NotFound("This task has no dataset.")
+        filename = f"{dataset.pk}.{dataset.format}"
+        if heldout.needs_preparation(assignment.task):
+            # Only the worker-facing part: the held-out rows never leave the platform.
+            split = heldout.prepared(assignment.task)
+            if split is None or split.worker is None:
+                raise NotFound("This task's data is not prepared yet.")
+            return FileResponse(default_storage.open(split.worker, "rb"), as_attachment=True, filename=filename)
+        return FileResponse(dataset.file.open("rb"), as_attachment=True, filename=filename)
+
+
+class AssignmentModelView(WorkerAPIView):
+    """One file of the trained model an inference assignment runs (only to its worker)."""
+
+    @extend_schema(responses={200: bytes})
+    def get(self, request: Request, assignment_id: str, name: str) -> FileResponse:
+        path = jobs.source_model_file(self.assignment(assignment_id), name)
+        return FileResponse(default_storage.open(path, "rb"), as_attachment=True, filename=name)
+
+
+class AssignmentStartView(WorkerAPIView):
+    """The node has begun: offered → running (harmless if repeated)."""
+
+    @extend_schema(request=None, responses={200: dict})
+    def post(self, request: Request, assignment_id: str) -> Response:
+        assignment = jobs.start(self.worker, self.assignment(assignment_id).pk)
+        return Response({"state": assignment.state})
+
+
+class ArtifactUploadView(WorkerAPIView):
+    """One artifact of the kind's list, raw bytes, size-limited."""
+
+    parser_classes = [parsers.FileUploadParser]
+
+    @extend_schema(request={"application/octet-stream": bytes}, responses={201: dict})
+    def put(self, request: Request, assignment_id: str, filename: str) -> Response:
+        upload = request.data.get("file") if isinstance(request.data, dict) else None
+        info = jobs.store_artifact(self.worker, self.assignment(assignment_id).pk, filename, upload)
+        return Response(info, status=status.HTTP_201_CREATED)
+
+
+class ResultView(WorkerAPIView):
+    """The signed ComputeResult (and the worker's signed SUBMIT_RESULT transaction)."""
+
+    @extend_schema(request=dict, responses={202: dict})
+    def post(self, request: Request, assignment_id: str) -> Response:
+        assignment = jobs.submit(self.worker, self.assignment(assignment_id).pk, request.data)
+        return Response({"state": assignment.state}, status=status.HTTP_202_ACCEPTED)
+
+
+class AssignmentFailView(WorkerAPIView):
+    """The node cannot finish the job: it is expired with the reason and reassigned."""
+
+    @extend_schema(request=dict, responses={200: dict})
+    def post(self, request: Request, assignment_id: str) -> Response:
+        reason = request.data.get("reason") if isinstance(request.data, dict) else None
+        assignment = jobs.fail(self.worker, self.assignment(assignment_id).pk, reason)
+        return Response({"state": assignment.state, "reason": assignment.reason})

@@ -1,0 +1,190 @@
+"""``/ws/worker/``: a provider node's live channel (heartbeats, progress, log lines).
+
+The node authenticates with its worker token (``Authorization: Worker pww_…``) on
+connect. Progress is accepted only for the node's own running assignments, persisted
+at most once a second per assignment with a bounded history, and fanned out to the
+task's group, which the owner's browser follows on ``/ws/tasks/<id>/``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from datetime import timedelta
+from typing import Any
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django.utils import timezone
+
+from marketplace.events import DashboardTaskEvent, dashboard_group, task_group
+from marketplace.models import Task, TaskStatus
+from workers.authentication import token_from_header
+from workers.dashboard import worker_changed
+from workers.models import Assignment, Worker
+from workers.services import authenticate_worker
+
+PERSIST_INTERVAL = 1.0  # seconds between progress writes per assignment
+HISTORY_LIMIT = 500  # points kept per assignment for charts
+LOG_LINES = 200
+HEARTBEAT_WRITE_INTERVAL = timedelta(seconds=5)
+MAX_METRICS = 32
+
+
+def worker_group(worker_id: object) -> str:
+    return f"worker.{worker_id}"
+
+
+def clean_metrics(raw: Any) -> dict[str, float] | None:
+    """Metrics as at most 32 named finite numbers; None when anything else was sent.
+
+    Refusing the whole event (rather than dropping bad values) keeps a buggy runner
+    visible to its operator instead of charting a silently partial series.
+    """
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict) or len(raw) > MAX_METRICS:
+        return None
+    out = {}
+    for key, value in raw.items():
+        numeric = isinstance(value, int | float) and not isinstance(value, bool)
+        if not (isinstance(key, str) and 0 < len(key) <= 64 and numeric and math.isfinite(value)):
+            return None
+        out[key] = float(value)
+    return out
+
+
+class WorkerConsumer(AsyncJsonWebsocketConsumer):
+    worker_id: Any = None
+
+    async def connect(self) -> None:
+        headers = dict(self.scope.get("headers") or [])
+        raw = token_from_header(headers.get(b"authorization", b""))
+        worker = await database_sync_to_async(authenticate_worker)(raw) if raw else None
+        if worker is None:
+            await self.close(code=4401)
+            return
+        self.worker_id = worker.pk
+        self._last_write: dict[str, float] = {}
+        await self.channel_layer.group_add(worker_group(worker.pk), self.channel_name)
+        await self.accept()
+        await self._heartbeat()
+        await database_sync_to_async(worker_changed)(worker.pk)  # the owner's dashboard: online
+
+    async def disconnect(self, code: int) -> None:
+        if self.worker_id is not None:
+            await self.channel_layer.group_discard(worker_group(self.worker_id), self.channel_name)
+
+    async def receive_json(self, content: Any, **kwargs: Any) -> None:
+        kind = content.get("type") if isinstance(content, dict) else None
+        if kind == "heartbeat":
+            if not await self._heartbeat():
+                await self.close(code=4403)
+        elif kind == "progress":
+            await self._progress(content)
+        elif kind == "log":
+            await self._log(content)
+        else:
+            await self.send_json({"type": "error", "detail": "Unknown message type."})
+
+    async def worker_close(self, event: dict[str, Any]) -> None:
+        """Sent by the platform when the worker is suspended or retired."""
+        await self.close(code=4403)
+
+    @database_sync_to_async
+    def _heartbeat(self) -> bool:
+        now = timezone.now()
+        Worker.objects.filter(pk=self.worker_id, state=Worker.State.ACTIVE).filter(
+            last_heartbeat_at__lt=now - HEARTBEAT_WRITE_INTERVAL
+        ).update(last_heartbeat_at=now)
+        Worker.objects.filter(pk=self.worker_id, state=Worker.State.ACTIVE, last_heartbeat_at__isnull=True).update(
+            last_heartbeat_at=now
+        )
+        return Worker.objects.filter(pk=self.worker_id, state=Worker.State.ACTIVE).exists()
+
+    @database_sync_to_async
+    def _own_running(self, assignment_id: Any) -> Assignment | None:
+        try:
+            return (
+                Assignment.objects.filter(
+                    pk=assignment_id,
+                    worker_id=self.worker_id,
+                    state__in=[Assignment.State.OFFERED, Assignment.State.RUNNING],
+                )
+                .only("pk", "task_id", "history")
+                .first()
+            )
+        except (ValueError, TypeError, Exception):  # a malformed id is simply not ours
+            return None
+
+    async def _progress(self, content: dict[str, Any]) -> None:
+        assignment = await self._own_running(content.get("assignment_id"))
+        if assignment is None:
+            await self.send_json({"type": "error", "detail": "Not one of your running assignments."})
+            return
+        step, total = content.get("step"), content.get("total")
+        if not (isinstance(step, int) and isinstance(total, int) and 0 <= step <= total and total > 0):
+            await self.send_json({"type": "error", "detail": "progress needs integers 0 ≤ step ≤ total, total > 0."})
+            return
+        metrics = clean_metrics(content.get("metrics"))
+        if metrics is None:
+            await self.send_json({"type": "error", "detail": "metrics must map at most 32 names to finite numbers."})
+            return
+        eta = content.get("eta")
+        event = {
+            "type": "task.progress",
+            "task_id": str(assignment.task_id),
+            "assignment_id": str(assignment.pk),
+            "step": step,
+            "total": total,
+            "percent": round(100.0 * step / total, 2),
+            "metrics": metrics,
+            "eta": float(eta) if isinstance(eta, int | float) and math.isfinite(eta) else None,
+            "sent_at": content.get("sent_at") if isinstance(content.get("sent_at"), int | float) else None,
+        }
+        await self.channel_layer.group_send(task_group(assignment.task_id), event)
+        key = str(assignment.pk)
+        now = time.monotonic()
+        if now - self._last_write.get(key, 0.0) >= PERSIST_INTERVAL or step == total:
+            self._last_write[key] = now
+            stored = await self._persist(assignment, event)
+            if stored is not None:
+                summary = DashboardTaskEvent(
+                    type="dashboard.task",
+                    task_id=str(assignment.task_id),
+                    status=stored[1],
+                    status_label=TaskStatus(stored[1]).label,
+                    progress=round(100.0 * step / total, 2),
+                )
+                await self.channel_layer.group_send(dashboard_group(stored[0]), dict(summary))
+
+    @database_sync_to_async
+    def _persist(self, assignment: Assignment, event: dict[str, Any]) -> tuple[Any, str] | None:
+        """Store the progress; return the task's (owner id, status) for the dashboard."""
+        history = list(assignment.history or [])
+        history.append({"t": time.time(), "step": event["step"], **event["metrics"]})
+        if len(history) > HISTORY_LIMIT:
+            history = history[::2]  # keep the whole run's shape at half the resolution
+        Assignment.objects.filter(pk=assignment.pk).update(
+            progress=event["percent"], metrics=event["metrics"], history=history, last_progress_at=timezone.now()
+        )
+        Task.objects.filter(pk=assignment.task_id).update(progress=event["percent"], metrics=event["metrics"])
+        assignment.history = history
+        return Task.objects.filter(pk=assignment.task_id).values_list("owner_id", "status").first()
+
+    async def _log(self, content: dict[str, Any]) -> None:
+        assignment = await self._own_running(content.get("assignment_id"))
+        lines = content.get("lines")
+        if assignment is None or not isinstance(lines, list):
+            await self.send_json({"type": "error", "detail": "log needs your assignment_id and a list of lines."})
+            return
+        clean = [str(line)[:500] for line in lines[:50]]
+        await self._append_log(assignment.pk, clean)
+        await self.channel_layer.group_send(
+            task_group(assignment.task_id), {"type": "task.log", "task_id": str(assignment.task_id), "lines": clean}
+        )
+
+    @database_sync_to_async
+    def _append_log(self, assignment_id: Any, lines: list[str]) -> None:
+        current = Assignment.objects.filter(pk=assignment_id).values_list("log_tail", flat=True).first() or []
+        Assignment.objects.filter(pk=assignment_id).update(log_tail=(list(current) + lines)[-LOG_LINES:])

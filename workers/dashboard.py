@@ -1,0 +1,118 @@
+"""``/ws/dashboard/``: a signed-in user's live feed of their own tasks and workers.
+
+Task status changes come from ``marketplace.services`` (every transition) and progress
+from the ``/ws/worker/`` consumer; worker status (online, busy, suspended, …) from
+``worker_changed``, called on commit wherever a worker's state, connection or jobs
+change. The consumer joins the user's group on connect and relays ``dashboard.task`` and
+``dashboard.worker`` events, re-checking on each one that the user is still active and
+owns the row named.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Literal, NotRequired, TypedDict
+
+from asgiref.sync import async_to_sync
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from channels.layers import get_channel_layer
+from django.core.exceptions import ValidationError
+
+from marketplace.events import DashboardTaskEvent, dashboard_group
+from marketplace.models import Task, User
+from workers.models import Worker
+
+log = logging.getLogger(__name__)
+
+
+class DashboardWorkerEvent(TypedDict):
+    type: Literal["dashboard.worker"]
+    worker_id: str
+    status: str
+    name: NotRequired[str]
+
+
+DashboardEvent = DashboardTaskEvent | DashboardWorkerEvent
+
+
+def send_dashboard_event(user_id: Any, payload: DashboardEvent) -> None:
+    """Fan an event out to one user's dashboards. Best effort: never fails the caller.
+
+    Call it from ``transaction.on_commit`` so a browser never sees a rolled-back change.
+    """
+    layer = get_channel_layer()
+    if layer is None:
+        return
+    try:
+        async_to_sync(layer.group_send)(dashboard_group(user_id), dict(payload))
+    except Exception:  # advisory: the page recovers its state on reload
+        log.exception("could not send %s to the dashboard of user %s", payload["type"], user_id)
+
+
+def worker_changed(worker_id: Any) -> None:
+    """Send a worker's current status to its owner's dashboards (call it on commit)."""
+    from workers.models import Assignment
+    from workers.views import worker_status
+
+    worker = Worker.objects.filter(pk=worker_id).only("pk", "owner_id", "name", "state", "last_heartbeat_at").first()
+    if worker is None:
+        return
+    busy = Assignment.objects.filter(
+        worker_id=worker.pk, state__in=(Assignment.State.OFFERED, Assignment.State.RUNNING)
+    ).exists()
+    send_dashboard_event(
+        worker.owner_id,
+        DashboardWorkerEvent(
+            type="dashboard.worker", worker_id=str(worker.pk), status=worker_status(worker, busy), name=worker.name
+        ),
+    )
+
+
+class DashboardConsumer(AsyncJsonWebsocketConsumer):
+    """One browser tab of a signed-in user; anonymous sockets are closed with 4403."""
+
+    group: str | None = None
+    user_id: Any = None
+
+    async def connect(self) -> None:
+        user = self.scope.get("user")
+        if user is None or not user.is_authenticated:
+            await self.close(code=4403)
+            return
+        self.user_id = user.pk
+        self.group = dashboard_group(user.pk)
+        await self.channel_layer.group_add(self.group, self.channel_name)
+        await self.accept()
+
+    async def disconnect(self, code: int) -> None:
+        if self.group:
+            await self.channel_layer.group_discard(self.group, self.channel_name)
+
+    async def receive_json(self, content: Any, **kwargs: Any) -> None:
+        # The feed is one-way; say so rather than ignore a client that talks.
+        await self.send_json({"type": "error", "detail": "This socket only sends events."})
+
+    async def dashboard_task(self, event: dict[str, Any]) -> None:
+        if await self._may_see(Task, event.get("task_id")):
+            await self.send_json(event)
+
+    async def dashboard_worker(self, event: dict[str, Any]) -> None:
+        if await self._may_see(Worker, event.get("worker_id")):
+            await self.send_json(event)
+
+    async def _may_see(self, model: type[Task] | type[Worker], pk: Any) -> bool:
+        allowed = await self._check(model, pk)
+        if allowed is None:  # the account was deactivated or deleted since connect
+            await self.close(code=4403)
+            return False
+        return allowed
+
+    @database_sync_to_async
+    def _check(self, model: type[Task] | type[Worker], pk: Any) -> bool | None:
+        if not User.objects.filter(pk=self.user_id, is_active=True).exists():
+            return None
+        try:
+            return model.objects.filter(pk=pk, owner_id=self.user_id).exists()
+        except (ValueError, TypeError, ValidationError):  # a malformed id names nothing of ours
+            return False

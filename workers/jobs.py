@@ -1,0 +1,291 @@
+"""What a worker does with an assignment: read it, start it, upload, submit.
+
+The platform trusts nothing here: every call is bound to the calling worker's own
+assignment, state changes are conditional updates, and a submitted ComputeResult must
+carry the worker's signature over exactly this task, this worker and this result
+before anything else looks at it.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import partial
+from typing import Any
+from uuid import UUID
+
+from django.conf import settings
+from django.core.files.storage import default_storage
+from django.core.files.uploadedfile import UploadedFile
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+from rest_framework.exceptions import NotFound, ValidationError
+
+from ledger import encoding, gas
+from ledger.encoding import EncodingError, parse_compute_result
+from ledger.signing import verify_compute_result, verify_tx
+from marketplace.kinds import KINDS
+from marketplace.models import Task, TaskStatus
+from marketplace.services import transition_locked
+from workers import heldout
+from workers.dashboard import worker_changed
+from workers.models import Assignment, Worker
+
+FAIL_PENALTY = 3  # reputation points; going silent costs more (scheduler.EXPIRE_PENALTY)
+_ARTIFACT_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+
+
+class Conflict(ValidationError):
+    status_code = 409
+
+
+def describe(assignment: Assignment, base_url: str) -> dict[str, Any]:
+    """Everything the node needs to run the job and sign its result.
+
+    For a kind with a held-out split the dataset is the prepared worker-facing file,
+    never the upload (see workers.heldout)."""
+    task = assignment.task
+    dataset = task.dataset
+    sha256, size = (dataset.sha256, dataset.size_bytes) if dataset is not None else ("", 0)
+    if dataset is not None and heldout.needs_preparation(task):
+        split = heldout.prepared(task)
+        if split is None or split.worker is None:
+            raise Conflict({"dataset": ["This task's data is not prepared yet."]})
+        sha256, size = split.worker_sha256, split.worker_size
+    return {
+        "id": str(assignment.pk),
+        "task_id": str(task.pk),
+        "kind": task.kind,
+        "spec": task.spec,
+        "attempt": assignment.attempt,
+        "state": assignment.state,
+        "deadline": assignment.deadline.isoformat(),
+        "seed": {
+            "block_hash": assignment.seed_block_hash,
+            "worker_address": assignment.worker.address,
+            "task_id": str(task.pk),
+        },
+        "dataset": None
+        if dataset is None
+        else {
+            "url": f"{base_url.rstrip('/')}/api/v1/assignments/{assignment.pk}/dataset/",
+            "sha256": sha256,
+            "size_bytes": size,
+            "format": dataset.format,
+        },
+        "artifacts": list(KINDS[task.kind].artifacts),
+        "submit": submit_template(assignment.worker),
+    }
+
+
+def submit_template(worker: Worker) -> dict[str, Any]:
+    """The SUBMIT_RESULT fields the worker signs: everything but the payload is fixed here."""
+    from ledger import services as ledger
+
+    return {
+        "chain_id": settings.LEDGER_CHAIN_ID,
+        "type": encoding.SUBMIT_RESULT,
+        "from": worker.address,
+        "to": worker.address,
+        "amount": 0,
+        "fee": gas.fee_for(encoding.SUBMIT_RESULT, settings.LEDGER_GAS_PRICE),
+        "nonce": ledger.next_nonce(worker.address),
+        "gas_price": settings.LEDGER_GAS_PRICE,
+        "gas_limit": gas.gas_limit(encoding.SUBMIT_RESULT),
+    }
+
+
+def start(worker: Worker, assignment_id: UUID) -> Assignment:
+    """offered → running; the task becomes running with its first started replica."""
+    with transaction.atomic():
+        assignment = Assignment.objects.select_for_update().get(pk=assignment_id, worker=worker)
+        if assignment.state == Assignment.State.RUNNING:
+            return assignment
+        if assignment.state != Assignment.State.OFFERED:
+            raise Conflict({"state": [f"This assignment is {assignment.state}; it cannot start."]})
+        if assignment.deadline <= timezone.now():
+            raise Conflict({"state": ["This assignment's deadline has passed."]})
+        task = Task.objects.select_for_update().get(pk=assignment.task_id)
+        assignment.state = Assignment.State.RUNNING
+        assignment.started_at = timezone.now()
+        assignment.save(update_fields=["state", "started_at"])
+        transaction.on_commit(partial(worker_changed, worker.pk))
+        if task.status == TaskStatus.ASSIGNED:
+            transition_locked(task, TaskStatus.RUNNING, f"{worker.name} started.")
+    return assignment
+
+
+def fail(worker: Worker, assignment_id: UUID, reason: Any) -> Assignment:
+    """The node gives up on a job it cannot finish: offered/running → expired, task reopened.
+
+    Reporting costs the worker less reputation than going silent (which the scheduler
+    finds only at the heartbeat timeout), so an honest node reports. Repeating the call
+    on the now expired assignment is harmless: 409, nothing changes.
+    """
+    if not isinstance(reason, str) or not reason.strip():
+        raise ValidationError({"reason": ["Say why the job failed (a non-empty string)."]})
+    reason = " ".join(reason.split())[:250]
+    with transaction.atomic():
+        assignment = Assignment.objects.select_for_update().get(pk=assignment_id, worker=worker)
+        if assignment.state not in (Assignment.State.OFFERED, Assignment.State.RUNNING):
+            raise Conflict({"state": [f"This assignment is {assignment.state}; it cannot fail now."]})
+        task = Task.objects.select_for_update().get(pk=assignment.task_id)
+        assignment.state = Assignment.State.EXPIRED
+        assignment.settled_at = timezone.now()
+        assignment.reason = f"The worker gave up: {reason}"
+        assignment.save(update_fields=["state", "settled_at", "reason"])
+        transaction.on_commit(partial(worker_changed, worker.pk))
+        Worker.objects.filter(pk=worker.pk, reputation__gte=FAIL_PENALTY).update(
+            reputation=F("reputation") - FAIL_PENALTY
+        )
+        if task.status in (TaskStatus.ASSIGNED, TaskStatus.RUNNING):
+            transition_locked(task, TaskStatus.OPEN, f"{worker.name} could not finish ({reason[:150]}); reassigning.")
+            transaction.on_commit(partial(_enqueue_schedule, task.pk))
+    return assignment
+
+
+def _enqueue_schedule(task_id: UUID) -> None:
+    from workers.tasks import schedule_task
+
+    schedule_task.apply_async(args=(str(task_id),), queue="platform")
+
+
+def artifact_path(assignment: Assignment | UUID, name: str) -> str:
+    pk = assignment.pk if isinstance(assignment, Assignment) else assignment
+    return f"artifacts/{pk}/{name}"
+
+
+def store_artifact(worker: Worker, assignment_id: UUID, name: str, upload: UploadedFile | None) -> dict[str, Any]:
+    """Keep one of the kind's declared artifacts for this running assignment."""
+    assignment = Assignment.objects.select_related("task").get(pk=assignment_id, worker=worker)
+    if assignment.state != Assignment.State.RUNNING:
+        raise Conflict({"state": [f"This assignment is {assignment.state}; artifacts are closed."]})
+    allowed = KINDS[assignment.task.kind].artifacts
+    if not _ARTIFACT_NAME.match(name) or name not in allowed:
+        raise ValidationError({"name": [f"Expected one of: {', '.join(allowed)}."]})
+    if upload is None or not upload.size:
+        raise ValidationError({"file": ["The artifact is empty."]})
+    if upload.size > settings.ARTIFACT_MAX_BYTES:
+        raise ValidationError({"file": [f"The artifact is larger than {settings.ARTIFACT_MAX_BYTES} bytes."]})
+    path = artifact_path(assignment, name)
+    if default_storage.exists(path):
+        default_storage.delete(path)
+    default_storage.save(path, upload)
+    return {"name": name, "size_bytes": upload.size}
+
+
+def submit(worker: Worker, assignment_id: UUID, body: Any) -> Assignment:
+    """Accept a signed result for verification: running → submitted, task → verifying.
+
+    The ComputeResult must name this task and this worker and carry a valid signature by
+    the worker's registered key; the SUBMIT_RESULT transaction must be the template the
+    platform gave, signed by the same key. A second submission for a settled or already
+    submitted assignment is refused with 409 and changes nothing.
+    """
+    if not isinstance(body, dict):
+        raise ValidationError({"non_field_errors": ["Expected a JSON object."]})
+    try:
+        result = parse_compute_result(body.get("compute_result"))
+    except EncodingError as exc:
+        raise ValidationError({"compute_result": [str(exc)]}) from None
+    tx_body = body.get("transaction")
+    if not isinstance(tx_body, dict):
+        raise ValidationError({"transaction": ["Expected the signed SUBMIT_RESULT transaction."]})
+    with transaction.atomic():
+        assignment = Assignment.objects.select_for_update().select_related("task").get(pk=assignment_id, worker=worker)
+        if assignment.state != Assignment.State.RUNNING:
+            raise Conflict({"state": [f"This assignment is {assignment.state}; it takes no result."]})
+        if result.task_id != str(assignment.task_id):
+            raise ValidationError({"compute_result": ["task_id is not this assignment's task."]})
+        if result.worker_address != worker.address:
+            raise ValidationError({"compute_result": ["worker_address is not this worker."]})
+        if not verify_compute_result(result, bytes.fromhex(worker.public_key)):
+            raise ValidationError({"compute_result": ["The signature does not verify with this worker's key."]})
+        _check_submit_tx(worker, tx_body, result)
+        missing = [
+            n for n in KINDS[assignment.task.kind].artifacts if not default_storage.exists(artifact_path(assignment, n))
+        ]
+        if missing:
+            raise ValidationError({"artifacts": [f"Upload {', '.join(missing)} before submitting."]})
+        assignment.state = Assignment.State.SUBMITTED
+        assignment.submitted_at = timezone.now()
+        assignment.result = {"compute_result": result.to_json(), "transaction": tx_body}
+        assignment.save(update_fields=["state", "submitted_at", "result"])
+        transaction.on_commit(partial(worker_changed, worker.pk))
+        task = Task.objects.select_for_update().get(pk=assignment.task_id)
+        if task.status == TaskStatus.RUNNING:
+            transition_locked(task, TaskStatus.VERIFYING, f"{worker.name} submitted a result.")
+        transaction.on_commit(lambda: _enqueue_verification(assignment.pk))
+    return assignment
+
+
+def tx_from_json(body: dict[str, Any]) -> tuple[encoding.Tx, bytes]:
+    """A signed transaction from its JSON form (hex for bytes); ValidationError on bad shape."""
+    try:
+        tx = encoding.Tx(
+            chain_id=str(body["chain_id"]),
+            type=str(body["type"]),
+            sender=str(body["from"]),
+            recipient=str(body["to"]),
+            amount=int(body["amount"]),
+            fee=int(body["fee"]),
+            nonce=int(body["nonce"]),
+            gas_price=int(body["gas_price"]),
+            gas_limit=int(body["gas_limit"]),
+            payload=body["payload"],
+            public_key=bytes.fromhex(str(body["public_key"])),
+        )
+        signature = bytes.fromhex(str(body["signature"]))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValidationError({"transaction": [f"Malformed transaction: {exc}"]}) from None
+    return tx, signature
+
+
+def _check_submit_tx(worker: Worker, tx_body: dict[str, Any], result: Any) -> None:
+    """The transaction must be exactly the template plus this result, signed by the worker."""
+    template = submit_template(worker)
+    for key, value in template.items():
+        if tx_body.get(key) != value:
+            raise ValidationError({"transaction": [f"{key} must be {value!r}."]})
+    if tx_body.get("payload") != {"compute_result": result.to_json()}:
+        raise ValidationError({"transaction": ["payload must be {'compute_result': <the ComputeResult>}."]})
+    tx, signature = tx_from_json(tx_body)
+    if tx.public_key.hex() != worker.public_key or not verify_tx(tx, signature):
+        raise ValidationError({"transaction": ["The signature does not verify with this worker's key."]})
+
+
+def _enqueue_verification(assignment_id: UUID) -> None:
+    from workers.tasks import verify_assignment
+
+    verify_assignment.apply_async(args=(str(assignment_id),), queue="platform")
+
+
+def get_for_worker(worker: Worker, assignment_id: Any) -> Assignment:
+    found = Assignment.objects.filter(pk=assignment_id, worker=worker).first()
+    if found is None:
+        raise NotFound("No such assignment for this worker.")
+    return found
+
+
+def source_model_file(assignment: Assignment, name: str) -> str:
+    """Storage name of one file of the model an inference assignment runs.
+
+    The model is the accepted artifacts of the spec's ``source_task``; only the source
+    kind's model files are served, and only while the assignment is offered or running.
+    Anything else is reported missing.
+    """
+    if assignment.state not in (Assignment.State.OFFERED, Assignment.State.RUNNING):
+        raise Conflict({"state": [f"This assignment is {assignment.state}; its model is closed."]})
+    source_id = assignment.task.spec.get("source_task") if isinstance(assignment.task.spec, dict) else None
+    source = (
+        Task.objects.filter(pk=source_id, owner_id=assignment.task.owner_id, status=TaskStatus.COMPLETED).first()
+        if source_id
+        else None
+    )
+    if source is None or name not in KINDS[source.kind].model_files:
+        raise NotFound("No such model file for this assignment.")
+    accepted = Assignment.objects.filter(task=source, state=Assignment.State.ACCEPTED).order_by("settled_at").first()
+    path = artifact_path(accepted, name) if accepted is not None else ""
+    if not path or not default_storage.exists(path):
+        raise NotFound("No such model file for this assignment.")
+    return path

@@ -1,0 +1,145 @@
+"""Provider workers: identity, registration, and the jobs they are assigned."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+from typing import ClassVar
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+
+class RegistrationToken(models.Model):
+    """A one-time token a provider creates on the registration page and gives to a node.
+
+    Only its hash is stored. It expires after an hour and is spent by the first
+    successful registration.
+    """
+
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="registration_tokens")
+    token_hash = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField()
+    used_at = models.DateTimeField(null=True, blank=True)
+    challenge = models.CharField(max_length=64, blank=True, help_text="The nonce the node must sign.")
+    worker = models.ForeignKey("Worker", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"registration token of {self.owner} ({'used' if self.used_at else 'unused'})"
+
+    @property
+    def is_usable(self) -> bool:
+        return self.used_at is None and self.expires_at > timezone.now()
+
+
+class WorkerQuerySet(models.QuerySet["Worker"]):
+    def online(self) -> WorkerQuerySet:
+        cutoff = timezone.now() - timedelta(seconds=settings.WORKER_HEARTBEAT_TIMEOUT)
+        return self.filter(state=Worker.State.ACTIVE, last_heartbeat_at__gte=cutoff)
+
+
+class Worker(models.Model):
+    """A provider node, known by the ed25519 public key whose private half stays on it."""
+
+    class State(models.TextChoices):
+        ACTIVE = "active", "Active"
+        SUSPENDED = "suspended", "Suspended"
+        RETIRED = "retired", "Retired"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="workers")
+    name = models.CharField(max_length=100)
+    address = models.CharField(max_length=90, unique=True, help_text="cpc1… address of the node's key.")
+    public_key = models.CharField(max_length=64, unique=True, help_text="Raw ed25519 public key, hex.")
+    token_hash = models.CharField(max_length=64, unique=True, help_text="SHA-256 of the worker API token.")
+    state = models.CharField(max_length=12, choices=State.choices, default=State.ACTIVE, db_index=True)
+    capabilities = models.JSONField(default=dict)
+    reputation = models.PositiveSmallIntegerField(default=50, help_text="0–100")
+    jobs_done = models.PositiveIntegerField(default=0)
+    earnings = models.BigIntegerField(default=0, help_text="Base units earned from verified work.")
+    benchmark_gflops = models.FloatField(
+        null=True, blank=True, help_text="Achieved GFLOP/s on verified synthetic work."
+    )
+    last_heartbeat_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    retired_at = models.DateTimeField(null=True, blank=True)
+
+    objects: ClassVar[WorkerQuerySet] = WorkerQuerySet.as_manager()  # type: ignore[assignment]
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.address[:12]}…)"
+
+    @property
+    def queue(self) -> str:
+        """The node's own Celery queue."""
+        return f"w.{self.address}"
+
+    @property
+    def is_online(self) -> bool:
+        if self.state != self.State.ACTIVE or self.last_heartbeat_at is None:
+            return False
+        return timezone.now() - self.last_heartbeat_at <= timedelta(seconds=settings.WORKER_HEARTBEAT_TIMEOUT)
+
+
+class AssignmentState(models.TextChoices):
+    OFFERED = "offered", "Offered"
+    RUNNING = "running", "Running"
+    SUBMITTED = "submitted", "Submitted"
+    ACCEPTED = "accepted", "Accepted"
+    REJECTED = "rejected", "Rejected"
+    EXPIRED = "expired", "Expired"
+
+
+A = AssignmentState
+ASSIGNMENT_TRANSITIONS: dict[str, frozenset[str]] = {
+    A.OFFERED: frozenset({A.RUNNING, A.EXPIRED}),
+    A.RUNNING: frozenset({A.SUBMITTED, A.EXPIRED}),
+    A.SUBMITTED: frozenset({A.ACCEPTED, A.REJECTED}),
+    A.ACCEPTED: frozenset(),
+    A.REJECTED: frozenset(),
+    A.EXPIRED: frozenset(),
+}
+SETTLED = frozenset({A.ACCEPTED, A.REJECTED, A.EXPIRED})
+
+
+class Assignment(models.Model):
+    """One worker's attempt at one task: the unit that is run, submitted and paid."""
+
+    State = AssignmentState
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    task = models.ForeignKey("marketplace.Task", on_delete=models.CASCADE, related_name="assignments")
+    worker = models.ForeignKey(Worker, on_delete=models.PROTECT, related_name="assignments")
+    attempt = models.PositiveSmallIntegerField(default=1)
+    state = models.CharField(max_length=12, choices=AssignmentState.choices, default=A.OFFERED, db_index=True)
+    seed_block_hash = models.CharField(max_length=64, help_text="Latest block hash at assignment: seed material.")
+    deadline = models.DateTimeField()
+    created_at = models.DateTimeField(default=timezone.now)
+    started_at = models.DateTimeField(null=True, blank=True)
+    submitted_at = models.DateTimeField(null=True, blank=True)
+    settled_at = models.DateTimeField(null=True, blank=True)
+    progress = models.FloatField(default=0.0, help_text="Percent, 0–100.")
+    metrics = models.JSONField(default=dict, blank=True)
+    history = models.JSONField(default=list, blank=True, help_text="Bounded series of progress samples.")
+    log_tail = models.JSONField(default=list, blank=True, help_text="Last log lines the worker sent.")
+    last_progress_at = models.DateTimeField(null=True, blank=True)
+    result = models.JSONField(default=dict, blank=True, help_text="The signed ComputeResult.")
+    reason = models.CharField(max_length=300, blank=True, help_text="Why it was rejected or expired.")
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(fields=["task", "worker", "attempt"], name="assignment_unique_attempt"),
+        ]
+        indexes = [models.Index(fields=["worker", "state"])]
+
+    def __str__(self) -> str:
+        return f"{self.task_id} → {self.worker_id} (attempt {self.attempt}, {self.state})"

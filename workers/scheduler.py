@@ -1,0 +1,196 @@
+"""Matching open tasks to online workers and handing out assignments.
+
+The scheduler runs on the trusted ``platform`` queue: when a task opens (on commit of
+post_task), periodically for tasks still waiting, and when a job comes back. It never
+trusts what a worker says about itself beyond the capabilities it registered.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+from functools import partial
+from uuid import UUID
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from marketplace.kinds import KINDS
+from marketplace.models import Task, TaskStatus
+from marketplace.services import transition_locked
+from workers import heldout
+from workers.dashboard import worker_changed
+from workers.models import SETTLED, Assignment, Worker
+
+log = logging.getLogger(__name__)
+
+GENESIS_SEED = "0" * 64
+EXPIRE_PENALTY = 5  # reputation points lost when a job expires in a worker's hands
+# A worker holds at most one of these at a time: its SUBMIT_RESULT nonce is then the next one.
+UNSETTLED = (Assignment.State.OFFERED, Assignment.State.RUNNING, Assignment.State.SUBMITTED)
+
+
+def latest_block_hash() -> str:
+    """Seed material: the newest sealed block's hash (unknowable before it was sealed)."""
+    from ledger.models import Block
+
+    return Block.objects.order_by("-height").values_list("hash", flat=True).first() or GENESIS_SEED
+
+
+def eligible_workers(task: Task, exclude: set[UUID]) -> list[Worker]:
+    """Online, active workers that offer the kind, have the memory and the reputation."""
+    kind = KINDS[task.kind]
+    need = kind.resources(task.spec).memory_bytes
+    candidates = (
+        Worker.objects.online()
+        .filter(reputation__gte=task.min_reputation)
+        .exclude(pk__in=exclude)
+        # One unsettled job per worker: its SUBMIT_RESULT nonce is then always the next one.
+        .exclude(assignments__state__in=UNSETTLED)
+        .order_by("-reputation", "last_heartbeat_at")
+    )
+    chosen = []
+    for worker in candidates:
+        caps = worker.capabilities
+        memory = max(int(caps.get("gpu_memory_bytes") or 0), int(caps.get("ram_bytes") or 0))
+        if task.kind in caps.get("kinds", []) and memory >= need:
+            chosen.append(worker)
+    return chosen
+
+
+def waiting_reason(task: Task) -> str:
+    kind = KINDS[task.kind]
+    gib = kind.resources(task.spec).memory_bytes / 2**30
+    return (
+        f"Waiting for a worker: none online offers {kind.label} with {gib:.1f} GiB of memory"
+        f" and reputation ≥ {task.min_reputation}."
+    )
+
+
+def _lock_free_workers(candidates: list[Worker], wanted: int) -> list[Worker]:
+    """Up to ``wanted`` of the candidates, each row locked and re-checked free.
+
+    Two tasks scheduled at once (each under its own task lock) could otherwise both offer
+    a job to the same idle worker, and hand out one SUBMIT_RESULT nonce twice; a sweep of
+    the worker's earnings (workers/sweep.py) takes the same row lock. A row another
+    transaction holds is skipped, not waited for (PostgreSQL; SQLite serialises writers).
+    """
+    chosen: list[Worker] = []
+    for candidate in candidates:
+        if len(chosen) >= wanted:
+            break
+        row = Worker.objects.select_for_update(skip_locked=True).filter(pk=candidate.pk).first()
+        if row is None or Assignment.objects.filter(worker=row, state__in=UNSETTLED).exists():
+            continue
+        chosen.append(row)
+    return chosen
+
+
+def schedule(task_id: UUID) -> list[Assignment]:
+    """Give an open task to as many eligible workers as its replication still needs.
+
+    Locks the task row; creates assignments and moves the task to ASSIGNED in one
+    transaction; the Celery messages to the workers' queues go out after commit. A kind
+    with a held-out split has it prepared first, outside the transaction.
+    """
+    if not heldout.ensure_prepared(task_id):
+        return []
+    with transaction.atomic():
+        task = Task.objects.select_for_update().filter(pk=task_id).first()
+        if task is None or task.status != TaskStatus.OPEN or not KINDS[task.kind].available:
+            return []
+        previous = list(Assignment.objects.filter(task=task).values_list("worker_id", "state", "attempt"))
+        live = [w for w, state, _ in previous if state not in SETTLED or state == Assignment.State.ACCEPTED]
+        failed_attempts = sum(
+            1 for _, state, _ in previous if state in (Assignment.State.REJECTED, Assignment.State.EXPIRED)
+        )
+        if failed_attempts >= task.max_attempts * task.replication:
+            transition_locked(task, TaskStatus.FAILED, "Failed: every attempt was rejected or expired.")
+            _after_failure(task)
+            return []
+        missing = task.replication - len(live)
+        workers = _lock_free_workers(eligible_workers(task, exclude={w for w, _, _ in previous}), missing)
+        if not workers:
+            reason = waiting_reason(task)
+            if task.status_reason != reason:
+                task.status_reason = reason
+                task.save(update_fields=["status_reason", "updated_at"])
+            return []
+        seed = latest_block_hash()
+        deadline = timezone.now() + timedelta(seconds=settings.ASSIGNMENT_DEADLINE)
+        created = [
+            Assignment.objects.create(
+                task=task, worker=w, attempt=failed_attempts + 1, seed_block_hash=seed, deadline=deadline
+            )
+            for w in workers
+        ]
+        names = ", ".join(w.name for w in workers)
+        transition_locked(task, TaskStatus.ASSIGNED, f"Assigned to {names}.")
+        for assignment in created:
+            transaction.on_commit(partial(dispatch, assignment))
+            transaction.on_commit(partial(worker_changed, assignment.worker_id))
+    return created
+
+
+def _after_failure(task: Task) -> None:
+    """Refund a failed task's escrow (wired to ledger.services.refund)."""
+    from workers.settlement import refund_task
+
+    refund_task(task)
+
+
+def dispatch(assignment: Assignment) -> None:
+    """Send the job to the worker's own queue: JSON, the assignment id only."""
+    from config.celery import app
+
+    app.send_task(
+        "agent.run_assignment",
+        args=[str(assignment.pk)],
+        queue=assignment.worker.queue,
+        serializer="json",
+    )
+
+
+def open_tasks_waiting() -> list[UUID]:
+    """Open tasks of runnable kinds, oldest first: candidates for another scheduling pass."""
+    runnable = [name for name, kind in KINDS.items() if kind.available]
+    return list(
+        Task.objects.filter(status=TaskStatus.OPEN, kind__in=runnable)
+        .order_by("opened_at")
+        .values_list("pk", flat=True)[:200]
+    )
+
+
+def expire_overdue() -> int:
+    """Expire assignments past their deadline or whose worker went silent; reopen the task.
+
+    Returns how many were expired. Each is expired with a conditional update, so a
+    result that arrives at the same moment either wins cleanly or is refused.
+    """
+    now = timezone.now()
+    silent = now - timedelta(seconds=settings.WORKER_HEARTBEAT_TIMEOUT)
+    overdue = Assignment.objects.filter(state__in=[Assignment.State.OFFERED, Assignment.State.RUNNING]).filter(
+        Q(deadline__lt=now) | Q(worker__last_heartbeat_at__lt=silent) | Q(worker__state__in=["suspended", "retired"])
+    )
+    expired = 0
+    for assignment in overdue.select_related("worker"):
+        with transaction.atomic():
+            task = Task.objects.select_for_update().get(pk=assignment.task_id)
+            changed = Assignment.objects.filter(
+                pk=assignment.pk, state__in=[Assignment.State.OFFERED, Assignment.State.RUNNING]
+            ).update(
+                state=Assignment.State.EXPIRED, settled_at=now, reason="Deadline passed or the worker went silent."
+            )
+            if not changed:
+                continue
+            expired += 1
+            Worker.objects.filter(pk=assignment.worker_id, reputation__gte=EXPIRE_PENALTY).update(
+                reputation=F("reputation") - EXPIRE_PENALTY
+            )
+            if task.status in (TaskStatus.ASSIGNED, TaskStatus.RUNNING):
+                transition_locked(task, TaskStatus.OPEN, f"{assignment.worker.name} went silent; reassigning.")
+            transaction.on_commit(partial(schedule, task.pk))
+            transaction.on_commit(partial(worker_changed, assignment.worker_id))
+    return expired

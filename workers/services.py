@@ -1,0 +1,257 @@
+"""Worker identity: registration tokens, proof of key possession, suspend/resume/retire.
+
+Every function opens its own transaction and locks the rows it changes. Errors are DRF
+exceptions whose detail names the field, so the API and the pages can show them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+import secrets
+from datetime import timedelta
+from functools import partial
+from typing import Any
+from uuid import UUID
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+from rest_framework.exceptions import NotFound, PermissionDenied, ValidationError
+
+from ledger import encoding, gas, keys
+from ledger import services as ledger
+from ledger.bech32 import address_from_public_key
+from marketplace.models import User
+from workers.dashboard import worker_changed
+from workers.models import RegistrationToken, Worker
+from workers.protocol import registration_message
+
+REGISTRATION_PREFIX = "pwr_"
+WORKER_TOKEN_PREFIX = "pww_"  # noqa: S105 (a public prefix, not a secret)
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+_HEX128 = re.compile(r"^[0-9a-f]{128}$")
+log = logging.getLogger(__name__)
+
+
+def hash_secret(raw: str) -> str:
+    """Stored form of a random 256-bit token (no stretching needed at that entropy)."""
+    return hashlib.sha256(raw.encode()).hexdigest()
+
+
+def create_registration_token(owner: User) -> tuple[RegistrationToken, str]:
+    """A one-time registration token for a new node; the raw token is returned once."""
+    raw = REGISTRATION_PREFIX + secrets.token_urlsafe(32)
+    token = RegistrationToken.objects.create(
+        owner=owner,
+        token_hash=hash_secret(raw),
+        expires_at=timezone.now() + timedelta(seconds=settings.WORKER_REGISTRATION_TTL),
+    )
+    return token, raw
+
+
+def _clean_public_key(public_key: Any) -> str:
+    if not isinstance(public_key, str) or not _HEX64.match(public_key.lower()):
+        raise ValidationError({"public_key": ["Expected a 32-byte ed25519 public key as 64 hex characters."]})
+    return public_key.lower()
+
+
+def _usable_token_locked(raw: Any) -> RegistrationToken:
+    """Lock and return an unused, unexpired registration token. Expects a transaction."""
+    if not isinstance(raw, str) or not raw.startswith(REGISTRATION_PREFIX):
+        raise ValidationError({"registration_token": ["Not a registration token."]})
+    token = RegistrationToken.objects.select_for_update().filter(token_hash=hash_secret(raw)).first()
+    if token is None:
+        raise ValidationError({"registration_token": ["Unknown registration token."]})
+    if token.used_at is not None:
+        raise ValidationError({"registration_token": ["This registration token was already used."]})
+    if token.expires_at <= timezone.now():
+        raise ValidationError({"registration_token": ["This registration token has expired; create a new one."]})
+    return token
+
+
+def register_tx_template(address: str) -> dict[str, Any]:
+    """The REGISTER_WORKER transaction a new node signs with its own key (no gas)."""
+    return {
+        "chain_id": settings.LEDGER_CHAIN_ID,
+        "type": encoding.REGISTER_WORKER,
+        "from": address,
+        "to": address,
+        "amount": 0,
+        "fee": 0,
+        "nonce": ledger.next_nonce(address),
+        "gas_price": settings.LEDGER_GAS_PRICE,
+        "gas_limit": gas.gas_limit(encoding.REGISTER_WORKER),
+        "payload": {},
+    }
+
+
+def issue_challenge(raw_token: Any, public_key: Any) -> dict[str, Any]:
+    """Give a node a fresh nonce to sign, and the REGISTER_WORKER transaction to sign."""
+    public_key = _clean_public_key(public_key)
+    with transaction.atomic():
+        token = _usable_token_locked(raw_token)
+        token.challenge = secrets.token_hex(32)
+        token.save(update_fields=["challenge"])
+    address = address_from_public_key(bytes.fromhex(public_key))
+    return {"challenge": token.challenge, "register_tx": register_tx_template(address)}
+
+
+def clean_capabilities(raw: Any) -> dict[str, Any]:
+    """Keep the capability fields the scheduler uses, typed and bounded."""
+    if not isinstance(raw, dict):
+        raise ValidationError({"capabilities": ["Expected a JSON object."]})
+
+    def integer(name: str, hi: int) -> int:
+        value = raw.get(name, 0)
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= hi:
+            raise ValidationError({"capabilities": {name: [f"Expected an integer between 0 and {hi}."]}})
+        return value
+
+    def text(name: str) -> str:
+        value = raw.get(name) or ""
+        if not isinstance(value, str) or len(value) > 100:
+            raise ValidationError({"capabilities": {name: ["Expected a string of at most 100 characters."]}})
+        return value
+
+    kinds = raw.get("kinds", [])
+    if not isinstance(kinds, list) or not all(isinstance(k, str) and len(k) <= 32 for k in kinds):
+        raise ValidationError({"capabilities": {"kinds": ["Expected a list of kind names."]}})
+    return {
+        "cpu_cores": integer("cpu_cores", 4096),
+        "ram_bytes": integer("ram_bytes", 2**50),
+        "gpu_name": text("gpu_name"),
+        "gpu_memory_bytes": integer("gpu_memory_bytes", 2**46),
+        "cuda_version": text("cuda_version"),
+        "kinds": sorted(set(kinds)),
+        "agent_version": text("agent_version"),
+    }
+
+
+def register_worker(
+    raw_token: Any, public_key: Any, signature: Any, capabilities: Any, name: Any = "", register_tx_signature: Any = ""
+) -> tuple[Worker, str, bool]:
+    """Register the node whose key signed the token's challenge.
+
+    Returns (worker, raw worker API token, created). Registering a key that is already
+    the same owner's worker is idempotent: the same worker comes back with a fresh API
+    token (the old one stops working). A key another account registered is refused.
+    """
+    public_key = _clean_public_key(public_key)
+    if not isinstance(signature, str) or not _HEX128.match(signature.lower()):
+        raise ValidationError({"signature": ["Expected a 64-byte ed25519 signature as 128 hex characters."]})
+    caps = clean_capabilities(capabilities)
+    label = (name if isinstance(name, str) else "").strip()[:100]
+    raw_api_token = WORKER_TOKEN_PREFIX + secrets.token_urlsafe(32)
+    with transaction.atomic():
+        token = _usable_token_locked(raw_token)
+        if not token.challenge:
+            raise ValidationError({"signature": ["Ask for a challenge first."]})
+        message = registration_message(token.challenge, public_key)
+        if not keys.verify(bytes.fromhex(public_key), message, bytes.fromhex(signature)):
+            raise ValidationError({"signature": ["The signature does not match this key and challenge."]})
+        existing = Worker.objects.select_for_update().filter(public_key=public_key).first()
+        if existing is not None and existing.owner_id != token.owner_id:
+            raise PermissionDenied("This key is registered to another account.")
+        if existing is not None and existing.state == Worker.State.RETIRED:
+            raise ValidationError({"public_key": ["This key belongs to a retired worker; generate a new key."]})
+        created = existing is None
+        address = address_from_public_key(bytes.fromhex(public_key))
+        if existing is None:
+            worker = Worker.objects.create(
+                owner_id=token.owner_id,
+                name=label or f"worker-{address[4:12]}",
+                address=address,
+                public_key=public_key,
+                token_hash=hash_secret(raw_api_token),
+                capabilities=caps,
+            )
+        else:
+            worker = existing
+            worker.token_hash = hash_secret(raw_api_token)
+            worker.capabilities = caps
+            if label:
+                worker.name = label
+            worker.save(update_fields=["token_hash", "capabilities", "name"])
+        token.used_at = timezone.now()
+        token.worker = worker
+        token.save(update_fields=["used_at", "worker"])
+        if created:
+            _record_registration(worker, register_tx_signature)
+    return worker, raw_api_token, created
+
+
+def _record_registration(worker: Worker, signature_hex: Any) -> None:
+    """Admit the node's own signed REGISTER_WORKER transaction (in the caller's transaction)."""
+    if not isinstance(signature_hex, str) or not _HEX128.match(signature_hex.lower()):
+        raise ValidationError({"register_tx_signature": ["Expected the signed REGISTER_WORKER transaction (128 hex)."]})
+    body = register_tx_template(worker.address)
+    tx = encoding.Tx(
+        chain_id=body["chain_id"],
+        type=body["type"],
+        sender=body["from"],
+        recipient=body["to"],
+        amount=body["amount"],
+        fee=body["fee"],
+        nonce=body["nonce"],
+        gas_price=body["gas_price"],
+        gas_limit=body["gas_limit"],
+        payload=body["payload"],
+        public_key=bytes.fromhex(worker.public_key),
+    )
+    row = ledger.submit_transaction(tx, bytes.fromhex(signature_hex), reference=f"register:{worker.pk}")
+    if row.status == "refused":
+        raise ValidationError({"register_tx_signature": [f"The ledger refused REGISTER_WORKER: {row.reason}."]})
+
+
+def authenticate_worker(raw_token: str) -> Worker | None:
+    """The active worker a token belongs to, or None (suspended and retired are refused)."""
+    if not raw_token.startswith(WORKER_TOKEN_PREFIX):
+        return None
+    return Worker.objects.filter(token_hash=hash_secret(raw_token), state=Worker.State.ACTIVE).first()
+
+
+def set_worker_state(owner: User, worker_id: UUID, target: str) -> Worker:
+    """Suspend, resume or retire one of the owner's workers. Retiring is final."""
+    allowed = {
+        Worker.State.ACTIVE: {Worker.State.SUSPENDED, Worker.State.RETIRED},
+        Worker.State.SUSPENDED: {Worker.State.ACTIVE, Worker.State.RETIRED},
+        Worker.State.RETIRED: set(),
+    }
+    with transaction.atomic():
+        worker = Worker.objects.select_for_update().filter(pk=worker_id, owner=owner).first()
+        if worker is None:
+            raise NotFound("No such worker.")
+        if target not in allowed[Worker.State(worker.state)]:
+            raise ValidationError({"state": [f"A {worker.state} worker cannot become {target}."]})
+        worker.state = target
+        fields = ["state"]
+        if target == Worker.State.RETIRED:
+            worker.retired_at = timezone.now()
+            fields.append("retired_at")
+        worker.save(update_fields=fields)
+        transaction.on_commit(partial(worker_changed, worker.pk))
+        if target != Worker.State.ACTIVE:
+            transaction.on_commit(partial(close_worker_sockets, worker.pk))
+    return worker
+
+
+def close_worker_sockets(worker_id: UUID) -> None:
+    """Tell every open ``/ws/worker/`` socket of this worker to close (best effort).
+
+    The REST token is refused from the moment the state is committed; this makes the
+    live channel follow at once instead of at the node's next heartbeat.
+    """
+    from asgiref.sync import async_to_sync
+    from channels.layers import get_channel_layer
+
+    from workers.consumers import worker_group
+
+    layer = get_channel_layer()
+    if layer is None:
+        return
+    try:
+        async_to_sync(layer.group_send)(worker_group(worker_id), {"type": "worker.close"})
+    except Exception:  # the socket also closes at its next heartbeat; never fail the state change
+        log.exception("could not close the sockets of worker %s", worker_id)

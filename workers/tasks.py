@@ -1,0 +1,45 @@
+"""Celery tasks of the workers app, all on the trusted ``platform`` queue.
+
+Each takes ids as JSON strings, re-reads the rows, and returns quietly when the work is
+gone or already done, so a redelivered message is harmless.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from celery import shared_task
+
+from workers import scheduler, settlement, verifiers
+from workers.models import Assignment
+
+log = logging.getLogger(__name__)
+
+
+@shared_task(name="workers.schedule_task", ignore_result=True)
+def schedule_task(task_id: str) -> int:
+    return len(scheduler.schedule(task_id))  # type: ignore[arg-type]
+
+
+@shared_task(name="workers.schedule_waiting", ignore_result=True)
+def schedule_waiting() -> int:
+    """Periodic: expire silent or overdue jobs, then try every waiting task again."""
+    scheduler.expire_overdue()
+    return sum(len(scheduler.schedule(task_id)) for task_id in scheduler.open_tasks_waiting())
+
+
+@shared_task(name="workers.verify_assignment", ignore_result=True)
+def verify_assignment(assignment_id: str) -> str:
+    assignment = Assignment.objects.select_related("task", "worker").filter(pk=assignment_id).first()
+    if assignment is None or assignment.state != Assignment.State.SUBMITTED:
+        return "skipped"
+    try:
+        verdict = verifiers.verify(assignment)
+    except Exception as exc:  # a verifier crash on worker data is a rejection, not a lost job
+        log.exception("verifier failed on %s", assignment_id)
+        verdict = verifiers.Verdict(False, f"verification error: {type(exc).__name__}")
+    if verdict.ok:
+        settlement.accept(assignment.pk, verdict.metrics)
+        return "accepted"
+    settlement.reject(assignment.pk, verdict.reason or "rejected")
+    return "rejected"

@@ -1,0 +1,135 @@
+"""Verifiers of the ASL kinds (platform side, on the trusted ``platform`` queue).
+
+asl_training: the model's config must be the spec's over the dataset's signs and its
+labels the dataset's, the signed result_hash must be the sha256 of model.safetensors, and
+the top-1 accuracy recomputed on the held-out participants no worker received must match
+the reported ``val_top1_micro`` (``training.asl.run.accepts``: three binomial standard
+errors) and reach the spec's ``min_accuracy``. asl_inference: the predictions' hash, then
+k sequences chosen with a platform secret recomputed with the source task's model.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from workers import heldout
+from workers.models import Assignment
+from workers.verifiers import (
+    Verdict,
+    check_result_hash,
+    copy_dataset,
+    proof_micro,
+    read_small_json,
+    source_model_dir,
+    spot_check_seed,
+)
+
+
+def expected_config(spec: dict[str, Any], num_classes: int) -> dict[str, Any]:
+    """What config.json must say for a model trained on ``spec`` over ``num_classes`` signs."""
+    from training.asl.model import ModelConfig
+    from training.asl.spec import TrainSpec
+
+    settings = TrainSpec.from_dict(dict(spec))
+    config = ModelConfig(
+        num_classes=num_classes,
+        dim=settings.dim,
+        blocks=settings.blocks,
+        max_len=settings.max_len,
+        use_pose=settings.use_pose,
+        drop_path=settings.drop_path,
+        dropout=settings.dropout,
+    )
+    result: dict[str, Any] = json.loads(json.dumps(config.to_dict()))
+    return result
+
+
+def model_problem(spec: dict[str, Any], signs: list[str], model_dir: Path) -> str:
+    """Why the submitted config.json / labels.json are not the spec's model ("" when they are)."""
+    raw = read_small_json(model_dir / "config.json")
+    if not isinstance(raw, dict):
+        return "config.json is not a JSON object."
+    wanted = expected_config(spec, len(signs))
+    wrong = sorted(k for k in set(wanted) | set(raw) if raw.get(k) != wanted.get(k))
+    if wrong:
+        return f"config.json does not match the spec: {', '.join(wrong)}."
+    labels = read_small_json(model_dir / "labels.json")
+    if not isinstance(labels, dict) or labels.get("signs") != signs:
+        return "labels.json does not list the dataset's signs in its order."
+    return ""
+
+
+def verify_asl_training(assignment: Assignment, artifacts: dict[str, Path]) -> Verdict:
+    """Recompute held-out top-1 accuracy and compare it with the claim and the required minimum."""
+    from training.asl.run import accepts, verify
+    from training.asl.split import dataset_signs
+
+    task = assignment.task
+    model = artifacts["model.safetensors"]
+    rejected = check_result_hash(assignment, model)
+    if rejected:
+        return rejected
+    reported = proof_micro(assignment, "val_top1_micro")
+    if reported is None:
+        return Verdict(False, "The signed proof carries no integer val_top1_micro.")
+    split = heldout.prepared(task)
+    if split is None:
+        # Cannot happen: the scheduler prepares the split before any worker is assigned.
+        raise RuntimeError(f"task {task.pk} has no held-out split")
+    problem = model_problem(task.spec, dataset_signs(split.heldout_path()), model.parent)
+    if problem:
+        return Verdict(False, problem)
+    with tempfile.TemporaryDirectory(prefix="proofwork-verify-") as cache:
+        outcome = verify(model.parent, split.heldout_path(), cache_dir=Path(cache))
+    top1, count = float(outcome["top1"]), int(outcome["count"])
+    minimum = float(task.spec.get("min_accuracy", 0.0))
+    metrics = {
+        "heldout_top1": round(top1, 6),
+        "heldout_top5": round(float(outcome["top5"]), 6),
+        "reported_top1": round(reported, 6),
+        "heldout_sequences": count,
+    }
+    if accepts(reported, top1, count, minimum):
+        return Verdict(True, "", metrics)
+    if accepts(reported, top1, count):
+        return Verdict(False, f"held-out top-1 accuracy {top1:.4f} is below the required {minimum:.4f}.", metrics)
+    return Verdict(False, f"held-out top-1 accuracy {top1:.4f} differs from reported {reported:.4f}.", metrics)
+
+
+def verify_asl_inference(assignment: Assignment, artifacts: dict[str, Path]) -> Verdict:
+    """Recompute k secretly chosen rows of predictions.csv with the source task's model."""
+    from training.asl.infer import verify_predictions
+
+    task = assignment.task
+    path = artifacts["predictions.csv"]
+    rejected = check_result_hash(assignment, path)
+    if rejected:
+        return rejected
+    model_dir = source_model_dir(task)
+    if model_dir is None:
+        raise RuntimeError(f"task {task.pk}: the source task has no accepted model")
+    labels = read_small_json(model_dir / "labels.json")  # verified with the source task
+    signs = labels["signs"] if isinstance(labels, dict) else []
+    try:
+        header = next(csv.reader(io.StringIO(path.read_text(encoding="utf-8"))), [])
+    except UnicodeDecodeError:
+        return Verdict(False, "predictions.csv is not UTF-8 text.")
+    top_k = min(int(task.spec.get("top_k", 5)), len(signs))
+    if len(header) != 2 + 2 * top_k:
+        return Verdict(False, f"predictions.csv must report the top {top_k} signs per sequence.")
+    with tempfile.TemporaryDirectory(prefix="proofwork-verify-") as tmp:
+        inputs = copy_dataset(task, Path(tmp))
+        samples = int(task.spec.get("verify_samples", 16))
+        outcome = verify_predictions(model_dir, inputs, path, samples=samples, seed=spot_check_seed(assignment))
+    if not outcome["ok"]:
+        problem = outcome.get("problem") or (
+            f"{len(outcome['mismatched'])} of {outcome['checked']} recomputed sequences differ "
+            f"(first: {outcome['mismatched'][0]})."
+        )
+        return Verdict(False, str(problem))
+    return Verdict(True, "", {"sequences_checked": int(outcome["checked"])})

@@ -1,0 +1,148 @@
+"""Verifiers of the cube kinds (platform side, on the trusted ``platform`` queue).
+
+cube_training: the model's config must be the spec's (so the worker cannot swap in a
+cheaper model or loss weights), the signed result_hash must be the sha256 of
+model.safetensors, and the validation loss recomputed on the held-out split no worker
+received must match the reported ``val_loss_micro`` within tolerance and beat the
+untrained model's. cube_inference: the outputs' hash, then k rows chosen with a platform
+secret recomputed with the source task's verified model.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from workers import heldout
+from workers.models import Assignment
+from workers.verifiers import (
+    Verdict,
+    check_result_hash,
+    copy_dataset,
+    proof_micro,
+    read_small_json,
+    source_model_dir,
+    spot_check_seed,
+)
+
+# The model fields that change what is computed (activation checkpointing does not).
+MODEL_FIELDS = ("teacher_dim", "lattice_edge", "state_size", "steps", "gate", "top_k", "mode")
+
+
+def expected_config(spec: dict[str, Any]) -> dict[str, Any]:
+    """What config.json must say for a model trained on ``spec``."""
+    from training.cube.config import CubeConfig
+    from training.cube.losses import weights_from_spec
+    from training.cube.run import training_spec
+
+    full = training_spec(spec)
+    config = CubeConfig.from_dict(full).to_dict()
+    return {
+        "architecture": "CubeModel",
+        **{k: v for k, v in config.items() if k != "activation_checkpointing"},
+        "loss_weights": weights_from_spec(full),
+        "batch_size": int(full["batch_size"]),
+    }
+
+
+def config_problem(spec: dict[str, Any], path: Path) -> str:
+    """Why the submitted config.json is not the spec's model ("" when it is)."""
+    raw = read_small_json(path)
+    if not isinstance(raw, dict):
+        return "config.json is not a JSON object."
+    wanted = expected_config(spec)
+    wrong = sorted(k for k, v in wanted.items() if raw.get(k) != v)
+    return f"config.json does not match the spec: {', '.join(wrong)}." if wrong else ""
+
+
+def _untrained_loss(spec: dict[str, Any], inputs: np.ndarray, targets: np.ndarray | None) -> float:
+    """The held-out loss of the spec's model at its seeded initialisation."""
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from training.cube.config import CubeConfig
+    from training.cube.losses import weights_from_spec
+    from training.cube.model import CubeModel
+    from training.cube.run import evaluate, training_spec
+
+    full = training_spec(spec)
+    torch.manual_seed(full["seed"])
+    model = CubeModel(CubeConfig.from_dict(full)).eval()
+    x = torch.from_numpy(inputs)
+    rows = TensorDataset(x, torch.from_numpy(targets) if targets is not None else x)
+    loader = DataLoader(rows, batch_size=int(full["batch_size"]), shuffle=False)
+    return float(evaluate(model, loader, weights_from_spec(full))["val_loss"])
+
+
+def verify_cube_training(assignment: Assignment, artifacts: dict[str, Path]) -> Verdict:
+    """Recompute the submitted model's loss on the held-out split and compare it with the claim."""
+    from training.cube.run import verify
+    from training.cube.split import load_heldout
+
+    task = assignment.task
+    model = artifacts["model.safetensors"]
+    rejected = check_result_hash(assignment, model)
+    if rejected:
+        return rejected
+    reported = proof_micro(assignment, "val_loss_micro")
+    if reported is None:
+        return Verdict(False, "The signed proof carries no integer val_loss_micro.")
+    problem = config_problem(task.spec, artifacts["config.json"])
+    if problem:
+        return Verdict(False, problem)
+    split = heldout.prepared(task)
+    if split is None:
+        # Cannot happen: the scheduler prepares the split before any worker is assigned.
+        raise RuntimeError(f"task {task.pk} has no held-out split")
+    inputs, targets = load_heldout(split.heldout_path())
+    outcome = verify(model.parent, inputs, targets, {"val_loss": reported})
+    if not outcome["accepted"]:
+        return Verdict(False, str(outcome["reason"]))
+    recomputed = float(outcome["recomputed"]["val_loss"])
+    untrained = _untrained_loss(task.spec, inputs, targets)
+    metrics = {
+        "heldout_val_loss": round(recomputed, 6),
+        "reported_val_loss": round(reported, 6),
+        "untrained_val_loss": round(untrained, 6),
+        "heldout_rows": int(inputs.shape[0]),
+    }
+    if isinstance(outcome["recomputed"].get("val_cosine"), float):
+        metrics["heldout_cosine"] = round(outcome["recomputed"]["val_cosine"], 6)
+    if not recomputed < untrained:
+        return Verdict(False, f"held-out val_loss {recomputed:.6g} is no better than untrained ({untrained:.6g}).")
+    return Verdict(True, "", metrics)
+
+
+def verify_cube_inference(assignment: Assignment, artifacts: dict[str, Path]) -> Verdict:
+    """Recompute k secretly chosen rows of outputs.npy with the source task's model."""
+    from training.cube.data import CubeDataError, load_array
+    from training.cube.run import verify_inference
+
+    task = assignment.task
+    path = artifacts["outputs.npy"]
+    rejected = check_result_hash(assignment, path)
+    if rejected:
+        return rejected
+    try:
+        outputs = np.load(path, allow_pickle=False)
+    except (ValueError, OSError, EOFError) as exc:
+        return Verdict(False, f"outputs.npy is not a readable array ({exc}).")
+    if outputs.dtype.kind != "f":
+        return Verdict(False, f"outputs.npy has dtype {outputs.dtype}, not a float type.")
+    model_dir = source_model_dir(task)
+    if model_dir is None:
+        raise RuntimeError(f"task {task.pk}: the source task has no accepted model")
+    with tempfile.TemporaryDirectory(prefix="proofwork-verify-") as tmp:
+        try:
+            inputs = load_array(copy_dataset(task, Path(tmp)), "embeddings")
+        except CubeDataError as exc:
+            return Verdict(False, str(exc))
+    samples = int(task.spec.get("verify_samples", 16))
+    outcome = verify_inference(model_dir, inputs, outputs, samples=samples, seed=spot_check_seed(assignment))
+    if not outcome["accepted"]:
+        reason = outcome.get("reason") or f"recomputed rows differ (max abs error {outcome['max_abs_error']:.3g})."
+        return Verdict(False, str(reason))
+    return Verdict(True, "", {"rows_checked": len(outcome["rows"]), "max_abs_error": outcome["max_abs_error"]})

@@ -1,0 +1,240 @@
+"""Provider pages: register a node, my workers, one worker, and a task's live state as JSON.
+
+Every view is login-protected and reads workers through ``_own_workers``, the one place
+that restricts rows to the signed-in provider: another user's worker is a 404.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+from uuid import UUID
+
+from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.db.models import Count, Q, QuerySet
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
+from rest_framework.exceptions import APIException, NotFound
+
+from marketplace.models import Task, User
+from marketplace.units import format_credits
+from workers import services, sweep
+from workers.models import Assignment, Worker
+
+RECENT_ASSIGNMENTS = 20
+# The page's buttons name verbs; the service takes the state they lead to.
+ACTIONS: dict[str, str] = {
+    "suspend": Worker.State.SUSPENDED,
+    "resume": Worker.State.ACTIVE,
+    "retire": Worker.State.RETIRED,
+}
+ACTION_DONE = {"suspend": "suspended", "resume": "resumed", "retire": "retired"}
+LIVE_STATES = (Assignment.State.OFFERED, Assignment.State.RUNNING)
+
+
+def current_user(request: HttpRequest) -> User:
+    """The signed-in user; only for views behind login_required.
+
+    Not marketplace.views.common's: the task page imports this module, and importing
+    the marketplace views package from here would make that import circular.
+    """
+    user = request.user
+    assert isinstance(user, User), "view must be behind login_required"
+    return user
+
+
+def _own_workers(request: HttpRequest) -> QuerySet[Worker]:
+    return Worker.objects.filter(owner=current_user(request))
+
+
+def masked_broker_url(url: str) -> str:
+    """The broker URL without its password, safe to print on a page."""
+    parts = urlsplit(url)
+    if not parts.password:
+        return url
+    user = parts.username or ""
+    host = parts.hostname or ""
+    netloc = f"{user}:****@{host}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
+def broker_argument() -> str:
+    """What follows ``--broker`` for a node of this platform."""
+    url = str(settings.CELERY_BROKER_URL)
+    if url.startswith("filesystem://"):
+        # The embedded broker is a folder: the node must run on this machine and share it.
+        folder = Path(settings.CELERY_BROKER_DIR).resolve() / "out"
+        return f"filesystem:// --broker-folder {folder}"
+    return masked_broker_url(url)
+
+
+def worker_status(worker: Worker, busy: bool = False) -> str:
+    """online / busy / offline from heartbeats, or the provider's suspended / retired."""
+    if worker.state != Worker.State.ACTIVE:
+        return str(worker.state)
+    if not worker.is_online:
+        return "offline"
+    return "busy" if busy else "online"
+
+
+def capability_rows(caps: Any) -> list[tuple[str, str]]:
+    """Human rows for a worker's reported capabilities; absent fields are left out."""
+    if not isinstance(caps, dict):
+        return []
+    rows: list[tuple[str, str]] = []
+    if caps.get("cpu_cores"):
+        rows.append(("CPU", f"{caps['cpu_cores']} cores"))
+    if caps.get("ram_bytes"):
+        rows.append(("RAM", _gib(caps["ram_bytes"])))
+    if caps.get("gpu_name"):
+        memory = f" ({_gib(caps['gpu_memory_bytes'])})" if caps.get("gpu_memory_bytes") else ""
+        rows.append(("GPU", f"{caps['gpu_name']}{memory}"))
+    else:
+        rows.append(("GPU", "none"))
+    if caps.get("cuda_version"):
+        rows.append(("CUDA", str(caps["cuda_version"])))
+    if caps.get("kinds"):
+        rows.append(("Kinds", ", ".join(str(k) for k in caps["kinds"])))
+    if caps.get("agent_version"):
+        rows.append(("Agent", str(caps["agent_version"])))
+    return rows
+
+
+def _gib(value: Any) -> str:
+    try:
+        return f"{int(value) / 2**30:.1f} GiB"
+    except (TypeError, ValueError):
+        return "?"
+
+
+def _worker_row(worker: Worker) -> dict[str, Any]:
+    busy = bool(getattr(worker, "live_assignments", 0))
+    return {
+        "worker": worker,
+        "status": worker_status(worker, busy),
+        "capabilities": capability_rows(worker.capabilities),
+        "earnings": format_credits(worker.earnings),
+        "actions": _actions_for(worker),
+    }
+
+
+def _actions_for(worker: Worker) -> list[str]:
+    if worker.state == Worker.State.ACTIVE:
+        return ["suspend", "retire"]
+    if worker.state == Worker.State.SUSPENDED:
+        return ["resume", "retire"]
+    return []
+
+
+@login_required
+def register(request: HttpRequest) -> HttpResponse:
+    """Create a one-time registration token (POST) and show it, with the node's commands, once."""
+    context: dict[str, Any] = {
+        "ttl_minutes": settings.WORKER_REGISTRATION_TTL // 60,
+        "server_url": request.build_absolute_uri("/").rstrip("/"),
+        "broker": broker_argument(),
+    }
+    if request.method == "POST":
+        # The raw token lives only in this response: a reload shows the button again.
+        token, raw = services.create_registration_token(current_user(request))
+        context.update({"raw_token": raw, "token": token})
+    return render(request, "workers/register.html", context)
+
+
+@login_required
+def my_workers(request: HttpRequest) -> HttpResponse:
+    """The provider's workers, with status, capabilities, benchmark and earnings."""
+    workers = _own_workers(request).annotate(
+        live_assignments=Count("assignments", filter=Q(assignments__state__in=LIVE_STATES))
+    )
+    rows = [_worker_row(worker) for worker in workers]
+    return render(request, "workers/my_workers.html", {"rows": rows})
+
+
+@login_required
+def worker_detail(request: HttpRequest, pk: UUID) -> HttpResponse:
+    """One of the provider's workers, its recent assignments, and its unswept earnings
+    with the command that sweeps them into the provider's wallet."""
+    worker = get_object_or_404(_own_workers(request), pk=pk)
+    assignments = list(
+        Assignment.objects.filter(worker=worker).select_related("task").order_by("-created_at")[:RECENT_ASSIGNMENTS]
+    )
+    row = _worker_row(worker)
+    row["status"] = worker_status(worker, busy=any(a.state in LIVE_STATES for a in assignments))
+    server_url = request.build_absolute_uri("/").rstrip("/")
+    context = {
+        "row": row,
+        "assignments": assignments,
+        "status": row["status"],
+        "sweep": sweep.sweep_state(worker),
+        "sweep_command": f"python -m workers.agent --key worker.pem sweep --server {server_url}",
+    }
+    return render(request, "workers/worker_detail.html", context)
+
+
+@login_required
+@require_POST
+def worker_action(request: HttpRequest, pk: UUID, action: str) -> HttpResponse:
+    """Suspend, resume or retire: the service decides; a refused transition is a message."""
+    target = ACTIONS.get(action)
+    if target is None:
+        raise Http404("No such action.")
+    try:
+        worker = services.set_worker_state(current_user(request), pk, target)
+    except NotFound:
+        raise Http404("No such worker.") from None
+    except APIException as exc:
+        messages.error(request, _detail_text(exc.detail))
+    else:
+        messages.success(request, f"Worker “{worker.name}” {ACTION_DONE[action]}.")
+    next_url = request.POST.get("next")
+    if next_url == "detail":
+        return redirect("worker-detail", pk=pk)
+    return redirect("my-workers")
+
+
+def _detail_text(detail: Any) -> str:
+    """Flatten a DRF error detail ({field: [msg]}, [msg] or msg) into one sentence."""
+    if isinstance(detail, dict):
+        return " ".join(_detail_text(v) for v in detail.values())
+    if isinstance(detail, list):
+        return " ".join(_detail_text(v) for v in detail)
+    return str(detail)
+
+
+def assignment_live_state(assignment: Assignment) -> dict[str, Any]:
+    """What the task page needs to draw one assignment: progress, chart history, log tail."""
+    return {
+        "id": str(assignment.pk),
+        "worker": assignment.worker.name,
+        "attempt": assignment.attempt,
+        "state": assignment.state,
+        "state_label": assignment.get_state_display(),
+        "progress": assignment.progress,
+        "metrics": assignment.metrics if isinstance(assignment.metrics, dict) else {},
+        "history": assignment.history if isinstance(assignment.history, list) else [],
+        "log_tail": assignment.log_tail if isinstance(assignment.log_tail, list) else [],
+    }
+
+
+def task_live_state(task: Task) -> dict[str, Any]:
+    """The live part of a task page, the same on first render and on every reconnect."""
+    assignments = Assignment.objects.filter(task=task).select_related("worker").order_by("created_at")
+    return {
+        "task_id": str(task.pk),
+        "status": task.status,
+        "progress": task.progress,
+        "assignments": [assignment_live_state(a) for a in assignments],
+    }
+
+
+@login_required
+def task_live(request: HttpRequest, pk: UUID) -> JsonResponse:
+    """``live.json``: the task's assignments' progress, history and log tail, for its owner only."""
+    user: User = current_user(request)
+    task = get_object_or_404(Task.objects.visible_to(user), pk=pk)
+    return JsonResponse(task_live_state(task))
