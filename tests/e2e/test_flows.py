@@ -14,6 +14,7 @@ import pytest
 
 from marketplace.kinds import KINDS
 from marketplace.models import ApiToken, Dataset, Task, User, hash_token
+from marketplace.units import format_credits
 from tests.factories import PASSWORD, UserFactory
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
@@ -75,7 +76,9 @@ def test_new_user_signs_up_posts_and_cancels_a_task(page: Any) -> None:
     # Post a synthetic task: see the estimate, meet an inline error, fix it, submit.
     page.get_by_role("link", name="Post a task").first.click()
     page.get_by_role("link", name="Synthetic proof of compute").click()
-    expect()(page.locator("#estimate-price")).to_have_text("0.1")
+    # The default size costs the price floor (gas of the worker's SUBMIT_RESULT and sweep).
+    floor = format_credits(KINDS["synthetic"].estimate_price(KINDS["synthetic"].validate_spec({})))
+    expect()(page.locator("#estimate-price")).to_have_text(floor)
     page.get_by_label("Title").fill("My first matmul")
     page.get_by_label("N", exact=True).fill("99999")
     error = page.locator("#id_spec_n_error")

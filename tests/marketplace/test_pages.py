@@ -14,6 +14,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
 from django.urls import reverse
 
+from marketplace.kinds import KINDS
 from marketplace.models import ApiToken, Dataset, Task, TaskEvent, User, hash_token
 from marketplace.units import UNITS_PER_CREDIT, format_credits
 from tests.factories import PASSWORD, post_task
@@ -38,8 +39,6 @@ def bob_web(bob: Any) -> Client:
 @pytest.fixture
 def no_synthetic_runner(monkeypatch: pytest.MonkeyPatch) -> None:
     """Make synthetic a kind no provider runs, as every kind is before its runner lands."""
-    from marketplace.kinds import KINDS
-
     monkeypatch.setitem(KINDS, "synthetic", dataclasses.replace(KINDS["synthetic"], runner=None))
 
 
@@ -357,7 +356,8 @@ def test_service_errors_land_on_the_right_field(alice_web: Client, alice: Any) -
     # The budget check lives in the service: it names "budget", the form shows it there.
     response = alice_web.post(reverse("task-post", args=["synthetic"]), synthetic_form(budget="0.001"))
     assert response.status_code == 400
-    assert "The estimated price is 0.1 credits" in error_slot(text(response), "id_budget")
+    floor = format_credits(KINDS["synthetic"].estimate_price(KINDS["synthetic"].validate_spec({})))
+    assert f"The estimated price is {floor} credits" in error_slot(text(response), "id_budget")
     # So does the dataset rule of a kind that needs one.
     response = alice_web.post(
         reverse("task-post", args=["asl_training"]), default_form("asl_training", alice, budget="100000")
