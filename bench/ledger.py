@@ -5,7 +5,9 @@ verify_chain replay rate. Signing is not timed: workers sign on their own machin
 Runs in a throwaway database (``test_<name>`` beside the one DATABASE_URL names),
 created, migrated and dropped here, so it never touches real data.
 
-Run: DATABASE_URL=postgres://… .venv/bin/python bench/ledger.py [--n 20000] [--workers 100] [--batch 2000]
+Run: .venv/bin/python bench/ledger.py [--n 20000] [--workers 100] [--batch 2000]
+on BENCH_DATABASE_URL (default postgres://postgres@127.0.0.1:5432/proofwork_bench), or on
+DATABASE_URL when that names PostgreSQL.
 Target: ≥ 3,000 tx/s end to end on two cores. The last line is one JSON object.
 """
 
@@ -22,6 +24,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+if not os.environ.get("DATABASE_URL", "").startswith(("postgres://", "postgresql://")):
+    # A `make run` install is on SQLite; the benchmark measures PostgreSQL, as bench/api.py does.
+    os.environ["DATABASE_URL"] = os.environ.get(
+        "BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/proofwork_bench"
+    )
 
 import django
 
@@ -170,7 +177,7 @@ def main() -> None:
     args = parser.parse_args()
     settings.LEDGER_VERIFY_PROCESSES = args.verify_processes
     if connection.vendor != "postgresql":
-        sys.exit("bench/ledger.py measures PostgreSQL: set DATABASE_URL=postgres://…")
+        sys.exit("bench/ledger.py measures PostgreSQL: set BENCH_DATABASE_URL=postgres://…")
     db = settings.DATABASES["default"]
     # Never the test database pytest --reuse-db keeps: a name of its own.
     db.setdefault("TEST", {})["NAME"] = f"bench_{db['NAME']}"
