@@ -118,13 +118,17 @@ def main() -> None:
     env = {**os.environ, "DATABASE_URL": db_url, "PROOFWORK_LOG_LEVEL": "WARNING"}
     env.pop("REDIS_URL", None)
     manage(env, "migrate", "--noinput", "-v0")
+    # Every create escrows its budget: fund the bench user for all of them (warm-up included).
+    budget_credits = 2 * (args.requests + 2 * args.clients)
     token = (
         manage(
             env,
             "shell",
             "-c",
             "from marketplace.models import User; from marketplace import services; "
+            "from ledger import services as ledger; from ledger.sealer import seal_all; "
             "u = User.objects.create_user('bench', password='bench-password-123'); "
+            f"ledger.deposit(u, {budget_credits} * 10**9, 'bench:funding'); seal_all(); "
             "print(services.create_api_token(u, 'bench')[1])",
         )
         .strip()
