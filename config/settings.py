@@ -177,7 +177,14 @@ if REDIS_URL:
         }
     }
 else:
-    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    # In memory for the one web process; the Celery processes reach it through a spool
+    # directory (config/channel_layers.py).
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "config.channel_layers.EmbeddedChannelLayer",
+            "CONFIG": {"spool": str(VAR_DIR / "channels")},
+        }
+    }
 
 # --- Celery ---------------------------------------------------------------------
 CELERY_BROKER_DIR = VAR_DIR / "celery"

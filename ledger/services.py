@@ -17,7 +17,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Sum
+from django.db.models import Q, Sum
 
 from ledger import custody, encoding, gas, keys
 from ledger.bech32 import AddressError, normalize_address
@@ -361,3 +361,16 @@ def escrowed(user: Any) -> int:
     """Units the user has locked in the escrow of their tasks, not yet released."""
     total = Account.objects.filter(user=user, kind=AccountKind.ESCROW).aggregate(s=Sum("available"))["s"]
     return int(total or 0)
+
+
+def task_transactions(task_id: uuid.UUID) -> list[Transaction]:
+    """Every admitted transaction of one task, oldest first: the escrow lock, the workers'
+    SUBMIT_RESULTs and REJECT_RESULTs, the rewards, the platform's fee and the refund."""
+    matches = Q(reference__startswith=f"result:{task_id}:") | Q(
+        type=encoding.REJECT_RESULT, payload__task_id=str(task_id)
+    )
+    escrow = escrow_account(task_id)
+    if escrow is not None:
+        matches |= Q(sender=escrow.address) | Q(recipient=escrow.address)
+    rows = Transaction.objects.exclude(status=TxStatus.REFUSED).filter(matches).select_related("block")
+    return list(rows.order_by("id"))

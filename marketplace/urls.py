@@ -32,6 +32,7 @@ urlpatterns = [
     path("tasks/new/<slug:kind>/", views.task_post, name="task-post"),
     path("tasks/new/<slug:kind>/check/", views.task_check, name="task-check"),
     path("tasks/<uuid:pk>/", views.task_detail, name="task-detail"),
+    path("tasks/<uuid:pk>/results/<str:name>", views.task_result_file, name="task-result-file"),
     path("tasks/<uuid:pk>/cancel/", views.task_cancel, name="task-cancel"),
     path("tasks/<uuid:pk>/publish/", views.task_publish, name="task-publish"),
     # Datasets

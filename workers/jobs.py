@@ -284,8 +284,35 @@ def source_model_file(assignment: Assignment, name: str) -> str:
     )
     if source is None or name not in KINDS[source.kind].model_files:
         raise NotFound("No such model file for this assignment.")
-    accepted = Assignment.objects.filter(task=source, state=Assignment.State.ACCEPTED).order_by("settled_at").first()
-    path = artifact_path(accepted, name) if accepted is not None else ""
-    if not path or not default_storage.exists(path):
+    path = _accepted_artifact(source, name)
+    if path is None:
         raise NotFound("No such model file for this assignment.")
+    return path
+
+
+def _accepted_artifact(task: Task, name: str) -> str | None:
+    """Storage name of artifact ``name`` of the task's first accepted result, if it exists."""
+    accepted = Assignment.objects.filter(task=task, state=Assignment.State.ACCEPTED).order_by("settled_at").first()
+    path = artifact_path(accepted, name) if accepted is not None else ""
+    return path if path and default_storage.exists(path) else None
+
+
+def result_files(task: Task) -> list[str]:
+    """Names of the verified result's files the requester can download (none until completed)."""
+    if task.status != TaskStatus.COMPLETED or task.kind not in KINDS:
+        return []
+    return [name for name in KINDS[task.kind].artifacts if _accepted_artifact(task, name) is not None]
+
+
+def result_file(task: Task, name: str) -> str:
+    """Storage name of one file of a completed task's verified result.
+
+    The caller has already checked that the task is the requester's own (a tenant-scoped
+    queryset). Only the kind's declared artifacts of an accepted assignment are served.
+    """
+    if task.status != TaskStatus.COMPLETED:
+        raise Conflict({"status": [f"This task is {task.status}; results are served once it is completed."]})
+    path = _accepted_artifact(task, name) if task.kind in KINDS and name in KINDS[task.kind].artifacts else None
+    if path is None:
+        raise NotFound(f"This task has no result file named {name!r}.")
     return path

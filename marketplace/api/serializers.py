@@ -100,10 +100,18 @@ class TaskSerializer(serializers.ModelSerializer):
 
 class TaskDetailSerializer(TaskSerializer):
     events = TaskEventSerializer(many=True, read_only=True)
+    result_files = serializers.SerializerMethodField(
+        help_text="Files of the verified result, each at /api/v1/tasks/<id>/results/<name>/ (empty until completed)."
+    )
 
     class Meta(TaskSerializer.Meta):
-        fields = [*TaskSerializer.Meta.fields, "events"]
+        fields = [*TaskSerializer.Meta.fields, "events", "result_files"]
         read_only_fields = fields
+
+    def get_result_files(self, task: Task) -> list[str]:
+        from workers.jobs import result_files
+
+        return result_files(task)
 
 
 class TaskCreateSerializer(serializers.Serializer):

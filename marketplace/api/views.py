@@ -6,7 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 import django_filters
+from django.core.files.storage import default_storage
 from django.db.models import Count, QuerySet
+from django.http import FileResponse
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, parsers, permissions, status, viewsets
 from rest_framework.decorators import action
@@ -20,6 +22,7 @@ from marketplace.api.parsers import PARSERS, JSONParser
 from marketplace.kinds import KINDS, get_kind
 from marketplace.models import ApiToken, Dataset, Task, TaskStatus
 from marketplace.units import format_credits
+from workers import jobs
 
 
 class OwnedViewSet(viewsets.GenericViewSet):
@@ -90,6 +93,17 @@ class TaskViewSet(OwnedViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixin
     def publish(self, request: Request, pk: str | None = None) -> Response:
         task = services.publish_task(request.user, self.get_object().pk)  # type: ignore[arg-type]
         return Response(s.TaskDetailSerializer(task).data)
+
+    @extend_schema(
+        request=None,
+        responses={(200, "application/octet-stream"): bytes},
+        description="One file of a completed task's verified result (the kind's artifacts, e.g. "
+        "model.safetensors or predictions.csv); the task detail lists them under result_files.",
+    )
+    @action(detail=True, methods=["get"], url_path=r"results/(?P<name>[A-Za-z0-9_.-]+)")
+    def results(self, request: Request, pk: str | None = None, name: str = "") -> FileResponse:
+        path = jobs.result_file(self.get_object(), name)
+        return FileResponse(default_storage.open(path, "rb"), as_attachment=True, filename=name)
 
 
 class MarketplaceViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):

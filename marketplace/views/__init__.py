@@ -13,6 +13,7 @@ from marketplace.views.tasks import (
     task_new,
     task_post,
     task_publish,
+    task_result_file,
 )
 
 __all__ = [
@@ -29,6 +30,7 @@ __all__ = [
     "task_new",
     "task_post",
     "task_publish",
+    "task_result_file",
     "token_create",
     "token_revoke",
 ]

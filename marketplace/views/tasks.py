@@ -8,9 +8,10 @@ from uuid import UUID
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.core.files.storage import default_storage
 from django.core.paginator import Paginator
 from django.db.models import Count, Q
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import FileResponse, Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 from rest_framework.exceptions import NotFound, ValidationError
@@ -22,6 +23,8 @@ from marketplace.kinds import KINDS, Kind
 from marketplace.models import CANCELLABLE, Task, TaskStatus, User
 from marketplace.units import format_credits
 from marketplace.views.common import current_user
+from workers import jobs
+from workers.jobs import Conflict
 from workers.views import task_live_state
 
 PAGE_SIZE = 20
@@ -148,13 +151,41 @@ def task_detail(request: HttpRequest, pk: UUID) -> HttpResponse:
         "spec_rows": spec_rows,
         "price_estimate": format_credits(task.price_estimate),
         "events": task.events.all(),
-        "metrics": task.metrics if isinstance(task.metrics, dict) else {},
+        "metrics": {
+            key: f"{value:.4g}" if isinstance(value, float) else value
+            for key, value in (task.metrics if isinstance(task.metrics, dict) else {}).items()
+        },
         "status_labels": dict(TaskStatus.choices),
         "cancellable_statuses": sorted(CANCELLABLE),
         # The same JSON live.json serves on reconnect: the first paint and a recovery draw alike.
         "live": task_live_state(task),
+        "result_rows": _result_rows(task.result_summary),
+        "result_files": jobs.result_files(task),
+        "ledger_txs": ledger.task_transactions(task.pk),
     }
     return render(request, "marketplace/task_detail.html", context)
+
+
+def _result_rows(summary: object) -> list[tuple[str, str]]:
+    """The verified result as (label, text) rows: lists joined, keys made readable."""
+    if not isinstance(summary, dict):
+        return []
+    rows = []
+    for key, value in summary.items():
+        text = ", ".join(str(v) for v in value) if isinstance(value, list) else str(value)
+        rows.append((str(key).replace("_", " "), text))
+    return rows
+
+
+@login_required
+def task_result_file(request: HttpRequest, pk: UUID, name: str) -> FileResponse:
+    """Download one file of the requester's completed task's verified result."""
+    task = _own_task(request, pk)
+    try:
+        path = jobs.result_file(task, name)
+    except (NotFound, Conflict):
+        raise Http404("No such result file.") from None
+    return FileResponse(default_storage.open(path, "rb"), as_attachment=True, filename=name)
 
 
 @login_required

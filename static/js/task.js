@@ -66,7 +66,7 @@
       var dt = document.createElement("dt");
       var dd = document.createElement("dd");
       dt.textContent = key;
-      dd.textContent = String(metrics[key]);
+      dd.textContent = typeof metrics[key] === "number" ? formatValue(metrics[key]) : String(metrics[key]);
       row.appendChild(dt);
       row.appendChild(dd);
       list.appendChild(row);
@@ -328,12 +328,34 @@
       });
   }
 
+  // The server-rendered parts a status change alters (result, summary, timeline, ledger):
+  // fetched again as this page's HTML and swapped in, so they never disagree with the server.
+  function redrawSections() {
+    fetch(window.location.pathname, { credentials: "same-origin", headers: { Accept: "text/html" } })
+      .then(function (response) {
+        return response.ok ? response.text() : null;
+      })
+      .then(function (html) {
+        if (!html) return;
+        var fresh = new DOMParser().parseFromString(html, "text/html");
+        document.querySelectorAll("[data-live-section]").forEach(function (section) {
+          var replacement = section.id ? fresh.getElementById(section.id) : null;
+          if (replacement) section.innerHTML = replacement.innerHTML;
+        });
+      })
+      .catch(function () {
+        /* offline: the next status change or a reload redraws */
+      });
+  }
+
   function connect() {
     socket = new WebSocket(wsUrl);
     socket.addEventListener("open", function () {
+      var reconnected = attempts > 0;
       attempts = 0;
       setLiveState("Live updates on");
       refresh();
+      if (reconnected) redrawSections(); // whatever changed while the socket was down
     });
     socket.addEventListener("message", function (event) {
       var data;
@@ -343,7 +365,15 @@
         return;
       }
       if (data.task_id !== taskId) return;
-      if (data.type === "task.status") apply(data);
+      if (data.type === "task.status") {
+        var badge = byId("task-status");
+        var changed = !badge || badge.getAttribute("data-status") !== data.status;
+        apply(data);
+        if (changed) {
+          refresh();
+          redrawSections();
+        }
+      }
       else if (data.type === "task.progress") {
         if (!live.progress(data)) refresh(); // an assignment this page has not seen yet
       } else if (data.type === "task.log") live.log(data.lines);

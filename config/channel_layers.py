@@ -1,0 +1,142 @@
+"""The embedded channel layer: in memory for the one web process, with a spool directory
+through which the other processes of `make run` reach it.
+
+Browsers and provider nodes hold their sockets on the one web process, so delivery to them
+is in memory. But status changes made by the platform's Celery worker (verification,
+settlement, scheduling) and blocks sealed by it must reach those sockets too, and an
+in-memory layer cannot cross a process boundary. So a process that hosts no consumer
+writes each group message as one JSON file into the spool (atomically: a temporary name,
+then a rename), and the web process relays the files it finds there into its own groups.
+
+Only JSON-serialisable messages cross (they are typed event dicts). Messages written
+before the web process started relaying are dropped: a page that connects later recovers
+its state over REST. Nothing is spooled while no web process is relaying, so the
+directory cannot fill up while the server is down. Production uses channels-redis instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from channels.layers import InMemoryChannelLayer
+
+log = logging.getLogger(__name__)
+
+_MARKER_PREFIX = "relay."
+_counter = itertools.count()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class EmbeddedChannelLayer(InMemoryChannelLayer):
+    """InMemoryChannelLayer plus a cross-process spool (see the module docstring)."""
+
+    def __init__(self, spool: str, poll_interval: float = 0.1, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.spool = Path(spool)
+        self.poll_interval = poll_interval
+        self._relay: asyncio.Task[None] | None = None
+        self._since_ns = 0
+
+    # --- the web process: hosting consumers starts the relay ----------------------------
+
+    @property
+    def serving(self) -> bool:
+        """Whether this process hosts consumers, relaying on a loop that is still running."""
+        relay = self._relay
+        return relay is not None and not relay.done() and relay.get_loop().is_running()
+
+    def _start_relay(self) -> None:
+        if self.serving:
+            return
+        self.spool.mkdir(parents=True, exist_ok=True)
+        self._since_ns = time.time_ns()
+        (self.spool / f"{_MARKER_PREFIX}{os.getpid()}").touch()
+        self._relay = asyncio.get_running_loop().create_task(self._relay_forever())
+
+    async def new_channel(self, prefix: str = "specific.") -> str:
+        self._start_relay()
+        return await super().new_channel(prefix)
+
+    async def group_add(self, group: str, channel: str) -> None:
+        self._start_relay()
+        await super().group_add(group, channel)
+
+    async def _relay_forever(self) -> None:
+        while True:
+            try:
+                await self.relay_pending()
+            except Exception:  # a bad file must not stop live updates for everyone
+                log.exception("channel spool relay failed; retrying")
+            await asyncio.sleep(self.poll_interval)
+
+    async def relay_pending(self) -> int:
+        """Deliver (and remove) every spooled message; returns how many were delivered."""
+        delivered = 0
+        names = sorted(n for n in os.listdir(self.spool) if n.endswith(".json"))
+        for name in names:
+            path = self.spool / name
+            try:
+                raw = path.read_bytes()
+                path.unlink()
+            except FileNotFoundError:
+                continue
+            written_ns = int(name.split("-", 1)[0])
+            if written_ns < self._since_ns:
+                continue
+            try:
+                envelope = json.loads(raw)
+                group, message = envelope["group"], envelope["message"]
+            except (ValueError, KeyError, TypeError):
+                log.warning("dropping malformed spooled channel message %s", name)
+                continue
+            await super().group_send(group, message)
+            delivered += 1
+        return delivered
+
+    # --- every process: send locally when serving, else through the spool ---------------
+
+    def _relay_running(self) -> bool:
+        try:
+            markers = [n for n in os.listdir(self.spool) if n.startswith(_MARKER_PREFIX)]
+        except FileNotFoundError:
+            return False
+        for marker in markers:
+            pid = int(marker[len(_MARKER_PREFIX) :])
+            if pid != os.getpid() and _alive(pid):
+                return True
+            if not _alive(pid):
+                with contextlib.suppress(FileNotFoundError):
+                    (self.spool / marker).unlink()
+        return False
+
+    def _spool_write(self, group: str, message: dict[str, Any]) -> None:
+        if not self._relay_running():
+            return
+        data = json.dumps({"group": group, "message": message}).encode()
+        name = f"{time.time_ns():020d}-{os.getpid()}-{next(_counter)}.json"
+        temporary = self.spool / f".{name}"
+        temporary.write_bytes(data)
+        os.replace(temporary, self.spool / name)
+
+    async def group_send(self, group: str, message: dict[str, Any]) -> None:
+        if self.serving:
+            await super().group_send(group, message)
+        else:
+            self._spool_write(group, message)

@@ -1,0 +1,98 @@
+"""What a requester gets for their money: the verified result's files (REST and the task
+page), and the task's trail on the ledger, on a real synthetic job run by the agent's code."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.test import Client
+from rest_framework.test import APIClient
+
+from marketplace.models import Task, TaskStatus
+from tests.workers.test_jobs import Provider
+from workers import scheduler
+from workers.models import Assignment
+from workers.tasks import verify_assignment
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def alpha(alice: Any) -> Provider:
+    return Provider(alice, "alpha")
+
+
+@pytest.fixture
+def submitted(alpha: Provider, bob: Any, tmp_path: Path) -> tuple[Task, Assignment, bytes]:
+    """Bob's synthetic task, computed and submitted by alice's worker, not yet verified."""
+    from marketplace.units import UNITS_PER_CREDIT
+    from tests.factories import post_task
+
+    task = post_task(bob, "synthetic", {"n": 64}, budget=UNITS_PER_CREDIT)
+    (assignment,) = scheduler.schedule(task.pk)
+    body = alpha.run_job(assignment, tmp_path)
+    assert alpha.submit(assignment, body).status_code == 202
+    product = next(tmp_path.rglob("product.safetensors")).read_bytes()
+    return task, assignment, product
+
+
+def web(user: Any) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def test_the_owner_downloads_the_verified_result(
+    submitted: tuple[Task, Assignment, bytes], bob: Any, bob_client: APIClient
+) -> None:
+    task, assignment, product = submitted
+    url = f"/api/v1/tasks/{task.pk}/results/product.safetensors/"
+    # Before verification there is nothing to hand out: 409 naming the status.
+    early = bob_client.get(url)
+    assert early.status_code == 409
+    assert "verifying" in early.json()["status"][0]
+    assert bob_client.get(f"/api/v1/tasks/{task.pk}/").json()["result_files"] == []
+
+    assert verify_assignment(str(assignment.pk)) == "accepted"
+    detail = bob_client.get(f"/api/v1/tasks/{task.pk}/").json()
+    assert detail["status"] == TaskStatus.COMPLETED
+    assert detail["result_files"] == ["product.safetensors"]
+    response = bob_client.get(url)
+    assert response.status_code == 200
+    assert b"".join(response.streaming_content) == product  # type: ignore[attr-defined]
+    assert 'filename="product.safetensors"' in response["Content-Disposition"]
+
+    # The task page links the same file and serves it.
+    page = web(bob).get(f"/tasks/{task.pk}/")
+    link = f"/tasks/{task.pk}/results/product.safetensors"
+    assert link in page.content.decode()
+    download = web(bob).get(link)
+    assert download.status_code == 200
+    assert b"".join(download.streaming_content) == product  # type: ignore[attr-defined]
+
+
+def test_only_the_owner_and_only_declared_files(
+    submitted: tuple[Task, Assignment, bytes], alice: Any, alice_client: APIClient, bob_client: APIClient
+) -> None:
+    task, assignment, _ = submitted
+    assert verify_assignment(str(assignment.pk)) == "accepted"
+    # Alice runs the worker that computed it, but the result is bob's.
+    assert alice_client.get(f"/api/v1/tasks/{task.pk}/results/product.safetensors/").status_code == 404
+    assert web(alice).get(f"/tasks/{task.pk}/results/product.safetensors").status_code == 404
+    assert APIClient().get(f"/api/v1/tasks/{task.pk}/results/product.safetensors/").status_code in (401, 403)
+    # Nothing but the kind's declared artifacts, whatever the name.
+    missing = bob_client.get(f"/api/v1/tasks/{task.pk}/results/model.safetensors/")
+    assert missing.status_code == 404
+    assert "model.safetensors" in missing.json()["detail"]
+    assert bob_client.get(f"/api/v1/tasks/{task.pk}/results/..%2Fsecret/").status_code == 404
+
+
+def test_the_task_page_shows_its_ledger_trail(submitted: tuple[Task, Assignment, bytes], bob: Any) -> None:
+    task, assignment, _ = submitted
+    assert verify_assignment(str(assignment.pk)) == "accepted"
+    body = web(bob).get(f"/tasks/{task.pk}/").content.decode()
+    section = body[body.index('id="task-ledger"') :]
+    for label in ("Escrow lock", "Submit result", "Escrow release", "Fee"):
+        assert label in section, label
