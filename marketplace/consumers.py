@@ -1,27 +1,102 @@
-"""WebSocket consumers for the requester's browser."""
+"""WebSocket consumers for the requester's browser, and the base of every live consumer."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from typing import Any
 
+from channels.consumer import get_handler_name
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from marketplace.events import task_group
 from marketplace.models import Task
 
+# How long one ownership check vouches for every socket of that user on that task in this
+# process: the bound on how late a user who lost access (deactivated) stops receiving.
+ACCESS_TTL = 1.0
 
-class TaskConsumer(AsyncJsonWebsocketConsumer):
-    """``/ws/tasks/<id>/``: live status of one task, for its owner only."""
+
+class LiveConsumer(AsyncJsonWebsocketConsumer):
+    """A JSON consumer whose database access goes through ``database_sync_to_async`` only.
+
+    Channels hops to the sync thread before every message it dispatches, to close stale
+    database connections. ``database_sync_to_async`` already closes them around each call,
+    so for these consumers the hop only costs: a thread round trip per socket per event,
+    serialised on the one sync thread (200 browsers on a task: 200 hops per progress
+    event, queued behind any database write of the process). Subclasses must not use the
+    ORM outside ``database_sync_to_async``.
+    """
+
+    async def dispatch(self, message: dict[str, Any]) -> None:
+        handler = getattr(self, get_handler_name(message), None)
+        if handler is None:
+            raise ValueError(f"No handler for message type {message['type']}")
+        await handler(message)
+
+
+class TaskAccess:
+    """Process-wide, single-flight ownership checks shared by the sockets of one (user, task).
+
+    Hundreds of tabs may follow one task, and each must re-check on every event that its
+    user may still see it. One query per socket per event would put hundreds of database
+    round trips on every progress event; instead the first socket that needs a fresh
+    answer asks once, every other socket of that user and task awaits the same answer, and
+    the answer is trusted for ``ACCESS_TTL`` seconds from when the question was asked.
+    """
+
+    def __init__(self) -> None:
+        self._answers: dict[tuple[Any, str], tuple[float, bool]] = {}
+        self._pending: dict[tuple[Any, str, asyncio.AbstractEventLoop], asyncio.Future[bool]] = {}
+
+    async def allowed(self, user: Any, task_id: str) -> bool:
+        """Whether ``user`` is still active and still owns the task."""
+        answer = self._answers.get((user.pk, task_id))
+        if answer is not None and time.monotonic() - answer[0] < ACCESS_TTL:
+            return answer[1]
+        key = (user.pk, task_id, asyncio.get_running_loop())  # a future belongs to one loop
+        pending = self._pending.get(key)
+        if pending is None:
+            pending = asyncio.ensure_future(self._ask(user, task_id))
+            self._pending[key] = pending
+            pending.add_done_callback(lambda _: self._pending.pop(key, None))
+        return await asyncio.shield(pending)
+
+    async def _ask(self, user: Any, task_id: str) -> bool:
+        asked_at = time.monotonic()
+        # Not thread-sensitive: a read on a connection of its own, so it never waits behind
+        # the worker socket's progress writes on the shared sync thread.
+        allowed = await database_sync_to_async(_may_see, thread_sensitive=False)(user, task_id)
+        self._answers = {k: v for k, v in self._answers.items() if asked_at - v[0] < ACCESS_TTL}
+        self._answers[(user.pk, task_id)] = (asked_at, allowed)
+        return allowed
+
+
+def _may_see(user: Any, task_id: str) -> bool:
+    return Task.objects.visible_to(user).filter(pk=task_id, owner__is_active=True).exists()
+
+
+task_access = TaskAccess()
+
+
+class TaskConsumer(LiveConsumer):
+    """``/ws/tasks/<id>/``: live status of one task, for its owner only.
+
+    Ownership is checked on connect and again for every event relayed (through
+    ``task_access``); a socket whose user lost access is closed with 4403 on the next event.
+    """
 
     group: str | None = None
+    task_id: str = ""
 
     async def connect(self) -> None:
         user = self.scope.get("user")
-        task_id = self.scope["url_route"]["kwargs"]["task_id"]
-        if user is None or not user.is_authenticated or not await self._owns(user, task_id):
+        task_id = str(self.scope["url_route"]["kwargs"]["task_id"])
+        if user is None or not user.is_authenticated or not await database_sync_to_async(_may_see)(user, task_id):
             await self.close(code=4403)
             return
+        self.task_id = task_id
         self.group = task_group(task_id)
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
@@ -29,26 +104,30 @@ class TaskConsumer(AsyncJsonWebsocketConsumer):
     async def disconnect(self, code: int) -> None:
         if self.group:
             await self.channel_layer.group_discard(self.group, self.channel_name)
+            self.group = None
 
     async def task_status(self, event: dict[str, Any]) -> None:
-        await self.send_json(event)
+        if await self._may_relay(event):
+            await self.send_json(event)
 
     async def task_progress(self, event: dict[str, Any]) -> None:
         """A worker's step, metrics and ETA, relayed by ``/ws/worker/``."""
-        if self._is_ours(event):
+        if await self._may_relay(event):
             await self.send_json(event)
 
     async def task_log(self, event: dict[str, Any]) -> None:
         """Log lines a worker sent for this task."""
-        if self._is_ours(event):
+        if await self._may_relay(event):
             await self.send_json(event)
 
-    def _is_ours(self, event: dict[str, Any]) -> bool:
-        # Ownership was checked on connect and the group is per task, so the per-event
-        # check is that the event names this socket's task: no query per progress event
-        # (hundreds of browsers may follow one task).
-        return self.group is not None and self.group == task_group(str(event.get("task_id", "")))
-
-    @database_sync_to_async
-    def _owns(self, user: Any, task_id: Any) -> bool:
-        return Task.objects.visible_to(user).filter(pk=task_id).exists()
+    async def _may_relay(self, event: dict[str, Any]) -> bool:
+        """The per-event check: the event names this socket's task, and its user may still
+        see it. A user who may not is dropped from the group and disconnected."""
+        if self.group is None or str(event.get("task_id", "")) != self.task_id:
+            return False
+        if await task_access.allowed(self.scope["user"], self.task_id):
+            return True
+        await self.channel_layer.group_discard(self.group, self.channel_name)
+        self.group = None
+        await self.close(code=4403)
+        return False

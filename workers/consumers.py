@@ -14,9 +14,9 @@ from datetime import timedelta
 from typing import Any
 
 from channels.db import database_sync_to_async
-from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.utils import timezone
 
+from marketplace.consumers import LiveConsumer
 from marketplace.events import DashboardTaskEvent, dashboard_group, task_group
 from marketplace.models import Task, TaskStatus
 from workers.authentication import token_from_header
@@ -54,7 +54,7 @@ def clean_metrics(raw: Any) -> dict[str, float] | None:
     return out
 
 
-class WorkerConsumer(AsyncJsonWebsocketConsumer):
+class WorkerConsumer(LiveConsumer):
     worker_id: Any = None
 
     async def connect(self) -> None:

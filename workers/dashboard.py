@@ -15,10 +15,10 @@ from typing import Any, Literal, NotRequired, TypedDict
 
 from asgiref.sync import async_to_sync
 from channels.db import database_sync_to_async
-from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from channels.layers import get_channel_layer
 from django.core.exceptions import ValidationError
 
+from marketplace.consumers import LiveConsumer
 from marketplace.events import DashboardTaskEvent, dashboard_group
 from marketplace.models import Task, User
 from workers.models import Worker
@@ -69,7 +69,7 @@ def worker_changed(worker_id: Any) -> None:
     )
 
 
-class DashboardConsumer(AsyncJsonWebsocketConsumer):
+class DashboardConsumer(LiveConsumer):
     """One browser tab of a signed-in user; anonymous sockets are closed with 4403."""
 
     group: str | None = None

@@ -157,28 +157,6 @@ def test_status_changes_arrive_live_over_the_websocket(page: Any, live_url: str)
     assert page.evaluate("window.__sameDocument") is True
 
 
-def test_kind_without_a_runner_says_the_task_stays_open(page: Any) -> None:
-    from marketplace import services
-
-    # A kind the form can post with its defaults alone (no dataset, no source task).
-    waiting = [k for k in KINDS.values() if not k.available and not k.dataset_formats]
-    waiting += [k for k in KINDS.values() if not k.available and k.name == "cube_training"]
-    if not waiting:
-        pytest.skip("every kind postable without a dataset has a runner now; nothing stays open for that reason")
-    kind = waiting[0]
-    user: Any = UserFactory(username="ivan")
-    services.welcome_user(user)
-    log_in(page, "ivan")
-    page.goto(f"/tasks/new/{kind.name}/")
-    expect()(page.locator(".callout-warn")).to_contain_text(f"No provider runs {kind.label} tasks yet")
-    page.get_by_role("button", name="Post task").click()
-    expect()(page).to_have_url(UUID_PATH)
-    expect()(page.locator("#task-status")).to_have_text("Open")
-    expect()(page.locator("#task-reason")).to_have_text(
-        f"No provider runs {kind.label} tasks yet; the task stays open until one does."
-    )
-
-
 def test_another_users_task_is_not_found(page: Any) -> None:
     from marketplace import services
 
