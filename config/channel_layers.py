@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from channels.exceptions import ChannelFull
 from channels.layers import InMemoryChannelLayer
 
 log = logging.getLogger(__name__)
@@ -47,12 +48,35 @@ def _alive(pid: int) -> bool:
 class EmbeddedChannelLayer(InMemoryChannelLayer):
     """InMemoryChannelLayer plus a cross-process spool (see the module docstring)."""
 
+    # Expiry sweeps are housekeeping (messages: 60 s, group memberships: a day); the base
+    # class runs one on every receive and group_send, walking every queued channel and every
+    # membership of every group: O(sockets) per delivery, O(sockets²) per event fanned out
+    # to a group (200 browsers on one task: ~80,000 steps per progress event, and enough
+    # garbage to trigger full collections mid-fan-out). Once a second keeps the bounds.
+    SWEEP_INTERVAL = 1.0
+
     def __init__(self, spool: str, poll_interval: float = 0.1, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.spool = Path(spool)
         self.poll_interval = poll_interval
         self._relay: asyncio.Task[None] | None = None
         self._since_ns = 0
+        self._swept_at = 0.0
+
+    def _clean_expired(self) -> None:
+        now = time.monotonic()
+        if now - self._swept_at >= self.SWEEP_INTERVAL:
+            self._swept_at = now
+            super()._clean_expired()
+
+    async def _local_group_send(self, group: str, message: dict[str, Any]) -> None:
+        """The base group_send without its task per member: sending in memory never waits."""
+        assert isinstance(message, dict), "Message is not a dict"
+        self.require_valid_group_name(group)
+        self._clean_expired()
+        for channel in list(self.groups.get(group, ())):
+            with contextlib.suppress(ChannelFull):
+                await self.send(channel, message)
 
     # --- the web process: hosting consumers starts the relay ----------------------------
 
@@ -106,7 +130,7 @@ class EmbeddedChannelLayer(InMemoryChannelLayer):
             except (ValueError, KeyError, TypeError):
                 log.warning("dropping malformed spooled channel message %s", name)
                 continue
-            await super().group_send(group, message)
+            await self._local_group_send(group, message)
             delivered += 1
         return delivered
 
@@ -137,6 +161,6 @@ class EmbeddedChannelLayer(InMemoryChannelLayer):
 
     async def group_send(self, group: str, message: dict[str, Any]) -> None:
         if self.serving:
-            await super().group_send(group, message)
+            await self._local_group_send(group, message)
         else:
             self._spool_write(group, message)

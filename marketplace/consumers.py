@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from typing import Any
 
 from channels.consumer import get_handler_name
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django.db import DatabaseError
 
 from marketplace.events import task_group
 from marketplace.models import Task
+
+log = logging.getLogger(__name__)
 
 # How long one ownership check vouches for every socket of that user on that task in this
 # process: the bound on how late a user who lost access (deactivated) stops receiving.
@@ -48,10 +52,11 @@ class TaskAccess:
 
     def __init__(self) -> None:
         self._answers: dict[tuple[Any, str], tuple[float, bool]] = {}
-        self._pending: dict[tuple[Any, str, asyncio.AbstractEventLoop], asyncio.Future[bool]] = {}
+        self._pending: dict[tuple[Any, str, asyncio.AbstractEventLoop], asyncio.Future[bool | None]] = {}
 
-    async def allowed(self, user: Any, task_id: str) -> bool:
-        """Whether ``user`` is still active and still owns the task."""
+    async def allowed(self, user: Any, task_id: str) -> bool | None:
+        """Whether ``user`` is still active and still owns the task; None when the database
+        could not say (nothing is cached then: the next event asks again)."""
         answer = self._answers.get((user.pk, task_id))
         if answer is not None and time.monotonic() - answer[0] < ACCESS_TTL:
             return answer[1]
@@ -63,11 +68,17 @@ class TaskAccess:
             pending.add_done_callback(lambda _: self._pending.pop(key, None))
         return await asyncio.shield(pending)
 
-    async def _ask(self, user: Any, task_id: str) -> bool:
+    async def _ask(self, user: Any, task_id: str) -> bool | None:
         asked_at = time.monotonic()
-        # Not thread-sensitive: a read on a connection of its own, so it never waits behind
-        # the worker socket's progress writes on the shared sync thread.
-        allowed = await database_sync_to_async(_may_see, thread_sensitive=False)(user, task_id)
+        try:
+            # Not thread-sensitive: a read on a connection of its own, so it never waits
+            # behind the worker socket's progress writes on the shared sync thread.
+            allowed = await database_sync_to_async(_may_see, thread_sensitive=False)(user, task_id)
+        except DatabaseError:
+            # A blip must not close every tab of the task at once (and have them all
+            # reconnect together); this event is withheld, the next one asks again.
+            log.exception("could not re-check access of user %s to task %s", user.pk, task_id)
+            return None
         self._answers = {k: v for k, v in self._answers.items() if asked_at - v[0] < ACCESS_TTL}
         self._answers[(user.pk, task_id)] = (asked_at, allowed)
         return allowed
@@ -125,7 +136,10 @@ class TaskConsumer(LiveConsumer):
         see it. A user who may not is dropped from the group and disconnected."""
         if self.group is None or str(event.get("task_id", "")) != self.task_id:
             return False
-        if await task_access.allowed(self.scope["user"], self.task_id):
+        allowed = await task_access.allowed(self.scope["user"], self.task_id)
+        if allowed is None:  # unknown: withhold the event, keep the socket
+            return False
+        if allowed:
             return True
         await self.channel_layer.group_discard(self.group, self.channel_name)
         self.group = None

@@ -14,6 +14,7 @@ from datetime import timedelta
 from typing import Any
 
 from channels.db import database_sync_to_async
+from django.db import transaction
 from django.utils import timezone
 
 from marketplace.consumers import LiveConsumer
@@ -111,7 +112,7 @@ class WorkerConsumer(LiveConsumer):
                     worker_id=self.worker_id,
                     state__in=[Assignment.State.OFFERED, Assignment.State.RUNNING],
                 )
-                .only("pk", "task_id", "history")
+                .only("pk", "task_id")  # not the history: it is read once a second, by _persist
                 .first()
             )
         except (ValueError, TypeError, Exception):  # a malformed id is simply not ours
@@ -160,17 +161,30 @@ class WorkerConsumer(LiveConsumer):
 
     @database_sync_to_async
     def _persist(self, assignment: Assignment, event: dict[str, Any]) -> tuple[Any, str] | None:
-        """Store the progress; return the task's (owner id, status) for the dashboard."""
-        history = list(assignment.history or [])
-        history.append({"t": time.time(), "step": event["step"], **event["metrics"]})
-        if len(history) > HISTORY_LIMIT:
-            history = history[::2]  # keep the whole run's shape at half the resolution
-        Assignment.objects.filter(pk=assignment.pk).update(
-            progress=event["percent"], metrics=event["metrics"], history=history, last_progress_at=timezone.now()
-        )
-        Task.objects.filter(pk=assignment.task_id).update(progress=event["percent"], metrics=event["metrics"])
-        assignment.history = history
-        return Task.objects.filter(pk=assignment.task_id).values_list("owner_id", "status").first()
+        """Store the progress; return the task's (owner id, status) for the dashboard.
+
+        One transaction with the assignment row locked, so two sockets of one node (a
+        reconnect landing on another web process) cannot lose each other's history points;
+        nothing is written if the assignment was settled since ``_own_running``.
+        """
+        with transaction.atomic():
+            row = (
+                Assignment.objects.select_for_update()
+                .filter(pk=assignment.pk, state__in=[Assignment.State.OFFERED, Assignment.State.RUNNING])
+                .values("history")
+                .first()
+            )
+            if row is None:
+                return None
+            history = list(row["history"] or [])
+            history.append({"t": time.time(), "step": event["step"], **event["metrics"]})
+            if len(history) > HISTORY_LIMIT:
+                history = history[::2]  # keep the whole run's shape at half the resolution
+            Assignment.objects.filter(pk=assignment.pk).update(
+                progress=event["percent"], metrics=event["metrics"], history=history, last_progress_at=timezone.now()
+            )
+            Task.objects.filter(pk=assignment.task_id).update(progress=event["percent"], metrics=event["metrics"])
+            return Task.objects.filter(pk=assignment.task_id).values_list("owner_id", "status").first()
 
     async def _log(self, content: dict[str, Any]) -> None:
         assignment = await self._own_running(content.get("assignment_id"))

@@ -104,6 +104,108 @@ def test_an_event_naming_another_task_is_not_relayed(alice: Any, bob: Any) -> No
     assert async_to_sync(conversation)()
 
 
+def test_one_ownership_check_serves_every_tab_of_the_owner(
+    alice: Any, bob: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every relayed event is re-checked, but once for all of a user's tabs on the task,
+    not once per socket: a progress event costs one query however many tabs follow it."""
+    from marketplace import consumers as task_consumers
+
+    monkeypatch.setattr(task_consumers, "ACCESS_TTL", 60.0)  # both events within one answer's life
+    task = post_task(bob, budget=UNITS_PER_CREDIT)
+    worker, raw = make_worker(alice, "alice-h100")
+    assignment = make_assignment(task, worker)
+    tabs = [browser_socket(f"/ws/tasks/{task.pk}/", session_cookie("bob")) for _ in range(5)]
+    node = worker_socket(raw)
+    checks: list[tuple[Any, str]] = []
+    real_check = task_consumers._may_see
+
+    def counted(user: Any, task_id: str) -> bool:
+        checks.append((user.pk, task_id))
+        return real_check(user, task_id)
+
+    async def conversation() -> list[int]:
+        for tab in tabs:
+            assert (await tab.connect())[0]
+        assert (await node.connect())[0]
+        monkeypatch.setattr(task_consumers, "_may_see", counted)  # after the connects' own checks
+        for step in (1, 2):
+            await node.send_json_to({"type": "progress", "assignment_id": str(assignment.pk), "step": step, "total": 4})
+        steps = [(await tab.receive_json_from(timeout=5))["step"] for tab in tabs for _ in (1, 2)]
+        for socket in (node, *tabs):
+            await socket.disconnect()
+        return steps
+
+    assert async_to_sync(conversation)() == [1, 2] * len(tabs)
+    assert checks == [(bob.pk, str(task.pk))]
+
+
+def test_a_deactivated_owner_is_disconnected_from_the_task_on_the_next_event(
+    alice: Any, bob: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from marketplace import consumers as task_consumers
+
+    monkeypatch.setattr(task_consumers, "ACCESS_TTL", 0.0)  # no grace: the next event re-asks
+    task = post_task(bob, budget=UNITS_PER_CREDIT)
+    worker, raw = make_worker(alice, "alice-h100")
+    assignment = make_assignment(task, worker)
+    tab = browser_socket(f"/ws/tasks/{task.pk}/", session_cookie("bob"))
+    node = worker_socket(raw)
+
+    async def conversation() -> tuple[dict[str, Any], dict[str, Any]]:
+        assert (await tab.connect())[0]
+        assert (await node.connect())[0]
+        progress = {"type": "progress", "assignment_id": str(assignment.pk), "total": 4}
+        await node.send_json_to({**progress, "step": 1})
+        before = await tab.receive_json_from(timeout=5)
+        await database_sync_to_async(type(bob).objects.filter(pk=bob.pk).update)(is_active=False)
+        await node.send_json_to({**progress, "step": 2})
+        after: dict[str, Any] = await tab.receive_output(timeout=5)
+        await node.disconnect()
+        return before, after
+
+    before, after = async_to_sync(conversation)()
+    assert before["step"] == 1
+    assert after == {"type": "websocket.close", "code": 4403}
+
+
+def test_a_failed_access_check_withholds_the_event_but_keeps_the_tab(
+    alice: Any, bob: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from django.db import DatabaseError
+
+    from marketplace import consumers as task_consumers
+
+    monkeypatch.setattr(task_consumers, "ACCESS_TTL", 0.0)
+    task = post_task(bob, budget=UNITS_PER_CREDIT)
+    worker, raw = make_worker(alice, "alice-h100")
+    assignment = make_assignment(task, worker)
+    tab = browser_socket(f"/ws/tasks/{task.pk}/", session_cookie("bob"))
+    node = worker_socket(raw)
+    real_check = task_consumers._may_see
+
+    def broken(user: Any, task_id: str) -> bool:
+        raise DatabaseError("connection lost")
+
+    async def conversation() -> tuple[bool, dict[str, Any]]:
+        assert (await tab.connect())[0]
+        assert (await node.connect())[0]
+        progress = {"type": "progress", "assignment_id": str(assignment.pk), "total": 4}
+        monkeypatch.setattr(task_consumers, "_may_see", broken)
+        await node.send_json_to({**progress, "step": 1})
+        withheld = await tab.receive_nothing(timeout=0.5)
+        monkeypatch.setattr(task_consumers, "_may_see", real_check)
+        await node.send_json_to({**progress, "step": 2})
+        later = await tab.receive_json_from(timeout=5)
+        for socket in (node, tab):
+            await socket.disconnect()
+        return withheld, later
+
+    withheld, later = async_to_sync(conversation)()
+    assert withheld
+    assert later["step"] == 2
+
+
 def test_anonymous_is_refused_on_the_dashboard() -> None:
     socket = browser_socket("/ws/dashboard/", [])
 
