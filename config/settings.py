@@ -9,6 +9,7 @@ README.md lists every variable.
 
 from __future__ import annotations
 
+import os
 import secrets
 from pathlib import Path
 
@@ -336,8 +337,9 @@ LEDGER_PLATFORM_FEE_BPS = env_int("LEDGER_PLATFORM_FEE_BPS", 500, minimum=0, max
 # checks a SUBMIT_RESULT against the workers' assignments (None = fine, else a reason
 # code). The workers app sets it; see ledger/hooks.py.
 LEDGER_ASSIGNMENT_CHECKER = env_str("LEDGER_ASSIGNMENT_CHECKER", "")
-# Processes that verify signatures of large batches (ledger/batchverify.py); 1 = in-process.
-LEDGER_VERIFY_PROCESSES = env_int("LEDGER_VERIFY_PROCESSES", 1, minimum=1, maximum=64)
+# Processes that verify signatures of large batches (ledger/batchverify.py), started on
+# the first batch of 512 or more; 1 = in-process. Default: one per CPU core, at most 8.
+LEDGER_VERIFY_PROCESSES = env_int("LEDGER_VERIFY_PROCESSES", min(os.cpu_count() or 1, 8), minimum=1, maximum=64)
 CELERY_BEAT_SCHEDULE["ledger-seal-block"] = {
     "task": "ledger.tasks.seal_pending",
     "schedule": float(LEDGER_BLOCK_TIME),

@@ -2,16 +2,19 @@
 
 Django's bulk_update writes a CASE expression per field, which PostgreSQL plans slowly
 for thousands of rows; unnest keeps sealing a 10,000-transaction block to one statement.
+``overlapped`` lets PostgreSQL run such statements while this process computes.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 from django.db import connection
+from django.db.models import Max
 
-from ledger.models import Account, Transaction
+from ledger.models import Account, Block, Transaction
 
 _ACCOUNT_TYPES = {
     "available": "bigint",
@@ -39,6 +42,35 @@ def update_accounts(accounts: Sequence[Account], fields: list[str]) -> None:
     params += [[getattr(a, f) for a in accounts] for f in fields]
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
+
+
+@contextmanager
+def overlapped() -> Iterator[None]:
+    """Writes issued inside the block are sent to PostgreSQL at once and run there while
+    this process goes on (psycopg's pipeline mode); the block's end waits for them and
+    raises their first error (as django.db's exception), inside the caller's transaction,
+    which must then roll back. Only for statements whose results nobody reads.
+    Elsewhere each statement simply runs in turn."""
+    if connection.vendor != "postgresql":
+        yield
+        return
+    connection.ensure_connection()
+    with connection.wrap_database_errors, connection.connection.pipeline():
+        yield
+
+
+def reserve_block_id() -> int:
+    """The primary key the next block will be saved with, so that its transactions can
+    point at it before the block row exists (the foreign key is checked at commit).
+    Call with the sealer lock held."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT nextval(pg_get_serial_sequence(%s, 'id'))", [Block._meta.db_table])
+            row = cursor.fetchone()
+        assert row is not None
+        return int(row[0])
+    # SQLite: the sealer's IMMEDIATE transaction is the only writer.
+    return int(Block.objects.aggregate(top=Max("id"))["top"] or 0) + 1
 
 
 def mark_sealed(block_id: int, tx_ids: Sequence[int]) -> None:

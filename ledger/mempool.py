@@ -4,7 +4,8 @@
 queries per batch, not per transaction: signatures are checked before any lock, the
 accounts involved are locked once in address order (the order the sealer locks in too,
 so the two never deadlock), and the rows are written with one bulk insert and one bulk
-update.
+update. ``admit_batches`` runs batch after batch, with the next batch's signatures
+verified (in the pool, ledger.batchverify) while this one is written.
 """
 
 from __future__ import annotations
@@ -12,9 +13,11 @@ from __future__ import annotations
 import hashlib
 import logging
 import uuid
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from django.conf import settings
 from django.db import transaction
@@ -25,7 +28,7 @@ from ledger.bulk import insert_transactions, taken, update_accounts
 from ledger.chain import context
 from ledger.encoding import ComputeResult, EncodingError, Tx
 from ledger.models import Account, AccountKind, Transaction, TxStatus
-from ledger.rules import ChainContext, Refusal, apply, check_signatures, check_stateless
+from ledger.rules import ChainContext, Refusal, SignatureChecks, apply, check_stateless, start_signature_checks
 
 log = logging.getLogger(__name__)
 
@@ -48,33 +51,55 @@ class _Prepared:
     task_id: uuid.UUID | None = None
 
 
+# Transaction(*values) in field order skips Model.__init__'s keyword matching, most of
+# the cost of building thousands of rows. The order is read from the model; a field
+# added to it without a value in _row fails loudly (KeyError), never silently.
+_ROW_FIELDS = tuple(f.attname for f in Transaction._meta.concrete_fields)
+_new_row: Callable[..., Transaction] = Transaction  # django-stubs cannot type Model(*args)
+
+
 def _row(p: _Prepared, status: str, now: datetime) -> Transaction:
     tx = p.sub.tx
-    return Transaction(
-        hash=p.hash,
-        chain_id=tx.chain_id,
-        type=tx.type,
-        sender=tx.sender,
-        recipient=tx.recipient,
-        amount=tx.amount,
-        fee=tx.fee,
-        nonce=tx.nonce,
-        gas_price=tx.gas_price,
-        gas_limit=tx.gas_limit,
-        payload=dict(tx.payload),
-        public_key=tx.public_key.hex(),
-        signature=p.sub.signature.hex(),
-        status=status,
-        reason=p.refusal.code if p.refusal else "",
-        reason_detail=p.refusal.detail[:300] if p.refusal else "",
-        reference=p.reference,
-        created_at=now,
-    )
+    values: dict[str, Any] = {
+        "id": None,
+        "hash": p.hash,
+        "chain_id": tx.chain_id,
+        "type": tx.type,
+        "sender": tx.sender,
+        "recipient": tx.recipient,
+        "amount": tx.amount,
+        "fee": tx.fee,
+        "nonce": tx.nonce,
+        "gas_price": tx.gas_price,
+        "gas_limit": tx.gas_limit,
+        "payload": dict(tx.payload),
+        "public_key": tx.public_key.hex(),
+        "signature": p.sub.signature.hex(),
+        "status": status,
+        "reason": p.refusal.code if p.refusal else "",
+        "reason_detail": p.refusal.detail[:300] if p.refusal else "",
+        "reference": p.reference,
+        "block_id": None,
+        "index_in_block": None,
+        "created_at": now,
+    }
+    return _new_row(*[values[name] for name in _ROW_FIELDS])
 
 
-def _prepare_all(subs: Sequence[Submission], ctx: ChainContext) -> list[_Prepared]:
-    """Stateless checks of a batch: encoding, then every signature in one batch
-    (ledger.batchverify), then the per-type rules and the assignment hook."""
+@dataclass
+class _Started:
+    """A batch whose per-type rules are checked and whose signatures are being verified."""
+
+    prepared: list[_Prepared]
+    live: list[int]  # positions of the encodable ones, in the order signatures were sent
+    rules: list[Refusal | ComputeResult | None]  # per live one: check_stateless's verdict
+    signatures: SignatureChecks
+
+
+def _start(subs: Sequence[Submission], ctx: ChainContext) -> _Started:
+    """Stateless front half of admission: encode each transaction, send every signature
+    to be verified in one batch (ledger.batchverify, in the pool when there is one) and,
+    while that runs, check the per-type rules, which need neither state nor signatures."""
     prepared: list[_Prepared] = []
     messages: list[bytes] = []
     for sub in subs:
@@ -89,30 +114,46 @@ def _prepare_all(subs: Sequence[Submission], ctx: ChainContext) -> list[_Prepare
         messages.append(message)
     live = [i for i, p in enumerate(prepared) if p.refusal is None]
     parsed: list[ComputeResult | None] = []
-    verdicts = check_signatures([(prepared[i].sub.tx, prepared[i].sub.signature, messages[i]) for i in live], parsed)
-    for i, verdict, result in zip(live, verdicts, parsed, strict=True):
+    signatures = start_signature_checks(
+        [(prepared[i].sub.tx, prepared[i].sub.signature, messages[i]) for i in live], parsed
+    )
+    rules: list[Refusal | ComputeResult | None] = []
+    for i, result in zip(live, parsed, strict=True):
+        sub = prepared[i].sub
+        try:
+            rules.append(
+                check_stateless(sub.tx, sub.signature, ctx, messages[i], signatures_checked=True, parsed=result)
+            )
+        except Refusal as refusal:
+            rules.append(refusal)
+    return _Started(prepared, live, rules, signatures)
+
+
+def _finish(started: _Started) -> list[_Prepared]:
+    """Wait for the signature verdicts (a bad signature is the reason given even when a
+    rule failed too); then, for what passed both, note the task it concerns and ask
+    the assignment hook about a result."""
+    prepared = started.prepared
+    verdicts = started.signatures.refusals()
+    for i, verdict, rule in zip(started.live, verdicts, started.rules, strict=True):
         p = prepared[i]
-        p.refusal = verdict
-        if verdict is None:
-            _check_one(p, ctx, messages[i], result)
-    return prepared
-
-
-def _check_one(p: _Prepared, ctx: ChainContext, message: bytes, parsed: ComputeResult | None) -> None:
-    sub = p.sub
-    try:
-        result = check_stateless(sub.tx, sub.signature, ctx, message, signatures_checked=True, parsed=parsed)
-        if result is not None:
-            task_id = uuid.UUID(result.task_id)
+        if verdict is not None:
+            p.refusal = verdict
+            continue
+        if isinstance(rule, Refusal):
+            p.refusal = rule
+            continue
+        tx = p.sub.tx
+        if rule is not None:
+            task_id = uuid.UUID(rule.task_id)
             p.task_id = task_id
-            p.reference = f"result:{task_id}:{sub.tx.sender}"
-            code = hooks.check_assignment(task_id, sub.tx.sender)
+            p.reference = f"result:{task_id}:{tx.sender}"
+            code = hooks.check_assignment(task_id, tx.sender)
             if code is not None:
-                raise Refusal(code, "the assignment check refused this result", "payload")
-        elif sub.tx.type in (encoding.ESCROW_LOCK, encoding.ESCROW_RELEASE, encoding.FEE):
-            p.task_id = uuid.UUID(sub.tx.payload["task_id"])
-    except Refusal as refusal:
-        p.refusal = refusal
+                p.refusal = Refusal(code, "the assignment check refused this result", "payload")
+        elif tx.type in (encoding.ESCROW_LOCK, encoding.ESCROW_RELEASE, encoding.FEE):
+            p.task_id = uuid.UUID(tx.payload["task_id"])
+    return prepared
 
 
 def admit(submissions: Sequence[Submission], *, record_refusals: bool = True) -> list[Transaction]:
@@ -125,7 +166,38 @@ def admit(submissions: Sequence[Submission], *, record_refusals: bool = True) ->
     block and raises on a refusal.
     """
     ctx = context()
-    prepared = _prepare_all(submissions, ctx)
+    return _write(_finish(_start(submissions, ctx)), ctx, record_refusals)
+
+
+def admit_batches(
+    batches: Iterable[Sequence[Submission]], *, record_refusals: bool = True
+) -> Generator[list[Transaction], None, None]:
+    """``admit`` each batch in turn, yielding its rows: the same checks, the same rows
+    and one transaction per batch, as if admit were called on each. Faster on a machine
+    with a verification pool, which checks the next batch's signatures while this one
+    is written (and none of a batch is written before all its signatures verified)."""
+    ctx = context()
+    source = iter(batches)
+    pending: deque[_Started] = deque()
+    try:
+        first = next(source, None)
+        if first is not None:
+            pending.append(_start(first, ctx))
+        while pending:
+            # Queue the next batch's signatures behind this one's before waiting for
+            # this one's verdicts, so the pool never runs dry while rows are written.
+            following = next(source, None)
+            if following is not None:
+                pending.append(_start(following, ctx))
+            yield _write(_finish(pending.popleft()), ctx, record_refusals)
+    finally:
+        for started in pending:
+            started.signatures.cancel()
+
+
+def _write(prepared: list[_Prepared], ctx: ChainContext, record_refusals: bool) -> list[Transaction]:
+    """The stateful half of admission, in one database transaction: lock the accounts,
+    check nonces, balances and duplicates in order, write the rows."""
     now = timezone.now()
     with transaction.atomic():
         live = [p for p in prepared if p.refusal is None]

@@ -148,8 +148,10 @@ class Transaction(models.Model):
     hash = models.CharField(max_length=HASH_LENGTH)
     chain_id = models.CharField(max_length=64)
     type = models.CharField(max_length=16, choices=TxType.choices)
-    sender = models.CharField(max_length=ADDRESS_LENGTH, db_index=True)
-    recipient = models.CharField(max_length=ADDRESS_LENGTH, db_index=True)
+    # Indexed in Meta.indexes: db_index=True would add a second, varchar_pattern_ops
+    # index on PostgreSQL for LIKE 'prefix%' queries nobody makes.
+    sender = models.CharField(max_length=ADDRESS_LENGTH)
+    recipient = models.CharField(max_length=ADDRESS_LENGTH)
     amount = models.BigIntegerField()
     fee = models.BigIntegerField()
     nonce = models.BigIntegerField()
@@ -183,6 +185,8 @@ class Transaction(models.Model):
         # Sealing rewrites every row it seals, and PostgreSQL then adds an entry to each
         # index whose predicate the row matches: partial indexes keep that work small.
         indexes = [
+            models.Index(fields=["sender"], name="ledger_tx_sender"),
+            models.Index(fields=["recipient"], name="ledger_tx_recipient"),
             models.Index(fields=["id"], condition=Q(status="pending"), name="ledger_tx_pending"),
             models.Index(fields=["hash"], condition=Q(status="refused"), name="ledger_tx_refused_hash"),
         ]

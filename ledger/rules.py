@@ -13,8 +13,8 @@ from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ledger import encoding, gas
-from ledger.batchverify import Item, verify_many
+from ledger import batchverify, encoding, gas
+from ledger.batchverify import Item
 from ledger.bech32 import AddressError, address_from_public_key, decode_address
 from ledger.encoding import ComputeResult, EncodingError, Tx
 from ledger.signing import verify_compute_result, verify_tx
@@ -214,14 +214,41 @@ def apply(state: MutableMapping[str, list[int]], tx: Tx, fee_collector: str) -> 
         state[fee_collector][0] += tx.fee
 
 
-def check_signatures(
+class SignatureChecks:
+    """Signature checks of a batch under way (see ``start_signature_checks``)."""
+
+    def __init__(self, size: int, owners: list[tuple[int, str]], verification: batchverify.Verification) -> None:
+        self._size = size
+        self._owners = owners
+        self._verification = verification
+
+    def refusals(self) -> list[Refusal | None]:
+        """Per transaction, the Refusal of its first bad signature or None. Blocks
+        until every signature of the batch is verified."""
+        out: list[Refusal | None] = [None] * self._size
+        for (i, what), ok in zip(self._owners, self._verification.result(), strict=True):
+            if ok or out[i] is not None:
+                continue
+            if what == "signature":
+                out[i] = Refusal(
+                    "bad_signature", "the signature does not verify for this transaction and sender", "signature"
+                )
+            else:
+                out[i] = Refusal("bad_compute_result", "the ComputeResult signature does not verify", "payload")
+        return out
+
+    def cancel(self) -> None:
+        self._verification.cancel()
+
+
+def start_signature_checks(
     batch: Sequence[tuple[Tx, bytes, bytes]], parsed_out: list[ComputeResult | None] | None = None
-) -> list[Refusal | None]:
-    """Verify the ed25519 signatures of many (tx, signature, encoded tx) at once:
-    the transaction's, and for a SUBMIT_RESULT its ComputeResult's. Returns, per
-    transaction, the Refusal of its first bad signature or None. Structure errors are
-    left to check_stateless. ``parsed_out``, when given, receives each transaction's
-    parsed ComputeResult (or None), to pass on to check_stateless."""
+) -> SignatureChecks:
+    """Begin verifying the ed25519 signatures of many (tx, signature, encoded tx): the
+    transaction's, and for a SUBMIT_RESULT its ComputeResult's. Returns at once (the
+    verification pool works meanwhile); ``refusals()`` gives the verdicts. Structure
+    errors are left to check_stateless. ``parsed_out``, when given, receives each
+    transaction's parsed ComputeResult (or None), to pass on to check_stateless."""
     if parsed_out is not None:
         parsed_out[:] = [None] * len(batch)
     owners: list[tuple[int, str]] = []
@@ -231,22 +258,19 @@ def check_signatures(
         items.append((tx.public_key, message, signature))
         if tx.type == encoding.SUBMIT_RESULT and isinstance(tx.payload, Mapping):
             try:
-                result = encoding.parse_compute_result(tx.payload.get("compute_result"))
-                cr_message = result.encode()
+                result, cr_message = encoding.parse_signed_compute_result(tx.payload.get("compute_result"))
             except EncodingError:
                 continue
             if parsed_out is not None:
                 parsed_out[i] = result
             owners.append((i, "compute_result"))
             items.append((tx.public_key, cr_message, result.signature))
-    out: list[Refusal | None] = [None] * len(batch)
-    for (i, what), ok in zip(owners, verify_many(items), strict=True):
-        if ok or out[i] is not None:
-            continue
-        if what == "signature":
-            out[i] = Refusal(
-                "bad_signature", "the signature does not verify for this transaction and sender", "signature"
-            )
-        else:
-            out[i] = Refusal("bad_compute_result", "the ComputeResult signature does not verify", "payload")
-    return out
+    return SignatureChecks(len(batch), owners, batchverify.start(items))
+
+
+def check_signatures(
+    batch: Sequence[tuple[Tx, bytes, bytes]], parsed_out: list[ComputeResult | None] | None = None
+) -> list[Refusal | None]:
+    """start_signature_checks, waiting for the verdicts: per transaction, the Refusal
+    of its first bad signature or None."""
+    return start_signature_checks(batch, parsed_out).refusals()

@@ -19,7 +19,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from ledger import custody, encoding, merkle
-from ledger.bulk import mark_sealed, update_accounts
+from ledger.bulk import mark_sealed, overlapped, reserve_block_id, update_accounts
 from ledger.events import BlockSealedEvent, send_block_event
 from ledger.models import Account, AccountKind, Block, Transaction, TxStatus, timestamp_us
 from ledger.rules import Refusal, apply
@@ -51,10 +51,11 @@ def genesis_header() -> encoding.Header:
     )
 
 
-def _save_block(header: encoding.Header, when: datetime) -> Block:
+def _save_block(header: encoding.Header, when: datetime, pk: int | None = None) -> Block:
     validator = custody.validator_keys()
     message = header.encode()
     return Block.objects.create(
+        pk=pk,
         height=header.height,
         hash=hashlib.sha256(message).hexdigest(),
         prev_hash=header.prev_hash.hex(),
@@ -167,11 +168,12 @@ def tx_leaf_hashes(txs: Sequence[_Leafy]) -> list[bytes]:
 
 def compute_leaf_hashes(txs: Sequence[_Leafy]) -> list[bytes]:
     """ComputeResults of the SUBMIT_RESULT transactions, in block order."""
-    return [
-        merkle.leaf_hash(encoding.parse_compute_result(t.payload["compute_result"]).leaf())
-        for t in txs
-        if t.type == encoding.SUBMIT_RESULT
-    ]
+    leaves = []
+    for t in txs:
+        if t.type == encoding.SUBMIT_RESULT:
+            result, message = encoding.parse_signed_compute_result(t.payload["compute_result"])
+            leaves.append(merkle.leaf_hash(encoding.compute_result_leaf(result, message)))
+    return leaves
 
 
 def seal_block(max_txs: int | None = None) -> Block | None:
@@ -206,7 +208,13 @@ def seal_block(max_txs: int | None = None) -> Block | None:
                 raise LedgerCorrupt(f"pending transaction {t.hash} cannot be sealed: {exc}") from exc
         for account in accounts:
             account.balance, account.nonce = state[account.address]
-        update_accounts(accounts, ["balance", "nonce"])
+        block_id = reserve_block_id()
+        with overlapped():
+            # PostgreSQL rewrites the rows while the Merkle leaves are hashed here.
+            update_accounts(accounts, ["balance", "nonce"])
+            mark_sealed(block_id, [t.pk for t in pending])
+            tx_root = merkle.root_from_leaf_hashes(tx_leaf_hashes(pending))
+            compute_root = merkle.root_from_leaf_hashes(compute_leaf_hashes(pending))
 
         rows = Account.objects.filter(~Q(balance=0) | ~Q(nonce=0)).values_list("address", "balance", "nonce")
         now = max(timezone.now(), head.timestamp + timedelta(microseconds=1))
@@ -217,14 +225,13 @@ def seal_block(max_txs: int | None = None) -> Block | None:
             chain_id=settings.LEDGER_CHAIN_ID,
             proposer=validator.address,
             proposer_key=validator.public_key,
-            tx_root=merkle.root_from_leaf_hashes(tx_leaf_hashes(pending)),
-            compute_root=merkle.root_from_leaf_hashes(compute_leaf_hashes(pending)),
+            tx_root=tx_root,
+            compute_root=compute_root,
             state_root=merkle.root_from_leaf_hashes(state_leaves(rows)),
             tx_count=len(pending),
             gas_used=sum(t.gas_limit for t in pending),
         )
-        block = _save_block(header, now)
-        mark_sealed(block.pk, [t.pk for t in pending])
+        block = _save_block(header, now, pk=block_id)
         event = BlockSealedEvent(
             type="block.sealed",
             height=block.height,

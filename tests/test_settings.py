@@ -137,7 +137,7 @@ def test_no_environment_runs_embedded() -> None:
     assert got["engine"] == "django.db.backends.sqlite3"
     assert got["db_name"] == str(ROOT / "var" / "db.sqlite3")
     assert got["broker"] == "filesystem://"
-    assert got["layer"] == "channels.layers.InMemoryChannelLayer"
+    assert got["layer"] == "config.channel_layers.EmbeddedChannelLayer"
     assert got["debug"] is True
     assert got["secret_len"] >= 50
     assert got["session_secure"] is False

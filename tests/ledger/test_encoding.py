@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import uuid
+from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
+import hypothesis
 import pytest
+from hypothesis import strategies as st
 
 from ledger import encoding, keys
 from ledger.encoding import ComputeResult, EncodingError, Tx
@@ -127,3 +132,74 @@ def test_compute_result_structure_errors_name_the_field() -> None:
         with pytest.raises(EncodingError) as err:
             encoding.parse_compute_result({**good, **change})
         assert err.value.field == field
+
+
+def _reference_canonical_json(value: Any) -> bytes:
+    """canonical_json as first written: the full check, then json.dumps."""
+    encoding._check_json("payload", value)
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def _outcome(fn: Callable[[Any], bytes], value: Any) -> bytes | str:
+    try:
+        return fn(value)
+    except EncodingError as exc:
+        return f"refused {exc}"
+
+
+json_like = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**60), max_value=2**60)
+    | st.floats(allow_nan=False)
+    | st.text(max_size=5)
+    | st.binary(max_size=2),
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.tuples(inner, inner)
+        | st.dictionaries(st.text(max_size=3) | st.integers(0, 3), inner, max_size=4)
+    ),
+    max_leaves=30,
+)
+
+
+@hypothesis.given(json_like)
+def test_canonical_json_accepts_refuses_and_writes_exactly_as_the_full_check(value: Any) -> None:
+    assert _outcome(encoding.canonical_json, value) == _outcome(_reference_canonical_json, value)
+
+
+def _nested(depth: int, leaf: Any, kind: str) -> Any:
+    value = leaf
+    for _ in range(depth):
+        value = [value] if kind == "list" else {"k": value}
+    return value
+
+
+@pytest.mark.parametrize("kind", ["list", "dict"])
+@pytest.mark.parametrize("leaf", [1, "x", None, [], {}])
+@pytest.mark.parametrize("depth", [15, 16, 17, 18])
+def test_nesting_limits_are_the_same_on_the_fast_path(kind: str, leaf: Any, depth: int) -> None:
+    value = _nested(depth, leaf, kind)
+    assert _outcome(encoding.canonical_json, value) == _outcome(_reference_canonical_json, value)
+
+
+class _Key(str):
+    pass
+
+
+def test_unusual_but_valid_json_is_still_accepted() -> None:
+    value = OrderedDict([(_Key("b"), _Key("x")), ("a", (1, True))])
+    assert encoding.canonical_json(value) == b'{"a":[1,true],"b":"x"}'
+
+
+def test_parse_signed_compute_result_gives_the_signed_bytes() -> None:
+    signed = sign_compute_result(
+        ComputeResult(str(uuid.UUID(int=3)), ALICE.address, "ab" * 32, {"rows": [1, {"a": None}]}, 4), ALICE
+    )
+    result, message = encoding.parse_signed_compute_result(signed.to_json())
+    assert result == signed
+    assert message == signed.encode()
+    assert encoding.compute_result_leaf(result, message) == signed.leaf()
+    with pytest.raises(EncodingError) as err:
+        encoding.parse_signed_compute_result({**signed.to_json(), "proof": {"x": 0.5}})
+    assert err.value.field == "payload.compute_result.proof.x"

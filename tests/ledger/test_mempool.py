@@ -7,6 +7,7 @@ import uuid
 from typing import Any
 
 import pytest
+from django.db import IntegrityError, transaction
 
 from ledger import encoding, services
 from ledger.encoding import ComputeResult
@@ -133,3 +134,20 @@ def test_a_batch_applies_in_order_and_refuses_only_the_bad_ones(funded_worker: A
     rows = admit([submit_result(W, 0, tasks[0]), submit_result(W, 2, tasks[1]), submit_result(W, 1, tasks[2])])
     assert [r.status for r in rows] == ["pending", "refused", "pending"]
     assert rows[1].reason == "bad_nonce"
+
+
+def test_the_database_itself_refuses_a_second_admitted_transaction_with_a_hash(
+    funded_worker: Account, assignments: set
+) -> None:
+    task = uuid.uuid4()
+    assignments.add((task, W.address))
+    (row,) = admit([submit_result(W, 0, task)])
+    copy = Transaction.objects.get(pk=row.pk)
+    copy.pk = None
+    copy.reference = None
+    copy.status = TxStatus.REFUSED  # refused copies may repeat a hash: they can be fixed and resent
+    copy.save()
+    copy.pk = None
+    copy.status = TxStatus.PENDING
+    with pytest.raises(IntegrityError), transaction.atomic():
+        copy.save()

@@ -10,9 +10,11 @@ import pytest
 from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from django.db import DatabaseError, connection, transaction
 
 from config.celery import app
 from ledger import custody, encoding, keys, merkle, services
+from ledger.bulk import overlapped
 from ledger.mempool import admit
 from ledger.models import Account, Block, Transaction, TxStatus
 from ledger.sealer import genesis_header, seal_block
@@ -134,3 +136,47 @@ def test_a_full_mempool_queues_a_sealer_run_at_once(
         assert Block.objects.get(height=1).tx_count == 3
     finally:
         app.conf.task_always_eager = False
+
+
+def _sealed_state() -> list[tuple[str, int, int]]:
+    return list(Account.objects.order_by("address").values_list("address", "balance", "nonce"))
+
+
+def test_a_block_that_cannot_be_built_writes_nothing(assignments: set) -> None:
+    alice: Any = UserFactory(username="alice")
+    worker = worker_keys(5)
+    services.deposit(alice, 10 * CREDIT, "d")
+    services.transfer(alice, worker.address, CREDIT, "pay")
+    seal_block()
+    task = uuid.uuid4()
+    assignments.add((task, worker.address))
+    (result,) = admit([submit_result(worker, 0, task)])
+    services.deposit(alice, CREDIT, "d2")
+    before = _sealed_state()
+    # Tampered with in the mempool: its ComputeResult no longer encodes, so no compute
+    # root can be built. The failure comes while the row updates are already under way.
+    payload = result.payload
+    payload["compute_result"]["proof"] = {"x": 0.5}
+    Transaction.objects.filter(pk=result.pk).update(payload=payload)
+    with pytest.raises(encoding.EncodingError):
+        seal_block()
+    assert Block.objects.count() == 2
+    assert Transaction.objects.filter(status=TxStatus.PENDING).count() == 2
+    assert not Transaction.objects.filter(status=TxStatus.PENDING, block__isnull=False).exists()
+    assert _sealed_state() == before
+
+
+def _write_then_break(account: Account) -> None:
+    with transaction.atomic():
+        Account.objects.filter(pk=account.pk).update(balance=5)
+        with overlapped(), connection.cursor() as cursor:
+            cursor.execute("UPDATE ledger_account SET balance = -1 WHERE id = %s", [account.pk])
+
+
+def test_an_error_in_overlapped_writes_rolls_the_transaction_back(db: Any) -> None:
+    alice: Any = UserFactory(username="alice")
+    account = services.ensure_user_account(alice)
+    with pytest.raises(DatabaseError):
+        _write_then_break(account)
+    account.refresh_from_db()
+    assert account.balance == 0
