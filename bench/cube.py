@@ -6,9 +6,12 @@ and the same step of the per-cell Python-loop reference at 8³, with the speed-u
 Each lattice size runs in its own subprocess so that peak memory (ru_maxrss on CPU,
 torch.cuda.max_memory_allocated on CUDA) belongs to that size alone. A step is forward +
 backward of the full loss (six terms) on a batch of 8 with the spec's defaults
-(teacher_dim 768, state_size 32, 5 steps, soft gate), fp32. The last line is one JSON object
-with the headline figures and the targets. Timings on a shared machine are distorted by
-whatever else runs: the load average is printed with them.
+(teacher_dim 768, state_size 32, 5 steps, soft gate), fp32. The spec's default
+``mixed_precision: true`` makes the trainer run the forward pass under autocast (bf16 on CPU;
+the lattice steps themselves stay fp32): that step is timed too, on the smaller lattices
+(``step_s_<edge>_mixed_precision``). The last line is one JSON object with the headline
+figures and the targets. Timings on a shared machine are distorted by whatever else runs: the
+load average is printed with them.
 """
 
 from __future__ import annotations
@@ -33,20 +36,23 @@ EDGES = (8, 16, 37)
 TARGET_SPEEDUP = 100.0
 TARGET_STEP_8_S = 0.050
 TARGET_PEAK_37_BYTES = 8 * 2**30
+MIXED_PRECISION_MAX_EDGE = 16  # above this, timing the second variant takes minutes
 
 
 def _rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
 
 
-def measure(edge: int, repeats: int, device_name: str, reference_batch: int) -> dict[str, Any]:
-    """Run inside the subprocess: time ``repeats`` steps (after warm-up) at ``edge``³."""
+def measure(edge: int, repeats: int, device_name: str, reference_batch: int, mixed: bool) -> dict[str, Any]:
+    """Run inside the subprocess: time ``repeats`` steps (after warm-up) at ``edge``³, in fp32 and,
+    with ``mixed``, under the trainer's mixed-precision autocast."""
     import torch
 
     from training.cube.config import CubeConfig
     from training.cube.losses import DEFAULT_WEIGHTS, total_loss
     from training.cube.model import CubeModel
     from training.cube.reference import reference_forward
+    from training.device import autocast
 
     device = torch.device(device_name)
     torch.manual_seed(0)
@@ -59,23 +65,29 @@ def measure(edge: int, repeats: int, device_name: str, reference_batch: int) -> 
         if device.type == "cuda":
             torch.cuda.synchronize()
 
-    def step() -> None:
-        output = model(x)
-        loss, _ = total_loss(output, x, edge, DEFAULT_WEIGHTS)
+    def step(mixed_precision: bool = False) -> None:
+        # As training.loop does it: the forward pass (and loss) under autocast, backward outside.
+        with autocast(device, mixed_precision):
+            output = model(x)
+            loss, _ = total_loss(output, x, edge, DEFAULT_WEIGHTS)
         model.zero_grad(set_to_none=True)
         loss.backward()
         sync()
 
+    def timed(mixed_precision: bool) -> list[float]:
+        step(mixed_precision)  # warm-up: builds the neighbour bands, allocator pools
+        step(mixed_precision)
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            step(mixed_precision)
+            times.append(time.perf_counter() - start)
+        return times
+
     rss_before = _rss_bytes()
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    step()  # warm-up: builds the neighbour bands, allocator pools
-    step()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - start)
+    times = timed(mixed_precision=False)
     result: dict[str, Any] = {
         "edge": edge,
         "cells": edge**3,
@@ -89,6 +101,8 @@ def measure(edge: int, repeats: int, device_name: str, reference_batch: int) -> 
     }
     if device.type == "cuda":
         result["peak_cuda_bytes"] = torch.cuda.max_memory_allocated(device)
+    if mixed:
+        result["step_s_median_mixed_precision"] = statistics.median(timed(mixed_precision=True))
 
     if reference_batch:
         # The same model, the same loss, the lattice stepped one cell and one batch item at a time.
@@ -128,6 +142,7 @@ def _run_child(edge: int, args: argparse.Namespace, reference_batch: int) -> dic
         str(args.threads),
         "--reference-batch",
         str(reference_batch),
+        *(["--mixed"] if edge <= MIXED_PRECISION_MAX_EDGE else []),
     ]
     done = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=ROOT)
     if done.returncode != 0:
@@ -149,13 +164,14 @@ def main() -> None:
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--edges", default=",".join(map(str, EDGES)), help="lattice edges, comma separated")
     parser.add_argument("--child", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--mixed", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
 
     import torch
 
     torch.set_num_threads(args.threads)
     if args.child:
-        print(json.dumps(measure(args.child, args.repeats, args.device, args.reference_batch)))
+        print(json.dumps(measure(args.child, args.repeats, args.device, args.reference_batch, args.mixed)))
         return
 
     load_before = os.getloadavg()
@@ -168,15 +184,20 @@ def main() -> None:
 
     print(f"cube trainer, batch {BATCH}, forward+backward, {args.threads} thread(s), device {args.device}")
     print(f"load average before/after: {load_before[0]:.2f} / {load_after[0]:.2f} (other work on this machine)")
-    print(f"{'lattice':>8} {'params':>10} {'step s (median)':>16} {'step s (min)':>13} {'peak RSS GiB':>13}")
+    print(
+        f"{'lattice':>8} {'params':>10} {'step s (median)':>16} {'step s (min)':>13} {'peak RSS GiB':>13} "
+        f"{'mixed precision s (median)':>27}"
+    )
     by_edge = {r["edge"]: r for r in results}
     for r in results:
         if "error" in r:
             print(f"{r['edge']:>6}³  error: {r['error']}")
             continue
         peak = r.get("peak_cuda_bytes", r["peak_rss_bytes"]) / 2**30
+        mixed = r.get("step_s_median_mixed_precision")
         print(
-            f"{r['edge']:>6}³ {r['parameters']:>10,} {r['step_s_median']:>16.4f} {r['step_s_min']:>13.4f} {peak:>13.2f}"
+            f"{r['edge']:>6}³ {r['parameters']:>10,} {r['step_s_median']:>16.4f} {r['step_s_min']:>13.4f} {peak:>13.2f} "
+            f"{'-' if mixed is None else f'{mixed:.4f}':>27}"
         )
     summary: dict[str, Any] = {"threads": args.threads, "device": args.device, "load_average": load_before[0]}
     for edge, r in by_edge.items():
@@ -184,6 +205,8 @@ def main() -> None:
             summary[f"step_s_{edge}"] = round(r["step_s_median"], 5)
             summary[f"params_{edge}"] = r["parameters"]
             summary[f"peak_gib_{edge}"] = round(r.get("peak_cuda_bytes", r["peak_rss_bytes"]) / 2**30, 3)
+            if "step_s_median_mixed_precision" in r:
+                summary[f"step_s_{edge}_mixed_precision"] = round(r["step_s_median_mixed_precision"], 5)
     ref = by_edge.get(8, {}).get("reference")
     if ref:
         speedup = ref["step_s_at_batch_8"] / by_edge[8]["step_s_median"]

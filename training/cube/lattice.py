@@ -1,13 +1,19 @@
 """Lattice3D: synchronous updates of every cell by a gated mixture of three experts.
 
-State layout is ``[cells, batch, state]`` so that a neighbour gather is one ``index_select``
-over rows and a band mean is one sparse matmul on a ``[cells, batch·state]`` view. No step
-loops over cells or batch items; the only Python loops are over lattice steps and the
-Distant expert's few Euler steps.
+State layout is ``[cells, batch, state]``. No step loops over cells or batch items; the only
+Python loops are over lattice steps and the Distant expert's few Euler steps (and, off CPU,
+over the Local band's six offsets).
+
+A step runs as one autograd function with a hand-written backward pass,
+``training.cube.fused.LatticeStep``: on small lattices its cost is passes over memory and the
+number of operations, not arithmetic. The experts' modules hold the weights and also run on
+their own (``LocalExpert.forward`` and so on, which tests compare with the fused step); the
+per-cell reference (``training.cube.reference``) applies the same weights one cell at a time.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,29 +24,9 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from training.cube.config import CubeConfig
-from training.cube.neighbours import Neighbourhood, neighbourhood
-
-
-class _SparseMean(torch.autograd.Function):
-    """``A @ X`` whose backward uses a precomputed ``Aᵀ`` (torch would transpose A every call)."""
-
-    @staticmethod
-    def forward(ctx: Any, matrix: torch.Tensor, transposed: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        ctx.transposed = transposed
-        with torch.autocast(x.device.type, enabled=False):  # sparse kernels have no bf16/fp16 path
-            return torch.sparse.mm(matrix, x.float())
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[None, None, torch.Tensor]:
-        with torch.autocast(grad.device.type, enabled=False):
-            return None, None, torch.sparse.mm(ctx.transposed, grad.float().contiguous())
-
-
-def band_mean(matrix: torch.Tensor, transposed: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
-    """Mean of each cell's valid neighbours: one sparse matmul over the ``[N, B·D]`` view."""
-    n, b, d = h.shape
-    out = _SparseMean.apply(matrix, transposed, h.reshape(n, b * d))
-    return out.reshape(n, b, d).to(h.dtype)
+from training.cube.fused import DistantUpdate, FunctionalUpdate, LatticeStep, LocalUpdate, StepSpec, gate_weights
+from training.cube.kernels import Attention, ShiftAttention, SparseAttention, band_mean
+from training.cube.neighbours import Band, Neighbourhood, neighbourhood, row_pattern
 
 
 class LocalExpert(nn.Module):
@@ -48,8 +34,8 @@ class LocalExpert(nn.Module):
 
     Queries and keys live in a narrow space (``state/4``); the values are the neighbours' raw
     states, and the value projection is folded into the MLP's context weights (attention is
-    linear in the values, so ``W_c Σ a·W_v h = (W_c W_v) Σ a·h``). That halves the memory
-    traffic of the ``[N, K, B, ·]`` tensors, which dominate this expert's cost.
+    linear in the values, so ``W_c Σ a·W_v h = (W_c W_v) Σ a·h``): the attention reads the
+    neighbours' states where they are.
     """
 
     def __init__(self, d: int) -> None:
@@ -74,12 +60,30 @@ class LocalExpert(nn.Module):
             "values": h.index_select(0, flat).reshape(n, k_neighbours, b, d),
         }
 
-    def forward(self, inputs: dict[str, torch.Tensor], mask: torch.Tensor) -> torch.Tensor:
-        """The update proposed for every cell."""
-        scores = (inputs["query"].unsqueeze(1) * inputs["keys"]).sum(dim=-1) * (1.0 / math.sqrt(self.key_dim))
-        weights = scores.masked_fill(~mask[:, :, None], float("-inf")).softmax(dim=1)  # [N, K, B]
-        context = (weights.unsqueeze(-1) * inputs["values"]).sum(dim=1)
-        return self.out(F.gelu(inputs["hidden"] + self.context(context)))
+    def attention(self, band: Band, batch: int, device: torch.device) -> Attention:
+        """How the attention over ``band`` runs: sparse matmuls on CPU (fewest operations), dense
+        shifted views elsewhere (no reliance on the device's sparse kernels)."""
+        scale = 1.0 / math.sqrt(self.key_dim)
+        if device.type == "cpu":
+            return SparseAttention(row_pattern(band, batch), scale)
+        return ShiftAttention(band.score_mask, band.shifts, scale)
+
+    def forward(self, h: torch.Tensor, band: Band) -> torch.Tensor:
+        """The update proposed for every cell (``Lattice3D.step`` computes it fused with the others)."""
+        n, b, d = h.shape
+        q, k, hidden = self.project(h).split([self.key_dim, self.key_dim, d], dim=-1)
+        with _fp32(h):
+            out = LocalUpdate.apply(
+                q.float(),
+                k.float(),
+                hidden.float(),
+                h.float(),
+                self.context.weight.float(),
+                self.out.weight.float(),
+                self.out.bias.float(),
+                self.attention(band, b, h.device),
+            )
+        return out.view(n, b, d)
 
 
 class FunctionalExpert(nn.Module):
@@ -93,11 +97,21 @@ class FunctionalExpert(nn.Module):
         self.candidate_state = nn.Linear(d, d)
 
     def forward(self, h: torch.Tensor, message: torch.Tensor) -> torch.Tensor:
-        """The update proposed for every cell: z·(h̃ − h), as in a GRU."""
-        gates_m, candidate_m = self.from_message(message).split([2 * self.d, self.d], dim=-1)
-        z, r = torch.sigmoid(self.gates_state(h) + gates_m).chunk(2, dim=-1)
-        candidate = torch.tanh(self.candidate_state(r * h) + candidate_m)
-        return z * (candidate - h)
+        """The update proposed for every cell: z·(h̃ − h), as in a GRU (``Lattice3D.step`` computes
+        it fused with the others)."""
+        n, b, d = h.shape
+        x = h.reshape(n * b, d)
+        gates_h = self.gates_state(x)
+        with _fp32(h):
+            out = FunctionalUpdate.apply(
+                x.float(),
+                message.reshape(n * b, d).float(),
+                gates_h.float(),
+                self.from_message.weight.float(),
+                self.candidate_state.weight.float(),
+                self.candidate_state.bias.float(),
+            )
+        return out.view(n, b, d)
 
 
 class DistantExpert(nn.Module):
@@ -110,18 +124,34 @@ class DistantExpert(nn.Module):
         self.rec = nn.Linear(d, d, bias=False)
         self.log_tau = nn.Parameter(torch.zeros(d))
 
+    def rate(self) -> torch.Tensor:
+        """Each Euler step's fraction of the way to the target, ``[D]``, in fp32."""
+        return 1.0 / (self.euler_steps * (0.5 + F.softplus(self.log_tau.float())))
+
     def forward(self, h: torch.Tensor, message: torch.Tensor) -> torch.Tensor:
-        """The state change after integrating one unit of time."""
+        """The state change after integrating one unit of time: ``euler_steps`` steps of
+        x ← x + rate·(tanh(W x + U m) − x), rate = 1 / (euler_steps · (0.5 + softplus(log τ)))
+        (``Lattice3D.step`` computes it fused with the others)."""
         n, b, d = h.shape
-        drive = self.inp(message).reshape(n * b, d)
-        rate = 1.0 / (self.euler_steps * (0.5 + F.softplus(self.log_tau)))
-        weight = self.rec.weight.t()
-        x = h.reshape(n * b, d)
-        for _ in range(self.euler_steps):
-            # x + rate·(tanh(W x + U m) − x), as one matmul-add, one tanh and one lerp.
-            target = torch.tanh(torch.addmm(drive, x, weight))
-            x = torch.lerp(x.to(target.dtype), target, rate.to(target.dtype))  # autocast may narrow target
-        return x.reshape(n, b, d) - h
+        rate = self.rate()
+        with _fp32(h):
+            out = DistantUpdate.apply(
+                h.reshape(n * b, d).float(),
+                message.reshape(n * b, d).float(),
+                self.inp.weight.float(),
+                self.inp.bias.float(),
+                self.rec.weight.float(),
+                rate,
+                self.euler_steps,
+            )
+        return out.view(n, b, d)
+
+
+def _fp32(h: torch.Tensor) -> contextlib.AbstractContextManager[Any]:
+    """The experts' fused updates run in fp32: inside autocast, turn it off for them."""
+    if torch.is_autocast_enabled(h.device.type):
+        return torch.autocast(h.device.type, enabled=False)
+    return contextlib.nullcontext()
 
 
 @dataclass
@@ -156,14 +186,17 @@ class Lattice3D(nn.Module):
 
     def gate_weights(self, h: torch.Tensor) -> torch.Tensor:
         """Per-cell expert weights ``[N, B, 3]``: softmax, or softmax over the top-k logits."""
-        logits = self.gate(h) + self.cell_gate.to(h.dtype)
-        if self.config.gate == "topk" and self.config.top_k < 3:
-            kth = logits.topk(self.config.top_k, dim=-1).values[..., -1:]
-            logits = logits.masked_fill(logits < kth, float("-inf"))
-        return logits.softmax(dim=-1)
+        n, b, d = h.shape
+        logits = F.linear(h.reshape(n * b, d), self.gate.weight)
+        return gate_weights(logits, self.gate.bias, self.cell_gate, n, b, self._top_k).permute(1, 2, 0)
+
+    @property
+    def _top_k(self) -> int:
+        return self.config.top_k if self.config.gate == "topk" else 3
 
     def expert_inputs(self, h: torch.Tensor) -> dict[str, torch.Tensor]:
-        """What each expert receives from its band (exposed so tests can check it is non-zero)."""
+        """What each expert receives from its band, as gathered copies (for inspection and tests;
+        ``step`` reads the same neighbours in place)."""
         nb = self.bands(h.device)
         return {
             **{f"local_{k}": v for k, v in self.local.neighbour_input(h, nb.local.index).items()},
@@ -171,17 +204,42 @@ class Lattice3D(nn.Module):
             "distant": band_mean(nb.distant.matrix, nb.distant.transposed, h),
         }
 
-    def step(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """One synchronous update of every cell; returns the residual update (new state − h) and
-        the gate weights."""
+    def _state_projection(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Weight and bias of every linear map applied to the state, stacked: the Local projection
+        (query, key, MLP state half), the gate, the Functional gates' state term."""
+        maps = (self.local.project, self.gate, self.functional.gates_state)
+        return torch.cat([m.weight for m in maps]), torch.cat([m.bias for m in maps])
+
+    def step(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """One synchronous update of every cell: the new state, the mean squared change (a scalar)
+        and the gate weights ``[3, N, B]``."""
         nb = self.bands(h.device)
-        inputs = self.expert_inputs(h)
-        gates = self.gate_weights(h)
-        local = {k.removeprefix("local_"): v for k, v in inputs.items() if k.startswith("local_")}
-        update = gates[..., 0:1] * self.local(local, nb.local.mask)
-        update = torch.addcmul(update, gates[..., 1:2], self.functional(h, inputs["functional"]))
-        update = torch.addcmul(update, gates[..., 2:3], self.distant(h, inputs["distant"]))
-        return update, gates
+        spec = StepSpec(
+            key_dim=self.local.key_dim,
+            top_k=self._top_k,
+            euler_steps=self.distant.euler_steps,
+            attention=self.local.attention(nb.local, h.shape[1], h.device),
+            means=nb.means,
+            means_transposed=nb.means_transposed,
+        )
+        weight, bias = self._state_projection()
+        params = (
+            weight,
+            bias,
+            self.cell_gate,
+            self.local.context.weight,
+            self.local.out.weight,
+            self.local.out.bias,
+            self.functional.from_message.weight,
+            self.functional.candidate_state.weight,
+            self.functional.candidate_state.bias,
+            self.distant.inp.weight,
+            self.distant.inp.bias,
+            self.distant.rec.weight,
+            self.distant.rate(),
+        )
+        with _fp32(h):
+            return LatticeStep.apply(spec, h.float(), *(p.float() for p in params))
 
     def forward(self, h: torch.Tensor, steps: int | None = None) -> LatticeOutput:
         """Run ``steps`` (default: the configured number) updates. With ``early_exit_tolerance`` > 0
@@ -191,15 +249,12 @@ class Lattice3D(nn.Module):
         tolerance = self.config.early_exit_tolerance
         for _ in range(self.config.steps if steps is None else steps):
             if self.checkpointing and self.training and torch.is_grad_enabled():
-                update, gates = self._checkpointed_step(h)
+                h, change, gates = self._checkpointed_step(h)
             else:
-                update, gates = self.step(h)
-            new = h + update
-            change = update.float().pow(2).mean()
+                h, change, gates = self.step(h)
             out.step_changes.append(change)
-            gate_mean = gates.float().mean(dim=(0, 1))
+            gate_mean = gates.detach().mean(dim=(1, 2))
             gate_sum = gate_mean if gate_sum is None else gate_sum + gate_mean
-            h = new
             out.steps_run += 1
             if tolerance > 0 and float(change.detach().sqrt()) < tolerance:
                 break

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 import torch
 import torch.nn.functional as F  # noqa: N812
 
+from training.cube.kernels import state_regularisers
 from training.cube.model import CubeOutput
 
 LOSS_TERMS = ("reconstruction", "similarity", "diversity", "emergence", "dynamics", "spatial")
@@ -55,13 +56,7 @@ def spatial_roughness(state: torch.Tensor, edge: int) -> torch.Tensor:
     """Mean squared difference between face-adjacent cells of a ``[S³, B, D]`` state."""
     if edge < 2:
         return state.new_zeros(())
-    s = state.reshape(edge, edge, edge, *state.shape[1:])  # z, y, x, B, D
-    diffs = [
-        (s[1:] - s[:-1]).pow(2).mean(),
-        (s[:, 1:] - s[:, :-1]).pow(2).mean(),
-        (s[:, :, 1:] - s[:, :, :-1]).pow(2).mean(),
-    ]
-    return torch.stack(diffs).mean()
+    return state_regularisers(state, state.detach(), edge)[2]
 
 
 def loss_terms(output: CubeOutput, target: torch.Tensor, edge: int) -> dict[str, torch.Tensor]:
@@ -71,16 +66,16 @@ def loss_terms(output: CubeOutput, target: torch.Tensor, edge: int) -> dict[str,
     lattice = output.lattice
     zero = pred.new_zeros(())
     batch = pred.shape[0]
-    initial = lattice.initial.float()
-    change = (lattice.state.float() - initial).pow(2).mean().sqrt()
-    scale = initial.pow(2).mean().sqrt().clamp_min(1e-6)
+    # The mean squares of the change and of the initial state, and the spatial roughness, in one pass.
+    change_ms, initial_ms, spatial = state_regularisers(lattice.state, lattice.initial, edge)
+    change, scale = change_ms.sqrt(), initial_ms.sqrt().clamp_min(1e-6)
     return {
         "reconstruction": F.mse_loss(pred, target),
         "similarity": F.mse_loss(_cosine_matrix(pred), _cosine_matrix(target)) if batch > 1 else zero,
         "diversity": F.relu(target.std(dim=0) - pred.std(dim=0)).mean() if batch > 1 else zero,
         "emergence": F.relu(EMERGENCE_MARGIN - change / scale),
         "dynamics": torch.stack(lattice.step_changes).mean() if lattice.step_changes else zero,
-        "spatial": spatial_roughness(lattice.state.float(), edge),
+        "spatial": spatial,
     }
 
 

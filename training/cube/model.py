@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import cast
 
 import torch
+import torch.nn.functional as F  # noqa: N812
 from torch import nn
 
 from training.cube.config import CubeConfig, uses_checkpointing
@@ -91,12 +93,17 @@ class VolumeStateInitializer(nn.Module):
         self.mlp = nn.Sequential(nn.Linear(d + features.shape[1], d), nn.GELU(), nn.Linear(d, d))
 
     def forward(self, face: torch.Tensor) -> torch.Tensor:
-        """Face ``[S², B, D]`` → lattice ``[S³, B, D]``."""
+        """Face ``[S², B, D]`` → lattice ``[S³, B, D]``: inner cell (z, y, x) is
+        ``face[y, x] + mlp([face[y, x], features(x, y, z)])``."""
         s2, b, d = face.shape
-        column = face.unsqueeze(0).expand(self.edge, s2, b, d).reshape(self.edge * s2, b, d)
-        feats = self.cell_features.to(face.dtype).unsqueeze(1).expand(-1, b, -1)
-        inner = column + self.mlp(torch.cat([column, feats], dim=-1))
-        return torch.cat([face, inner[s2:]], dim=0)
+        first, activation, second = cast(nn.Linear, self.mlp[0]), self.mlp[1], self.mlp[2]
+        # The first layer on [face, features] is a face term shared by the column plus a cell term
+        # shared by the batch: computed apart and broadcast, for the inner layers z ≥ 1 only.
+        face_term = F.linear(face, first.weight[:, :d])
+        cell_term = F.linear(self.cell_features[s2:].to(face.dtype), first.weight[:, d:], first.bias)
+        pre = face_term.unsqueeze(0) + cell_term.view(self.edge - 1, s2, 1, -1)  # [S − 1, S², B, D]
+        inner = second(activation(pre)) + face
+        return torch.cat([face, inner.reshape(-1, b, d)], dim=0)
 
 
 class LatticeToEmbeddingExtractor(nn.Module):

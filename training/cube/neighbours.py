@@ -22,10 +22,14 @@ neighbours, …). The rules, in order:
    innermost is always kept (so a band may exceed the cap by one shell, at most 48).
 3. Offsets whose step leaves the lattice for every cell (a component ≥ S) are never used.
 
-A band is held twice: as an index ``[N, K]`` with a validity mask (outside neighbours point at
-the cell itself and are masked out), for the attention of the Local expert; and as a
-row-normalised sparse ``[N, N]`` matrix, so the Functional and Distant experts' neighbour
-means are one sparse matmul per step.
+A band is held three ways: as an index ``[N, K]`` with a validity mask (outside neighbours
+point at the cell itself and are masked out); as the constant row shift of each offset
+(``dz·S² + dy·S + dx``) with an additive score mask ``[K, N, 1]``, so an attention can read
+its neighbours as shifted row ranges of the state; and as a row-normalised sparse ``[N, N]``
+matrix. The Functional and Distant bands' matrices are also stacked into one ``[2N, N]``
+``RowSum``, so both neighbour means are one embedding-bag row sum per step. ``row_pattern``
+lays a band over the rows ``cell·B + b`` of a batch, for the Local attention's sparse
+operations on CPU.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ import functools
 import itertools
 import math
 import warnings
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import torch
@@ -57,8 +62,38 @@ class Band:
     offsets: torch.Tensor  # [K, 3] (dx, dy, dz)
     index: torch.Tensor  # [N, K] cell numbers; the cell itself where the neighbour is outside the lattice
     mask: torch.Tensor  # [N, K] bool, False where the neighbour is outside the lattice
-    matrix: torch.Tensor  # [N, N] sparse CSR, row-normalised over valid neighbours
+    matrix: torch.Tensor  # [N, N] sparse CSR (int32 indices), row-normalised over valid neighbours
     transposed: torch.Tensor  # matrix transposed, CSR (for the backward pass)
+    shifts: tuple[int, ...]  # per offset, the row distance dz·S² + dy·S + dx of the neighbour
+    score_mask: torch.Tensor  # [K, N, 1] float: 0 for a valid neighbour, -inf for one outside
+
+
+@dataclass(frozen=True)
+class RowSum:
+    """A sparse ``[M, N]`` matrix in CSR arrays, applied to a ``[N, F]`` dense tensor as an
+    embedding bag: row i of the result is ``Σ values[j] · x[indices[j]]`` over the row's entries.
+
+    On CPU this is several times faster than a sparse matmul, which zero-fills and copies its
+    output on every call; the embedding bag writes each output row once.
+    """
+
+    indices: torch.Tensor  # [nnz] int64, the column of each entry, row by row
+    offsets: torch.Tensor  # [M] int64, where each row's entries start
+    values: torch.Tensor  # [nnz] float: the matrix's entries (callers may pass others on the same pattern)
+
+    def __call__(self, x: torch.Tensor, values: torch.Tensor | None = None) -> torch.Tensor:
+        """``matrix @ x``, with ``values`` in place of the stored entries when given."""
+        weights = self.values if values is None else values
+        return torch.embedding_bag(x, self.indices, self.offsets, False, 0, False, weights, False, None)[0]
+
+    @classmethod
+    def from_csr(cls, csr: torch.Tensor) -> RowSum:
+        """The row sum of a sparse CSR matrix."""
+        return cls(csr.col_indices().long(), csr.crow_indices()[:-1].long(), csr.values())
+
+    def to(self, device: torch.device | str) -> RowSum:
+        """The same operator on ``device``."""
+        return RowSum(self.indices.to(device), self.offsets.to(device), self.values.to(device))
 
 
 @dataclass(frozen=True)
@@ -70,6 +105,9 @@ class Neighbourhood:
     local: Band
     functional: Band
     distant: Band
+    # The functional matrix stacked on the distant one, [2N, N], and its transpose.
+    means: RowSum
+    means_transposed: RowSum
 
     @property
     def bands(self) -> tuple[Band, Band, Band]:
@@ -144,12 +182,35 @@ def _build_band(name: str, lower: float, upper: float, borrowed: bool, shells: l
     rows = torch.arange(n)[:, None].expand_as(index)[mask]
     cols = index[mask]
     values = (1.0 / counts.float())[:, None].expand_as(index)[mask]
+    matrix, transposed = _csr_pair(torch.stack([rows, cols]), values, (n, n))
+    shifts = tuple(int(dz) * edge * edge + int(dy) * edge + int(dx) for dx, dy, dz in offsets.tolist())
+    score_mask = torch.zeros(mask.shape).masked_fill(~mask, float("-inf")).t().contiguous().unsqueeze(-1)
+    return Band(
+        name, lower, upper, borrowed, tuple(shells), offsets, index, mask, matrix, transposed, shifts, score_mask
+    )
+
+
+def _csr_pair(indices: torch.Tensor, values: torch.Tensor, shape: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """The sparse matrix with ``values`` at ``indices`` ``[2, nnz]``, as CSR, and its transpose as CSR."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # "sparse CSR support is in beta"
-        coo = torch.sparse_coo_tensor(torch.stack([rows, cols]), values, (n, n)).coalesce()
-        matrix = coo.to_sparse_csr()
-        transposed = coo.t().coalesce().to_sparse_csr()
-    return Band(name, lower, upper, borrowed, tuple(shells), offsets, index, mask, matrix, transposed)
+        coo = torch.sparse_coo_tensor(indices, values, shape).coalesce()
+        return _int32(coo.to_sparse_csr()), _int32(coo.t().coalesce().to_sparse_csr())
+
+
+def _int32(csr: torch.Tensor) -> torch.Tensor:
+    # With int64 indices the CPU sparse matmul converts them on every call: five times slower on 8³.
+    return torch.sparse_csr_tensor(
+        csr.crow_indices().int(), csr.col_indices().int(), csr.values(), csr.shape, check_invariants=False
+    )
+
+
+def _stacked_means(functional: Band, distant: Band) -> tuple[RowSum, RowSum]:
+    n = functional.index.shape[0]
+    f, d = functional.matrix.to_sparse_coo(), distant.matrix.to_sparse_coo()
+    indices = torch.cat([f.indices(), d.indices() + torch.tensor([[n], [0]])], dim=1)
+    matrix, transposed = _csr_pair(indices, torch.cat([f.values(), d.values()]), (2 * n, n))
+    return RowSum.from_csr(matrix), RowSum.from_csr(transposed)
 
 
 @functools.lru_cache(maxsize=16)
@@ -161,10 +222,69 @@ def _neighbourhood_cpu(edge: int, max_neighbours: int) -> Neighbourhood:
             band_offsets(edge, max_neighbours), BAND_FRACTIONS, strict=True
         )
     ]
-    return Neighbourhood(edge, radius, *bands)
+    local, functional, distant = bands
+    return Neighbourhood(edge, radius, local, functional, distant, *_stacked_means(functional, distant))
 
 
 _DEVICE_CACHE: dict[tuple[int, int, str], Neighbourhood] = {}
+
+
+@dataclass(frozen=True)
+class RowPattern:
+    """A band's neighbours over the rows ``r = cell·B + b`` of a ``[N·B, ·]`` state: ``K`` entries a
+    row in the band's offset order, as ``[N·B, N·B]`` sparse patterns. An outside neighbour is an
+    entry on the row itself, which ``score_mask`` gives weight zero."""
+
+    rows: RowSum  # the pattern (values given per call)
+    rows_transposed: RowSum  # its transpose
+    order_t: torch.Tensor  # [R·K] int64: entry values in the transposed pattern's order are values[order_t]
+    score_mask: torch.Tensor  # [K, R] float: 0 for a valid neighbour, -inf for one outside
+    sample: torch.Tensor  # the pattern as a CSR tensor (int32 indices) of zeros, for sampled matmuls
+
+    def apply(self, values: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """``W @ x`` for the ``[R, R]`` matrix ``W`` with ``values`` (``[R·K]``, row-major) on the pattern."""
+        return self.rows(x, values)
+
+    def apply_transposed(self, values: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """``Wᵀ @ x`` for the same ``W``."""
+        return self.rows_transposed(x, values[self.order_t])
+
+
+# Row patterns by (band, batch size), most recently used last. A training run uses two or three
+# batch sizes (full, last, evaluation); on 37³ a pattern holds about 100 MB.
+_ROW_PATTERNS: OrderedDict[tuple[int, int], tuple[Band, RowPattern]] = OrderedDict()
+_ROW_PATTERNS_KEPT = 4
+
+
+def row_pattern(band: Band, batch: int) -> RowPattern:
+    """The row pattern of ``band`` for a batch of ``batch``, on the band's device: built on first
+    use, then cached (the few most recently used)."""
+    key = (id(band), batch)
+    cached = _ROW_PATTERNS.get(key)
+    if cached is not None and cached[0] is band:
+        _ROW_PATTERNS.move_to_end(key)
+        return cached[1]
+    n, k = band.index.shape
+    device, rows = band.index.device, n * batch
+    cols = (band.index[:, None, :] * batch + torch.arange(batch, device=device)[None, :, None]).reshape(-1)
+    entry_rows = torch.arange(rows, device=device).repeat_interleave(k)
+    order_t = torch.argsort(cols * rows + entry_rows)
+    counts = torch.bincount(cols, minlength=rows)
+    unit = torch.ones(rows * k, device=device)
+    crow = torch.arange(0, rows * k + 1, k, device=device)
+    pattern = RowPattern(
+        rows=RowSum(cols, crow[:-1], unit),
+        rows_transposed=RowSum(entry_rows[order_t], torch.cat([counts.new_zeros(1), counts.cumsum(0)[:-1]]), unit),
+        order_t=order_t,
+        score_mask=band.score_mask.expand(k, n, batch).reshape(k, rows).contiguous(),
+        sample=torch.sparse_csr_tensor(
+            crow.int(), cols.int(), torch.zeros(rows * k, device=device), (rows, rows), check_invariants=False
+        ),
+    )
+    _ROW_PATTERNS[key] = (band, pattern)
+    while len(_ROW_PATTERNS) > _ROW_PATTERNS_KEPT:
+        _ROW_PATTERNS.popitem(last=False)
+    return pattern
 
 
 def neighbourhood(
@@ -178,24 +298,31 @@ def neighbourhood(
         if torch.device(device).type == "cpu":
             cached = cpu
         else:
+            local, functional, distant = (
+                Band(
+                    b.name,
+                    b.lower,
+                    b.upper,
+                    b.borrowed,
+                    b.shells,
+                    b.offsets.to(device),
+                    b.index.to(device),
+                    b.mask.to(device),
+                    b.matrix.to(device),
+                    b.transposed.to(device),
+                    b.shifts,
+                    b.score_mask.to(device),
+                )
+                for b in cpu.bands
+            )
             cached = Neighbourhood(
                 cpu.edge,
                 cpu.radius,
-                *(
-                    Band(
-                        b.name,
-                        b.lower,
-                        b.upper,
-                        b.borrowed,
-                        b.shells,
-                        b.offsets.to(device),
-                        b.index.to(device),
-                        b.mask.to(device),
-                        b.matrix.to(device),
-                        b.transposed.to(device),
-                    )
-                    for b in cpu.bands
-                ),
+                local,
+                functional,
+                distant,
+                cpu.means.to(device),
+                cpu.means_transposed.to(device),
             )
         _DEVICE_CACHE[key] = cached
     return cached
