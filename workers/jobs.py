@@ -170,7 +170,12 @@ def store_artifact(worker: Worker, assignment_id: UUID, name: str, upload: Uploa
     path = artifact_path(assignment, name)
     if default_storage.exists(path):
         default_storage.delete(path)
-    default_storage.save(path, upload)
+    try:
+        default_storage.save(path, upload)
+    finally:
+        # The storage moved a large upload's temporary file into place: close it here, where
+        # Django tolerates the missing file, not in the garbage collector, which would not.
+        upload.close()
     return {"name": name, "size_bytes": upload.size}
 
 
