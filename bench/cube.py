@@ -52,9 +52,11 @@ def measure(edge: int, repeats: int, device_name: str, reference_batch: int, mix
     from training.cube.losses import DEFAULT_WEIGHTS, total_loss
     from training.cube.model import CubeModel
     from training.cube.reference import reference_forward
-    from training.device import autocast
+    from training.device import autocast, keep_freed_memory
 
     device = torch.device(device_name)
+    if device.type == "cpu":
+        keep_freed_memory()  # as training.loop.fit does for every CPU run
     torch.manual_seed(0)
     config = CubeConfig(lattice_edge=edge)
     model = CubeModel(config).to(device)

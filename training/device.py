@@ -61,3 +61,37 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
+
+
+# glibc mallopt parameters (malloc.h).
+_M_TRIM_THRESHOLD = -1
+_M_MMAP_THRESHOLD = -3
+_HOLD_BYTES = 256 * 1024**2
+_allocator_tuned = False
+
+
+def keep_freed_memory() -> bool:
+    """Let glibc keep freed blocks up to 256 MiB for reuse instead of unmapping them.
+
+    A CPU training step allocates and frees the same large activation tensors every step;
+    by default glibc hands each one back to the kernel and faults it in again next step,
+    a few milliseconds per step on a small lattice (what jemalloc or tcmalloc, which
+    PyTorch's CPU guides recommend, avoid). Once per process; a no-op off glibc.
+    Returns whether the setting took effect.
+    """
+    global _allocator_tuned
+    if _allocator_tuned:
+        return True
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    try:
+        libc = ctypes.CDLL(name) if name else None
+        mallopt = libc.mallopt if libc is not None else None
+    except (OSError, AttributeError):
+        return False
+    if mallopt is None:
+        return False
+    _allocator_tuned = bool(mallopt(_M_MMAP_THRESHOLD, _HOLD_BYTES)) and bool(mallopt(_M_TRIM_THRESHOLD, _HOLD_BYTES))
+    return _allocator_tuned

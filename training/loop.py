@@ -44,7 +44,7 @@ import torch
 from torch import nn
 
 from training.artifacts import load_model_tensors, load_state, save_state, state_exists
-from training.device import autocast, make_grad_scaler, seed_everything, select_device
+from training.device import autocast, keep_freed_memory, make_grad_scaler, seed_everything, select_device
 
 StepFn = Callable[[nn.Module, Any], tuple[torch.Tensor, Mapping[str, float | torch.Tensor]]]
 EvalFn = Callable[[nn.Module, Iterable[Any]], Mapping[str, float]]
@@ -266,6 +266,8 @@ def fit(
     """
     started = time.perf_counter()
     device = select_device(config.device)
+    if device.type == "cpu":
+        keep_freed_memory()
     seed_everything(config.seed)
     model.to(device)
     optimizer = build_optimizer(model, config)

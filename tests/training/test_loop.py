@@ -206,3 +206,15 @@ def test_state_round_trips_through_safetensors_and_json_without_pickle(tmp_path:
     (tmp_path / "s.safetensors").write_bytes(b"garbage")
     with pytest.raises(ArtifactError, match="not a readable safetensors file"):
         load_state(tmp_path / "s")
+
+
+def test_cpu_training_keeps_freed_memory_for_reuse() -> None:
+    # glibc on Linux (this machine, CI): the allocator setting takes effect, once per process.
+    import platform
+
+    from training.device import keep_freed_memory
+
+    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+        pytest.skip("mallopt is glibc's")
+    assert keep_freed_memory() is True
+    assert keep_freed_memory() is True
