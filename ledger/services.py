@@ -13,6 +13,7 @@ is sealed (see ledger/models.py).
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 from django.conf import settings
@@ -363,11 +364,13 @@ def escrowed(user: Any) -> int:
     return int(total or 0)
 
 
-def task_transactions(task_id: uuid.UUID) -> list[Transaction]:
-    """Every admitted transaction of one task, oldest first: the escrow lock, the workers'
-    SUBMIT_RESULTs and REJECT_RESULTs, the rewards, the platform's fee and the refund."""
-    matches = Q(reference__startswith=f"result:{task_id}:") | Q(
-        type=encoding.REJECT_RESULT, payload__task_id=str(task_id)
+def task_transactions(task_id: uuid.UUID, worker_addresses: Sequence[str] = ()) -> list[Transaction]:
+    """Every admitted transaction of one task, oldest first: the escrow lock, the results
+    and rejections of the given workers, the rewards, the platform's fee and the refund.
+    Every condition is an equality on an indexed column (the ledger knows no assignments:
+    the caller names the workers)."""
+    matches = Q(reference__in=[f"result:{task_id}:{address}" for address in worker_addresses]) | Q(
+        type=encoding.REJECT_RESULT, recipient__in=list(worker_addresses), payload__task_id=str(task_id)
     )
     escrow = escrow_account(task_id)
     if escrow is not None:

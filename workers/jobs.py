@@ -22,7 +22,9 @@ from django.utils import timezone
 from rest_framework.exceptions import NotFound, ValidationError
 
 from ledger import encoding, gas
+from ledger import services as ledger
 from ledger.encoding import EncodingError, parse_compute_result
+from ledger.models import Transaction
 from ledger.signing import verify_compute_result, verify_tx
 from marketplace.kinds import KINDS
 from marketplace.models import Task, TaskStatus
@@ -80,8 +82,6 @@ def describe(assignment: Assignment, base_url: str) -> dict[str, Any]:
 
 def submit_template(worker: Worker) -> dict[str, Any]:
     """The SUBMIT_RESULT fields the worker signs: everything but the payload is fixed here."""
-    from ledger import services as ledger
-
     return {
         "chain_id": settings.LEDGER_CHAIN_ID,
         "type": encoding.SUBMIT_RESULT,
@@ -300,6 +300,13 @@ def _accepted_artifact(task: Task, name: str) -> str | None:
     accepted = Assignment.objects.filter(task=task, state=Assignment.State.ACCEPTED).order_by("settled_at").first()
     path = artifact_path(accepted, name) if accepted is not None else ""
     return path if path and default_storage.exists(path) else None
+
+
+def ledger_trail(task: Task) -> list[Transaction]:
+    """The task's transactions on the ledger (ledger.services.task_transactions), for the
+    workers that were ever assigned to it."""
+    workers = Assignment.objects.filter(task=task).values_list("worker__address", flat=True).distinct()
+    return ledger.task_transactions(task.pk, list(workers))
 
 
 def result_files(task: Task) -> list[str]:

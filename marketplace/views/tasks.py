@@ -161,7 +161,7 @@ def task_detail(request: HttpRequest, pk: UUID) -> HttpResponse:
         "live": task_live_state(task),
         "result_rows": _result_rows(task.result_summary),
         "result_files": jobs.result_files(task),
-        "ledger_txs": ledger.task_transactions(task.pk),
+        "ledger_txs": jobs.ledger_trail(task),
     }
     return render(request, "marketplace/task_detail.html", context)
 
