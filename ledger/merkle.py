@@ -12,14 +12,16 @@ from collections.abc import Sequence
 
 _sha256 = hashlib.sha256
 EMPTY_ROOT = _sha256(b"").digest()
+LEAF_PREFIX = b"\x00"
+NODE_PREFIX = b"\x01"
 
 
 def leaf_hash(data: bytes) -> bytes:
-    return _sha256(b"\x00" + data).digest()
+    return _sha256(LEAF_PREFIX + data).digest()
 
 
 def node_hash(left: bytes, right: bytes) -> bytes:
-    return _sha256(b"\x01" + left + right).digest()
+    return _sha256(NODE_PREFIX + left + right).digest()
 
 
 def _split(n: int) -> int:

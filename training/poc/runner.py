@@ -12,7 +12,7 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
-from training.device import select_device
+from training.device import keep_freed_memory, select_device
 from training.poc.commit import ARTIFACT_NAME, ArtifactWriter, result_hash, row_leaf_hashes
 from training.poc.generate import generate_matrix
 from training.poc.spec import FLOAT32_EXACT_LIMIT, PocSpec, parse_seed_material, parse_spec
@@ -128,6 +128,7 @@ def run(
     params = parse_spec(spec)
     seed = parse_seed_material(seed_material).seed
     dev = select_device(device)
+    keep_freed_memory()  # generation and hashing allocate the same n² buffers per pair
     n, count, bound = params.n, params.count, params.entry_bound
     out_dir = Path(out_dir)
     leaves: list[bytes] = []
