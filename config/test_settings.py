@@ -1,0 +1,17 @@
+"""The test suite's settings: ``config.settings`` with a var/ directory of its own.
+
+``make run`` and ``make test`` may run at the same time on one checkout. With the embedded
+defaults they would otherwise share ``var/``: the filesystem broker's folder (the running
+platform worker would take the suite's verification messages, and the suite's workers the
+platform's), the channel-layer spool and the media directory. Child processes that the
+suite starts inherit the variable, so they share the suite's directory, not the
+developer's. (With ``REDIS_URL`` set, give the suite its own Redis database for the same
+reason.) ``PROOFWORK_VAR_DIR`` still wins when set.
+"""
+
+import os
+from pathlib import Path
+
+os.environ.setdefault("PROOFWORK_VAR_DIR", str(Path(__file__).resolve().parent.parent / "var" / "test"))
+
+from config.settings import *  # noqa: F403
