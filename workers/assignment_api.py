@@ -18,6 +18,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from config.downloads import download
 from workers import heldout, jobs
 from workers.authentication import IsWorker, WorkerTokenAuthentication
 from workers.models import Assignment, Worker
@@ -66,8 +67,8 @@ class AssignmentDatasetView(WorkerAPIView):
             split = heldout.prepared(assignment.task)
             if split is None or split.worker is None:
                 raise NotFound("This task's data is not prepared yet.")
-            return FileResponse(default_storage.open(split.worker, "rb"), as_attachment=True, filename=filename)
-        return FileResponse(dataset.file.open("rb"), as_attachment=True, filename=filename)
+            return download(request, default_storage.open(split.worker, "rb"), filename)
+        return download(request, dataset.file.open("rb"), filename)
 
 
 class AssignmentModelView(WorkerAPIView):
@@ -76,7 +77,7 @@ class AssignmentModelView(WorkerAPIView):
     @extend_schema(responses={200: bytes})
     def get(self, request: Request, assignment_id: str, name: str) -> FileResponse:
         path = jobs.source_model_file(self.assignment(assignment_id), name)
-        return FileResponse(default_storage.open(path, "rb"), as_attachment=True, filename=name)
+        return download(request, default_storage.open(path, "rb"), name)
 
 
 class AssignmentStartView(WorkerAPIView):

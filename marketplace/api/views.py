@@ -16,6 +16,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from config.downloads import download
 from marketplace import services
 from marketplace.api import serializers as s
 from marketplace.api.parsers import PARSERS, JSONParser
@@ -103,7 +104,7 @@ class TaskViewSet(OwnedViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixin
     @action(detail=True, methods=["get"], url_path=r"results/(?P<name>[A-Za-z0-9_.-]+)")
     def results(self, request: Request, pk: str | None = None, name: str = "") -> FileResponse:
         path = jobs.result_file(self.get_object(), name)
-        return FileResponse(default_storage.open(path, "rb"), as_attachment=True, filename=name)
+        return download(request, default_storage.open(path, "rb"), name)
 
 
 class MarketplaceViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):

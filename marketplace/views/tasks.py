@@ -16,6 +16,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 from rest_framework.exceptions import NotFound, ValidationError
 
+from config.downloads import download
 from ledger import services as ledger
 from marketplace import services
 from marketplace.forms import StatusFilterForm, TaskForm
@@ -185,7 +186,7 @@ def task_result_file(request: HttpRequest, pk: UUID, name: str) -> FileResponse:
         path = jobs.result_file(task, name)
     except (NotFound, Conflict):
         raise Http404("No such result file.") from None
-    return FileResponse(default_storage.open(path, "rb"), as_attachment=True, filename=name)
+    return download(request, default_storage.open(path, "rb"), name)
 
 
 @login_required

@@ -96,3 +96,36 @@ def test_the_task_page_shows_its_ledger_trail(submitted: tuple[Task, Assignment,
     section = body[body.index('id="task-ledger"') :]
     for label in ("Escrow lock", "Submit result", "Escrow release", "Fee"):
         assert label in section, label
+
+
+def test_under_asgi_a_result_streams_chunk_by_chunk(
+    submitted: tuple[Task, Assignment, bytes], bob: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Django's AsyncClient builds the ASGI request daphne would. A plain FileResponse is
+    read into memory whole before its first byte is sent there; this one is not."""
+    from asgiref.sync import async_to_sync
+    from django.test import AsyncClient
+
+    from config import downloads
+
+    task, assignment, product = submitted
+    assert verify_assignment(str(assignment.pk)) == "accepted"
+    monkeypatch.setattr(downloads, "CHUNK_BYTES", 4096)
+    client = AsyncClient()
+    client.force_login(bob)
+
+    async def fetch(url: str) -> tuple[Any, list[bytes]]:
+        response = await client.get(url)
+        return response, [chunk async for chunk in response.streaming_content]  # type: ignore[attr-defined]
+
+    for url in (
+        f"/api/v1/tasks/{task.pk}/results/product.safetensors/",
+        f"/tasks/{task.pk}/results/product.safetensors",
+    ):
+        response, chunks = async_to_sync(fetch)(url)
+        assert response.status_code == 200
+        assert response.is_async  # an async body: no list of every chunk first
+        assert len(chunks) == -(-len(product) // 4096)
+        assert b"".join(chunks) == product
+        assert response["Content-Length"] == str(len(product))
+        assert response["Content-Disposition"] == 'attachment; filename="product.safetensors"'
