@@ -33,7 +33,7 @@ import numpy.typing as npt
 from safetensors import safe_open
 
 from ledger import merkle
-from training.poc.pool import parallel_map
+from training.poc.pool import parallel_map, workers
 
 ARTIFACT_NAME = "product.safetensors"
 FORMAT = "proofwork-poc-v1"
@@ -60,12 +60,14 @@ def leaf_data(pair: int, row: int, values: npt.NDArray[np.integer[Any]]) -> byte
 def row_leaf_hashes(pair: int, c: npt.NDArray[np.int32], start: int = 0, stop: int | None = None) -> list[bytes]:
     """Leaf hashes of rows ``start:stop`` (default: all) of product ``pair``, in row order.
 
-    Each row is fed to SHA-256 straight from the array (no copy of its bytes), which lets
-    hashlib release the GIL for the whole row, so chunks on several threads hash at once.
+    Each row is fed to SHA-256 straight from the array (no copy of its bytes), so hashlib
+    hashes it with the GIL released. The rows are split into one contiguous part per
+    thread: every row's digest re-takes the GIL, and many small parts made the threads
+    queue for it (at n = 2048, 64 parts on two threads took 18 ms, two parts 11 ms).
     """
     values = np.ascontiguousarray(c, dtype="<i4")
     stop = values.shape[0] if stop is None else stop
-    step = max(1, -(-(stop - start) // 64))
+    step = max(1, -(-(stop - start) // workers()))
 
     def chunk(lo: int) -> list[bytes]:
         hashes = []
