@@ -19,7 +19,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from config.downloads import download
-from workers import heldout, jobs
+from workers import heldout, jobs, uploads
 from workers.authentication import IsWorker, WorkerTokenAuthentication
 from workers.models import Assignment, Worker
 
@@ -90,15 +90,21 @@ class AssignmentStartView(WorkerAPIView):
 
 
 class ArtifactUploadView(WorkerAPIView):
-    """One artifact of the kind's list, raw bytes, size-limited."""
+    """One artifact of the kind's list, raw bytes, size-limited: whole, or in ordered parts
+    with ``Content-Range: bytes START-END/TOTAL`` (202 until the last part, then 201)."""
 
     parser_classes = [parsers.FileUploadParser]
 
-    @extend_schema(request={"application/octet-stream": bytes}, responses={201: dict})
+    @extend_schema(request={"application/octet-stream": bytes}, responses={201: dict, 202: dict, 409: dict})
     def put(self, request: Request, assignment_id: str, filename: str) -> Response:
         upload = request.data.get("file") if isinstance(request.data, dict) else None
-        info = jobs.store_artifact(self.worker, self.assignment(assignment_id).pk, filename, upload)
-        return Response(info, status=status.HTTP_201_CREATED)
+        try:
+            info = jobs.store_artifact(
+                self.worker, self.assignment(assignment_id).pk, filename, upload, request.headers.get("Content-Range")
+            )
+        except uploads.OutOfOrder as exc:
+            return Response(exc.body(), status=status.HTTP_409_CONFLICT)
+        return Response(info, status=status.HTTP_201_CREATED if info["complete"] else status.HTTP_202_ACCEPTED)
 
 
 class ResultView(WorkerAPIView):

@@ -29,7 +29,7 @@ from ledger.signing import verify_compute_result, verify_tx
 from marketplace.kinds import KINDS
 from marketplace.models import Task, TaskStatus
 from marketplace.services import transition_locked
-from workers import heldout
+from workers import heldout, uploads
 from workers.dashboard import worker_changed
 from workers.models import Assignment, Worker
 
@@ -155,8 +155,11 @@ def artifact_path(assignment: Assignment | UUID, name: str) -> str:
     return f"artifacts/{pk}/{name}"
 
 
-def store_artifact(worker: Worker, assignment_id: UUID, name: str, upload: UploadedFile | None) -> dict[str, Any]:
-    """Keep one of the kind's declared artifacts for this running assignment."""
+def store_artifact(
+    worker: Worker, assignment_id: UUID, name: str, upload: UploadedFile | None, content_range: str | None = None
+) -> dict[str, Any]:
+    """Keep one of the kind's declared artifacts for this running assignment, whole or in
+    ordered parts (``workers/uploads.py``); ``complete`` says whether it is all there."""
     assignment = Assignment.objects.select_related("task").get(pk=assignment_id, worker=worker)
     if assignment.state != Assignment.State.RUNNING:
         raise Conflict({"state": [f"This assignment is {assignment.state}; artifacts are closed."]})
@@ -165,18 +168,13 @@ def store_artifact(worker: Worker, assignment_id: UUID, name: str, upload: Uploa
         raise ValidationError({"name": [f"Expected one of: {', '.join(allowed)}."]})
     if upload is None or not upload.size:
         raise ValidationError({"file": ["The artifact is empty."]})
-    if upload.size > settings.ARTIFACT_MAX_BYTES:
-        raise ValidationError({"file": [f"The artifact is larger than {settings.ARTIFACT_MAX_BYTES} bytes."]})
+    part = uploads.parse_content_range(content_range)
+    uploads.check_size(upload.size if part is None else part[2])
     path = artifact_path(assignment, name)
-    if default_storage.exists(path):
-        default_storage.delete(path)
-    try:
-        default_storage.save(path, upload)
-    finally:
-        # The storage moved a large upload's temporary file into place: close it here, where
-        # Django tolerates the missing file, not in the garbage collector, which would not.
-        upload.close()
-    return {"name": name, "size_bytes": upload.size}
+    if part is None:
+        uploads.save_whole(path, upload)
+        return {"name": name, "size_bytes": upload.size, "complete": True}
+    return {"name": name, **uploads.save_part(path, upload, *part)}
 
 
 def submit(worker: Worker, assignment_id: UUID, body: Any) -> Assignment:

@@ -6,6 +6,8 @@ by the end-to-end tests with a real agent."""
 
 from __future__ import annotations
 
+import json
+import os
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -81,3 +83,72 @@ def test_an_artifact_is_streamed_whole_and_sent_again_after_a_503(
         assert "Transfer-Encoding" not in request["headers"]
         assert request["headers"]["Content-Disposition"] == 'attachment; filename="product.safetensors"'
         assert request["headers"]["Authorization"] == "Worker t"
+
+
+class PartsPlatform(ThreadingHTTPServer):
+    """Keeps ordered parts like workers/uploads.py; the answer to the second part is lost
+    (503 after the bytes were kept), as when the platform restarts mid-reply."""
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), PartsHandler)
+        self.received = bytearray()
+        self.ranges: list[str] = []
+
+
+class PartsHandler(BaseHTTPRequestHandler):
+    server: PartsPlatform
+
+    def do_PUT(self) -> None:
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        content_range = self.headers["Content-Range"]
+        self.server.ranges.append(content_range)
+        start, rest = content_range.removeprefix("bytes ").split("-")
+        end, total = (int(x) for x in rest.split("/"))
+        if int(start) != len(self.server.received):
+            self.answer(409, {"received": len(self.server.received)})
+            return
+        self.server.received += body
+        if len(self.server.ranges) == 2:
+            self.answer(503, {})
+        else:
+            self.answer(201 if end + 1 == total else 202, {"received": end + 1})
+
+    def answer(self, status: int, body: dict[str, Any]) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+def test_a_part_whose_answer_was_lost_is_not_sent_twice(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(node_module, "UPLOAD_PART", 4096)
+    monkeypatch.setattr(node_module.time, "sleep", lambda seconds: None)
+    server = PartsPlatform()
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    key = keys.generate()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    node = Node(key, Credentials(server=url, worker_id="w", address=key.address, token="t"), url)
+    artifact = tmp_path / "product.safetensors"
+    content = os.urandom(10_000)
+    artifact.write_bytes(content)
+    try:
+        response = node._upload("/a/", artifact.name, artifact)
+    finally:
+        node.http.close()
+        server.shutdown()
+        server.server_close()
+    assert response.status_code == 201
+    assert bytes(server.received) == content
+    # The retried second part is refused (409, received 8192) and the node goes on from there.
+    assert server.ranges == [
+        "bytes 0-4095/10000",
+        "bytes 4096-8191/10000",
+        "bytes 4096-8191/10000",
+        "bytes 8192-9999/10000",
+    ]

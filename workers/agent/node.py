@@ -14,6 +14,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,29 @@ from workers.agent.identity import Credentials, credentials_path, load_key
 from workers.agent.reporter import Reporter
 
 log = logging.getLogger("workers.agent")
-UPLOAD_CHUNK = 1 << 20
+UPLOAD_CHUNK = 1 << 20  # bytes a streamed request body reads from disk at a time
+UPLOAD_PART = 32 << 20  # the largest single request; larger artifacts go in parts of this size
+
+
+def _resume_point(response: httpx.Response, size: int) -> int | None:
+    """Where the platform asks a part upload to continue (its 409's ``received``), if it does."""
+    if response.status_code != 409:
+        return None
+    try:
+        received = response.json().get("received")
+    except ValueError:
+        return None
+    return received if type(received) is int and 0 <= received < size else None
+
+
+def _read(path: Path, start: int, stop: int) -> Iterator[bytes]:
+    """Bytes ``start:stop`` of ``path`` in UPLOAD_CHUNK pieces."""
+    with path.open("rb") as handle:
+        handle.seek(start)
+        left = stop - start
+        while left > 0 and (chunk := handle.read(min(UPLOAD_CHUNK, left))):
+            left -= len(chunk)
+            yield chunk
 
 
 class Node:
@@ -120,23 +143,43 @@ class Node:
         return self.sign_result(job, outcome)
 
     def _upload(self, url: str, name: str, path: Path) -> httpx.Response:
-        """PUT one file, streamed from disk in UPLOAD_CHUNK pieces with its Content-Length.
+        """PUT one file, streamed from disk; in UPLOAD_PART parts when it is larger.
 
-        Never the whole file as one bytes object: that costs its size in memory, and httpx
-        re-slices the unsent rest of such a buffer after every socket write, so a 1.6 GB
-        product took two minutes on loopback.
+        Each request streams UPLOAD_CHUNK pieces with its Content-Length, never the file as
+        one bytes object: that cost its size in memory, and httpx re-slices the unsent rest
+        of such a buffer after every socket write (a 1.6 GB product took two minutes on
+        loopback). Parts (``workers/uploads.py``) bound what one request costs the platform's
+        web process, which holds a whole body in memory; a part the platform says it did not
+        expect (409) is resent from where it says it is. Returns the last response: 201
+        once the whole file is in.
         """
-
-        def chunks() -> Iterator[bytes]:
-            with path.open("rb") as handle:
-                while chunk := handle.read(UPLOAD_CHUNK):
-                    yield chunk
-
-        headers = {
-            "Content-Disposition": f'attachment; filename="{name}"',
-            "Content-Length": str(path.stat().st_size),
-        }
-        return self._request("PUT", url, body=chunks, headers=headers)
+        size = path.stat().st_size
+        headers = {"Content-Disposition": f'attachment; filename="{name}"'}
+        if size <= UPLOAD_PART:
+            return self._request(
+                "PUT", url, body=partial(_read, path, 0, size), headers={**headers, "Content-Length": str(size)}
+            )
+        start, attempts = 0, 0
+        while True:
+            end = min(size, start + UPLOAD_PART) - 1
+            response = self._request(
+                "PUT",
+                url,
+                body=partial(_read, path, start, end + 1),
+                headers={
+                    **headers,
+                    "Content-Length": str(end - start + 1),
+                    "Content-Range": f"bytes {start}-{end}/{size}",
+                },
+            )
+            resume = _resume_point(response, size)
+            if resume is not None and attempts < 3:
+                # A part whose answer was lost was applied after all, or one went missing.
+                attempts, start = attempts + 1, resume
+                continue
+            if response.status_code != 202:
+                return response
+            attempts, start = 0, end + 1
 
     def report_failure(self, assignment_id: str, reason: str) -> None:
         """Tell the platform this job cannot be finished here, so it is reassigned now."""

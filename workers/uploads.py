@@ -1,0 +1,105 @@
+"""Artifact bytes on disk: one request for a small file, ordered parts for a large one.
+
+A node PUTs each artifact to ``/api/v1/assignments/<id>/artifacts/<name>/``. Daphne holds
+a request's whole body in memory before the application sees any of it, so a 1.6 GB
+product in one request costs the web process 1.6 GB; the agent sends anything larger than
+a part (``workers.agent.node.UPLOAD_PART``) as parts instead, each with
+
+    Content-Range: bytes START-END/TOTAL
+
+Parts go in order: START must be what has been received so far, and a part that does not
+follow is refused with 409 naming ``received``, so a node whose response got lost simply
+continues from there; START 0 begins again. The bytes collect in ``<name>.part`` and
+appear under the artifact's name only when the last one arrived, so a reader never sees
+half a file. Appending needs a storage with local paths (the default FileSystemStorage).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.core.files.storage import default_storage
+from django.core.files.uploadedfile import UploadedFile
+from rest_framework.exceptions import ValidationError
+
+_RANGE = re.compile(r"bytes (\d{1,15})-(\d{1,15})/(\d{1,15})")
+PART_SUFFIX = ".part"
+
+
+class OutOfOrder(Exception):
+    """The part does not continue what was received; the view answers 409 with ``received``."""
+
+    def __init__(self, received: int) -> None:
+        super().__init__(f"Expected the part that starts at byte {received}.")
+        self.received = received
+
+    def body(self) -> dict[str, Any]:
+        """The 409's JSON: the reason under the header's name and where to continue."""
+        return {"Content-Range": [str(self)], "received": self.received}
+
+
+def parse_content_range(header: str | None) -> tuple[int, int, int] | None:
+    """(start, end, total) from ``bytes START-END/TOTAL``, None without the header."""
+    if header is None:
+        return None
+    match = _RANGE.fullmatch(header.strip())
+    if match is None:
+        raise ValidationError({"Content-Range": ["Expected 'bytes START-END/TOTAL'."]})
+    start, end, total = (int(group) for group in match.groups())
+    if not start <= end < total:
+        raise ValidationError({"Content-Range": ["Needs START ≤ END < TOTAL."]})
+    return start, end, total
+
+
+def check_size(total: int) -> None:
+    """400 naming ``file`` when an artifact of ``total`` bytes is over the limit."""
+    if total > settings.ARTIFACT_MAX_BYTES:
+        raise ValidationError({"file": [f"The artifact is larger than {settings.ARTIFACT_MAX_BYTES} bytes."]})
+
+
+def save_whole(path: str, upload: UploadedFile) -> None:
+    """Store a complete artifact at ``path``, replacing any earlier one or unfinished parts."""
+    _local(path + PART_SUFFIX).unlink(missing_ok=True)
+    if default_storage.exists(path):
+        default_storage.delete(path)
+    try:
+        default_storage.save(path, upload)
+    finally:
+        # The storage moved a large upload's temporary file into place: close it here, where
+        # Django tolerates the missing file, not in the garbage collector, which would not.
+        upload.close()
+
+
+def save_part(path: str, upload: UploadedFile, start: int, end: int, total: int) -> dict[str, Any]:
+    """Append one part; ``complete`` once byte TOTAL−1 is in and the artifact is in place."""
+    try:
+        if upload.size != end - start + 1:
+            raise ValidationError(
+                {"Content-Range": [f"The part holds {upload.size} bytes; the range names {end - start + 1}."]}
+            )
+        partial = _local(path + PART_SUFFIX)
+        received = partial.stat().st_size if partial.exists() else 0
+        if start not in (0, received):
+            raise OutOfOrder(received)
+        partial.parent.mkdir(parents=True, exist_ok=True)
+        with partial.open("r+b" if start else "wb") as out:
+            out.seek(start)
+            out.truncate()
+            for chunk in upload.chunks():
+                out.write(chunk)
+    finally:
+        upload.close()
+    if end + 1 < total:
+        return {"received": end + 1, "size_bytes": total, "complete": False}
+    final = _local(path)
+    final.unlink(missing_ok=True)
+    os.replace(partial, final)
+    return {"received": total, "size_bytes": total, "complete": True}
+
+
+def _local(name: str) -> Path:
+    return Path(default_storage.path(name))
