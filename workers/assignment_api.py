@@ -11,7 +11,7 @@ from typing import Any
 
 from django.core.files.storage import default_storage
 from django.http import FileResponse
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import parsers, status
 from rest_framework.exceptions import NotFound
 from rest_framework.request import Request
@@ -95,7 +95,30 @@ class ArtifactUploadView(WorkerAPIView):
 
     parser_classes = [parsers.FileUploadParser]
 
-    @extend_schema(request={"application/octet-stream": bytes}, responses={201: dict, 202: dict, 409: dict})
+    @extend_schema(
+        request={"application/octet-stream": bytes},
+        parameters=[
+            OpenApiParameter(
+                "Content-Range",
+                str,
+                OpenApiParameter.HEADER,
+                description="For an artifact sent in parts: 'bytes START-END/TOTAL'. Parts go in order; "
+                "START 0 begins again.",
+            ),
+            OpenApiParameter(
+                "Content-Disposition",
+                str,
+                OpenApiParameter.HEADER,
+                required=True,
+                description='attachment; filename="<the artifact\'s name>"',
+            ),
+        ],
+        responses={
+            201: dict,
+            202: OpenApiResponse(dict, description="A part was kept; more are expected (received, size_bytes)."),
+            409: OpenApiResponse(dict, description="The part does not follow: continue from 'received'."),
+        },
+    )
     def put(self, request: Request, assignment_id: str, filename: str) -> Response:
         upload = request.data.get("file") if isinstance(request.data, dict) else None
         try:
