@@ -135,6 +135,7 @@ def fail(worker: Worker, assignment_id: UUID, reason: Any) -> Assignment:
         assignment.reason = f"The worker gave up: {reason}"
         assignment.save(update_fields=["state", "settled_at", "reason"])
         transaction.on_commit(partial(worker_changed, worker.pk))
+        transaction.on_commit(partial(uploads.discard, assignment.pk))
         Worker.objects.filter(pk=worker.pk, reputation__gte=FAIL_PENALTY).update(
             reputation=F("reputation") - FAIL_PENALTY
         )
@@ -152,7 +153,7 @@ def _enqueue_schedule(task_id: UUID) -> None:
 
 def artifact_path(assignment: Assignment | UUID, name: str) -> str:
     pk = assignment.pk if isinstance(assignment, Assignment) else assignment
-    return f"artifacts/{pk}/{name}"
+    return f"{uploads.artifact_dir(pk)}/{name}"
 
 
 def store_artifact(

@@ -20,7 +20,7 @@ from django.utils import timezone
 from marketplace.kinds import KINDS
 from marketplace.models import Task, TaskStatus
 from marketplace.services import transition_locked
-from workers import heldout
+from workers import heldout, uploads
 from workers.dashboard import worker_changed
 from workers.models import SETTLED, Assignment, Worker
 
@@ -193,4 +193,5 @@ def expire_overdue() -> int:
                 transition_locked(task, TaskStatus.OPEN, f"{assignment.worker.name} went silent; reassigning.")
             transaction.on_commit(partial(schedule, task.pk))
             transaction.on_commit(partial(worker_changed, assignment.worker_id))
+            transaction.on_commit(partial(uploads.discard, assignment.pk))
     return expired

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -99,6 +100,18 @@ def save_part(path: str, upload: UploadedFile, start: int, end: int, total: int)
     final.unlink(missing_ok=True)
     os.replace(partial, final)
     return {"received": total, "size_bytes": total, "complete": True}
+
+
+def artifact_dir(assignment_id: Any) -> str:
+    """The storage folder holding one assignment's artifacts."""
+    return f"artifacts/{assignment_id}"
+
+
+def discard(assignment_id: Any) -> None:
+    """Delete an assignment's artifacts and unfinished parts: it expired, so nothing it
+    uploaded will ever be verified or handed out (results of accepted and rejected
+    assignments stay)."""
+    shutil.rmtree(_local(artifact_dir(assignment_id)), ignore_errors=True)
 
 
 def _local(name: str) -> Path:

@@ -136,3 +136,35 @@ def test_the_agent_uploads_a_large_artifact_in_parts(
         "complete": True,
     }
     assert stored(running) == CONTENT
+
+
+def test_an_expired_assignment_loses_what_it_uploaded(
+    alpha: Provider, running: Assignment, django_capture_on_commit_callbacks: Any
+) -> None:
+    """Nothing an expired assignment uploaded will be verified or handed out: its artifacts
+    and unfinished parts are deleted, whether the node gave up or went silent."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    url = alpha.url(running, "artifacts/product.safetensors/")
+    assert put(alpha.client, url, CONTENT[:4000], f"bytes 0-3999/{len(CONTENT)}").status_code == 202
+    folder = Path(default_storage.path(f"artifacts/{running.pk}"))
+    assert any(folder.iterdir())
+    with django_capture_on_commit_callbacks(execute=True):
+        response = alpha.client.post(alpha.url(running, "fail/"), {"reason": "out of memory"}, format="json")
+    assert response.status_code == 200
+    assert not folder.exists()
+
+    # The task went back to open; another node takes it, uploads whole, then goes silent.
+    beta = Provider(alpha.worker.owner, "beta")
+    (second,) = scheduler.schedule(running.task_id)
+    assert second.worker == beta.worker
+    assert beta.client.post(beta.url(second, "start/")).status_code == 200
+    assert put(beta.client, beta.url(second, "artifacts/product.safetensors/"), CONTENT, None).status_code == 201
+    assert stored(second) == CONTENT
+    type(beta.worker).objects.filter(pk=beta.worker.pk).update(last_heartbeat_at=timezone.now() - timedelta(hours=1))
+    with django_capture_on_commit_callbacks(execute=True):
+        assert scheduler.expire_overdue() == 1
+    assert stored(second) is None
+    assert not Path(default_storage.path(f"artifacts/{second.pk}")).exists()
