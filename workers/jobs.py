@@ -161,21 +161,30 @@ def store_artifact(
 ) -> dict[str, Any]:
     """Keep one of the kind's declared artifacts for this running assignment, whole or in
     ordered parts (``workers/uploads.py``); ``complete`` says whether it is all there."""
-    assignment = Assignment.objects.select_related("task").get(pk=assignment_id, worker=worker)
-    if assignment.state != Assignment.State.RUNNING:
-        raise Conflict({"state": [f"This assignment is {assignment.state}; artifacts are closed."]})
-    allowed = KINDS[assignment.task.kind].artifacts
-    if not _ARTIFACT_NAME.match(name) or name not in allowed:
-        raise ValidationError({"name": [f"Expected one of: {', '.join(allowed)}."]})
-    if upload is None or not upload.size:
-        raise ValidationError({"file": ["The artifact is empty."]})
-    part = uploads.parse_content_range(content_range)
-    uploads.check_size(upload.size if part is None else part[2])
-    path = artifact_path(assignment, name)
-    if part is None:
-        uploads.save_whole(path, upload)
-        return {"name": name, "size_bytes": upload.size, "complete": True}
-    return {"name": name, **uploads.save_part(path, upload, *part)}
+    try:
+        assignment = Assignment.objects.select_related("task").get(pk=assignment_id, worker=worker)
+        allowed = KINDS[assignment.task.kind].artifacts
+        if not _ARTIFACT_NAME.match(name) or name not in allowed:
+            raise ValidationError({"name": [f"Expected one of: {', '.join(allowed)}."]})
+        if upload is None or not upload.size:
+            raise ValidationError({"file": ["The artifact is empty."]})
+        part = uploads.parse_content_range(content_range)
+        uploads.check_size(upload.size if part is None else part[2])
+        path = artifact_path(assignment, name)
+        with uploads.exclusive(assignment.pk):
+            # Read under the lock: a submission or expiry that got there first closed them.
+            state = Assignment.objects.filter(pk=assignment.pk).values_list("state", flat=True).get()
+            if state != Assignment.State.RUNNING:
+                raise Conflict({"state": [f"This assignment is {state}; artifacts are closed."]})
+            if part is None:
+                uploads.save_whole(path, upload)
+                return {"name": name, "size_bytes": upload.size, "complete": True}
+            return {"name": name, **uploads.save_part(path, upload, *part)}
+    finally:
+        if upload is not None:
+            # After the storage moved a large upload's temporary file into place: close it
+            # here, where Django tolerates the missing file, not in the garbage collector.
+            upload.close()
 
 
 def submit(worker: Worker, assignment_id: UUID, body: Any) -> Assignment:
@@ -195,6 +204,14 @@ def submit(worker: Worker, assignment_id: UUID, body: Any) -> Assignment:
     tx_body = body.get("transaction")
     if not isinstance(tx_body, dict):
         raise ValidationError({"transaction": ["Expected the signed SUBMIT_RESULT transaction."]})
+    # The artifact lock first: an upload still writing finishes before the artifacts close.
+    with uploads.exclusive(assignment_id):
+        assignment = _close_with_result(worker, assignment_id, result, tx_body)
+        uploads.close(assignment_id)
+    return assignment
+
+
+def _close_with_result(worker: Worker, assignment_id: UUID, result: Any, tx_body: dict[str, Any]) -> Assignment:
     with transaction.atomic():
         assignment = Assignment.objects.select_for_update().select_related("task").get(pk=assignment_id, worker=worker)
         if assignment.state != Assignment.State.RUNNING:

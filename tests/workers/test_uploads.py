@@ -168,3 +168,32 @@ def test_an_expired_assignment_loses_what_it_uploaded(
         assert scheduler.expire_overdue() == 1
     assert stored(second) is None
     assert not Path(default_storage.path(f"artifacts/{second.pk}")).exists()
+
+
+def test_the_last_part_sent_again_after_a_lost_answer_is_not_a_restart(alpha: Provider, running: Assignment) -> None:
+    url = alpha.url(running, "artifacts/product.safetensors/")
+    total = len(CONTENT)
+    assert put(alpha.client, url, CONTENT[:6000], f"bytes 0-5999/{total}").status_code == 202
+    assert put(alpha.client, url, CONTENT[6000:], f"bytes 6000-9999/{total}").status_code == 201
+    again = put(alpha.client, url, CONTENT[6000:], f"bytes 6000-9999/{total}")
+    assert again.status_code == 201
+    assert again.json()["complete"] is True
+    assert stored(running) == CONTENT
+
+
+def test_submitting_closes_the_artifacts(alpha: Provider, bob: Any, tmp_path: Path) -> None:
+    """Unfinished parts go with the submission, and nothing is written after it."""
+    task = post_task(bob, "synthetic", {"n": 64}, budget=UNITS_PER_CREDIT)
+    (assignment,) = scheduler.schedule(task.pk)
+    body = alpha.run_job(assignment, tmp_path)
+    url = alpha.url(assignment, "artifacts/product.safetensors/")
+    product = stored(assignment)
+    assert product is not None
+    assert put(alpha.client, url, b"x" * 100, "bytes 0-99/1000").status_code == 202  # a stray part sequence
+    assert alpha.submit(assignment, body).status_code == 202
+    folder = Path(default_storage.path(f"artifacts/{assignment.pk}"))
+    assert sorted(p.name for p in folder.iterdir()) == ["product.safetensors"]
+    late = put(alpha.client, url, b"y" * 100, None)
+    assert late.status_code == 409
+    assert late.json() == {"state": ["This assignment is submitted; artifacts are closed."]}
+    assert stored(assignment) == product
