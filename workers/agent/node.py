@@ -39,9 +39,10 @@ def _resume_point(response: httpx.Response, size: int) -> int | None:
     if response.status_code != 409:
         return None
     try:
-        received = response.json().get("received")
+        body = response.json()
     except ValueError:
         return None
+    received = body.get("received") if isinstance(body, dict) else None
     return received if type(received) is int and 0 <= received < size else None
 
 
