@@ -164,6 +164,11 @@ STORAGES = {
 
 # Uploads: datasets are streamed to disk past 2.5 MB; the cap is checked before saving.
 DATASET_MAX_BYTES = env_int("PROOFWORK_DATASET_MAX_BYTES", 512 * 1024 * 1024, minimum=1)
+# Larger datasets go up in ordered parts of at most this size (marketplace/dataset_uploads.py):
+# daphne holds a request's whole body in memory, so one request must stay small.
+DATASET_UPLOAD_PART_BYTES = env_int("PROOFWORK_DATASET_UPLOAD_PART_BYTES", 32 * 1024 * 1024, minimum=64 * 1024)
+# An unfinished upload in parts is deleted, bytes and all, this many seconds after it began.
+DATASET_UPLOAD_TTL = env_int("PROOFWORK_DATASET_UPLOAD_TTL", 24 * 3600, minimum=60)
 FILE_UPLOAD_MAX_MEMORY_SIZE = 2_621_440
 DATA_UPLOAD_MAX_MEMORY_SIZE = 2_621_440
 FILE_UPLOAD_PERMISSIONS = 0o640
@@ -208,10 +213,26 @@ CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# Two trusted queues, each with its own worker process (Procfile, docker-compose.yml):
+# ``platform`` verifies results (seconds to minutes each: a 1.6 GB product takes 7-9 s,
+# a model evaluation longer) and sends payouts; ``control`` runs the short periodic jobs
+# that must keep their beat while that happens: sealing blocks, offering waiting tasks,
+# expiring silent workers' jobs. Routes live here only; callers never name a queue.
 CELERY_TASK_DEFAULT_QUEUE = "platform"
+CELERY_TASK_ROUTES = {
+    "workers.verify_assignment": {"queue": "platform"},
+    "workers.schedule_task": {"queue": "control"},
+    "workers.schedule_waiting": {"queue": "control"},
+    "ledger.tasks.seal_pending": {"queue": "control"},
+}
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {}
 CELERY_TIMEZONE = "UTC"
+CELERY_BEAT_SCHEDULE["marketplace-expire-dataset-uploads"] = {
+    "task": "marketplace.expire_dataset_uploads",
+    "schedule": 900.0,
+    "options": {"queue": "platform", "expires": 900.0},
+}
 
 # --- REST API -------------------------------------------------------------------
 REST_FRAMEWORK = {
@@ -267,7 +288,7 @@ SCHEDULER_INTERVAL = env_int("PROOFWORK_SCHEDULER_INTERVAL", 5, minimum=1)
 CELERY_BEAT_SCHEDULE["workers-schedule-waiting"] = {
     "task": "workers.schedule_waiting",
     "schedule": float(SCHEDULER_INTERVAL),
-    "options": {"queue": "platform", "expires": float(SCHEDULER_INTERVAL)},
+    "options": {"expires": float(SCHEDULER_INTERVAL)},
 }
 
 # --- Production hardening -------------------------------------------------------
@@ -343,7 +364,7 @@ LEDGER_VERIFY_PROCESSES = env_int("LEDGER_VERIFY_PROCESSES", min(os.cpu_count() 
 CELERY_BEAT_SCHEDULE["ledger-seal-block"] = {
     "task": "ledger.tasks.seal_pending",
     "schedule": float(LEDGER_BLOCK_TIME),
-    "options": {"queue": "platform", "expires": float(LEDGER_BLOCK_TIME)},
+    "options": {"expires": float(LEDGER_BLOCK_TIME)},
 }
 # Ledger transactions have a "status" as tasks do: name both enums in the OpenAPI schema.
 SPECTACULAR_SETTINGS["ENUM_NAME_OVERRIDES"] = {

@@ -8,11 +8,13 @@ a dict naming the field, so both the API and the pages can show them.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
 from uuid import UUID
 
+from django.core.files import File
 from django.core.files.uploadedfile import UploadedFile
 from django.db import transaction
 from django.utils import timezone
@@ -177,7 +179,7 @@ def _open_locked(task: Task) -> None:
 def _schedule(task_id: UUID) -> None:
     from workers.tasks import schedule_task
 
-    schedule_task.apply_async(args=(str(task_id),), queue="platform")
+    schedule_task.delay(str(task_id))
 
 
 def cancel_task(owner: User, task_id: UUID) -> Task:
@@ -252,22 +254,34 @@ def _lock_own(owner: User, task_id: UUID) -> Task:
 
 
 def upload_dataset(owner: User, upload: UploadedFile, name: str = "") -> Dataset:
-    """Check, hash and store an uploaded dataset file."""
-    size = upload.size or 0
+    """Check, hash and store a dataset file sent in one request."""
     if upload.file is None:
         raise ValidationError({"file": ["No file was sent."]})
-    fmt, digest = inspect_upload(upload.file, size)
-    dataset = Dataset(
-        owner=owner,
-        name=(name.strip() or clean_name(upload.name))[:200],
-        format=fmt,
-        size_bytes=size,
-        sha256=digest,
-    )
+    return store_dataset(owner, upload, upload.size or 0, name.strip() or clean_name(upload.name))
+
+
+def store_dataset(
+    owner: User, content: File, size: int, name: str, *, then: Callable[[Dataset], None] | None = None
+) -> Dataset:
+    """The one way a file becomes a Dataset, whether it came in one request or in parts.
+
+    Checks the size and sniffs the format (``inspect_upload``: a ValidationError naming
+    ``file``), hashes it, stores it and inserts the row. Hashing is slow I/O, so it runs
+    before the transaction; ``then`` runs inside it, after the insert, so a caller's own
+    row change commits or rolls back with the dataset. A failed insert removes the file.
+    A ``content`` with ``temporary_file_path`` is moved into place, not copied.
+    """
+    if content.file is None:
+        raise ValidationError({"file": ["No file was sent."]})
+    fmt, digest = inspect_upload(content.file, size)
+    dataset = Dataset(owner=owner, name=name[:200], format=fmt, size_bytes=size, sha256=digest)
     # The file write happens before the row exists; a failed insert removes the file.
-    dataset.file.save("upload", upload, save=False)
+    dataset.file.save("upload", content, save=False)
     try:
-        dataset.save()
+        with transaction.atomic():
+            dataset.save()
+            if then is not None:
+                then(dataset)
     except Exception:
         dataset.file.delete(save=False)
         raise

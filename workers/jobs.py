@@ -148,7 +148,7 @@ def fail(worker: Worker, assignment_id: UUID, reason: Any) -> Assignment:
 def _enqueue_schedule(task_id: UUID) -> None:
     from workers.tasks import schedule_task
 
-    schedule_task.apply_async(args=(str(task_id),), queue="platform")
+    schedule_task.delay(str(task_id))
 
 
 def artifact_path(assignment: Assignment | UUID, name: str) -> str:
@@ -278,7 +278,7 @@ def _check_submit_tx(worker: Worker, tx_body: dict[str, Any], result: Any) -> No
 def _enqueue_verification(assignment_id: UUID) -> None:
     from workers.tasks import verify_assignment
 
-    verify_assignment.apply_async(args=(str(assignment_id),), queue="platform")
+    verify_assignment.delay(str(assignment_id))
 
 
 def get_for_worker(worker: Worker, assignment_id: Any) -> Assignment:

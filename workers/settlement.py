@@ -112,4 +112,4 @@ def refund_task(task: Task) -> None:
 def _schedule(task_id: UUID) -> None:
     from workers.tasks import schedule_task
 
-    schedule_task.apply_async(args=(str(task_id),), queue="platform")
+    schedule_task.delay(str(task_id))

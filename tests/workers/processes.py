@@ -81,10 +81,13 @@ def _up(url: str) -> bool:
 
 
 @contextmanager
-def platform_worker(tmp: Path) -> Iterator[subprocess.Popen[bytes]]:
-    args = [sys.executable, "-m", "celery", "-A", "config", "worker", "-Q", "platform", "--pool", "solo"]
-    args += ["-n", f"platform-{os.getpid()}@%h", "--loglevel", "INFO"]
-    with spawn(args, tmp / "platform.log", child_env(DJANGO_SETTINGS_MODULE="config.settings")) as proc:
+def platform_worker(tmp: Path, queues: str = "platform,control") -> Iterator[subprocess.Popen[bytes]]:
+    """A trusted Celery worker; by default one process for both queues (make run has one each)."""
+    args = [sys.executable, "-m", "celery", "-A", "config", "worker", "-Q", queues, "--pool", "solo"]
+    name = queues.replace(",", "-")
+    args += ["-n", f"{name}-{os.getpid()}@%h", "--loglevel", "INFO"]
+    log = tmp / f"{queues.split(',')[0]}.log"  # platform.log for the default
+    with spawn(args, log, child_env(DJANGO_SETTINGS_MODULE="config.settings")) as proc:
         yield proc
 
 
