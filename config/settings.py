@@ -204,6 +204,9 @@ if CELERY_BROKER_URL == "filesystem://":
         "processed_folder": str(CELERY_BROKER_DIR / "processed"),
         "control_folder": str(CELERY_BROKER_DIR / "control"),
         "store_processed": False,
+        # The transport polls its folder (1 s by default, which cost a second per hop from
+        # post to agent); a listing of a near-empty folder every 0.1 s is cheap.
+        "polling_interval": 0.1,
     }
 else:
     CELERY_BROKER_TRANSPORT_OPTIONS = {}
@@ -221,6 +224,7 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_DEFAULT_QUEUE = "platform"
 CELERY_TASK_ROUTES = {
     "workers.verify_assignment": {"queue": "platform"},
+    "marketplace.expire_dataset_uploads": {"queue": "platform"},
     "workers.schedule_task": {"queue": "control"},
     "workers.schedule_waiting": {"queue": "control"},
     "ledger.tasks.seal_pending": {"queue": "control"},
@@ -228,10 +232,12 @@ CELERY_TASK_ROUTES = {
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {}
 CELERY_TIMEZONE = "UTC"
+# Unfinished dataset uploads in parts past DATASET_UPLOAD_TTL lose their bytes. On platform,
+# not control: it may wait on the lock of an upload whose last part is being checked.
 CELERY_BEAT_SCHEDULE["marketplace-expire-dataset-uploads"] = {
     "task": "marketplace.expire_dataset_uploads",
     "schedule": 900.0,
-    "options": {"queue": "platform", "expires": 900.0},
+    "options": {"expires": 900.0},
 }
 
 # --- REST API -------------------------------------------------------------------

@@ -290,6 +290,7 @@ def make_app(broker: str, queue: str, broker_folder: str | None = None) -> Celer
             "data_folder_out": folder,
             "control_folder": control,
             "store_processed": False,
+            "polling_interval": 0.1,  # as the platform's (config/settings.py): 1 s by default
         }
     app.conf.update(
         task_serializer="json",
