@@ -1,0 +1,85 @@
+"""The admin panel shows nodes, jobs and registration tokens read-only; an operator
+suspends, resumes or retires a node through the same service its owner uses."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.test import Client
+from rest_framework.test import APIClient
+
+from marketplace.units import UNITS_PER_CREDIT
+from tests.factories import UserFactory, post_task
+from tests.workers.processes import make_worker
+from workers import scheduler, services
+from workers.models import Assignment, Worker
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def admin_client(client: Client) -> Client:
+    root: Any = UserFactory(username="root", is_staff=True, is_superuser=True)
+    client.force_login(root)
+    return client
+
+
+def act(client: Client, action: str, *workers: Worker) -> str:
+    response = client.post(
+        "/admin/workers/worker/", {"action": action, "_selected_action": [str(w.pk) for w in workers]}, follow=True
+    )
+    assert response.status_code == 200
+    return response.content.decode()
+
+
+def token_works(raw: str) -> bool:
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Worker {raw}")
+    return client.get("/api/v1/workers/me/sweep/").status_code not in (401, 403)
+
+
+def test_nodes_and_their_jobs_are_listed_and_cannot_be_edited(admin_client: Client, alice: Any, bob: Any) -> None:
+    worker, _, _ = make_worker(alice, name="alice-h100")
+    task = post_task(bob, "synthetic", {"n": 64}, budget=UNITS_PER_CREDIT)
+    (assignment,) = scheduler.schedule(task.pk)
+    token, _ = services.create_registration_token(alice)
+
+    page = admin_client.get("/admin/workers/worker/").content.decode()
+    assert "alice-h100" in page
+    assert worker.address in page
+    assert task.title in admin_client.get("/admin/workers/assignment/?state=offered").content.decode()
+    assert "alice" in admin_client.get("/admin/workers/registrationtoken/").content.decode()
+    assert admin_client.get("/admin/workers/worker/add/").status_code == 403
+    admin_client.post(f"/admin/workers/assignment/{assignment.pk}/change/", {"state": "accepted"})
+    admin_client.post(f"/admin/workers/worker/{worker.pk}/delete/", {"post": "yes"})
+    assert Assignment.objects.get(pk=assignment.pk).state == Assignment.State.OFFERED
+    assert Worker.objects.filter(pk=worker.pk).exists()
+    token_page = admin_client.get(f"/admin/workers/registrationtoken/{token.pk}/change/")
+    assert token_page.status_code == 200
+    assert "token_hash" not in token_page.content.decode()
+    assert "challenge" not in token_page.content.decode()
+
+
+def test_an_operator_suspends_resumes_and_retires_a_node(admin_client: Client, alice: Any) -> None:
+    worker, raw, _ = make_worker(alice, name="alice-h100")
+    assert token_works(raw)
+
+    assert "Suspended 1 worker(s)." in act(admin_client, "suspend", worker)
+    assert Worker.objects.get(pk=worker.pk).state == Worker.State.SUSPENDED
+    assert not token_works(raw)
+
+    assert "Resumed 1 worker(s)." in act(admin_client, "resume", worker)
+    assert token_works(raw)
+
+    assert "Retired 1 worker(s)." in act(admin_client, "retire", worker)
+    page = act(admin_client, "resume", worker)
+    assert "Worker “alice-h100”: A retired worker cannot become active." in page
+    assert "Resumed 0 worker(s)." in page
+    assert Worker.objects.get(pk=worker.pk).state == Worker.State.RETIRED
+    assert not token_works(raw)
+
+
+def test_only_staff_reach_the_workers_admin(client: Client, alice: Any) -> None:
+    client.force_login(alice)
+    assert client.get("/admin/workers/worker/").status_code == 302  # to the admin login

@@ -1,0 +1,87 @@
+"""Admin for provider nodes and their jobs. Rows change only through the services that
+keep the ledger and the sockets in step, so every model here is read-only; an operator
+suspends, resumes or retires a node with actions that call ``services.set_worker_state``
+(its token is refused and its socket closed at once, exactly as when its owner does it).
+Jobs are shown, never edited: their state moves only by the settlement that pays them."""
+
+from __future__ import annotations
+
+from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.http import HttpRequest
+from rest_framework.exceptions import ValidationError
+
+from ledger.admin import ReadOnlyAdmin
+from marketplace.units import format_credits
+from workers import services
+from workers.models import Assignment, RegistrationToken, Worker
+
+
+@admin.register(Worker)
+class WorkerAdmin(ReadOnlyAdmin):
+    list_display = [
+        "name",
+        "owner",
+        "address",
+        "state",
+        "online",
+        "reputation",
+        "jobs_done",
+        "earned",
+        "benchmark_gflops",
+        "last_heartbeat_at",
+    ]
+    list_filter = ["state"]
+    search_fields = ["name", "address", "owner__username"]
+    list_select_related = ["owner"]
+    actions = ["suspend", "resume", "retire"]
+
+    @admin.display(boolean=True)
+    def online(self, obj: Worker) -> bool:
+        return obj.is_online
+
+    @admin.display(description="earnings (credits)")
+    def earned(self, obj: Worker) -> str:
+        return format_credits(obj.earnings)
+
+    def _set_state(self, request: HttpRequest, queryset: QuerySet[Worker], target: str, verb: str) -> None:
+        done = 0
+        for worker in queryset.select_related("owner"):
+            try:
+                services.set_worker_state(worker.owner, worker.pk, target)
+            except ValidationError as exc:
+                detail = exc.detail.get("state", exc.detail) if isinstance(exc.detail, dict) else exc.detail
+                reason = " ".join(str(m) for m in detail) if isinstance(detail, list) else str(detail)
+                self.message_user(request, f"Worker “{worker.name}”: {reason}", messages.WARNING)
+            else:
+                done += 1
+        self.message_user(request, f"{verb} {done} worker(s).")
+
+    @admin.action(description="Suspend: refuse the node's token and close its socket (its owner can resume it)")
+    def suspend(self, request: HttpRequest, queryset: QuerySet[Worker]) -> None:
+        self._set_state(request, queryset, Worker.State.SUSPENDED, "Suspended")
+
+    @admin.action(description="Resume suspended workers")
+    def resume(self, request: HttpRequest, queryset: QuerySet[Worker]) -> None:
+        self._set_state(request, queryset, Worker.State.ACTIVE, "Resumed")
+
+    @admin.action(description="Retire: final, the key can never work again")
+    def retire(self, request: HttpRequest, queryset: QuerySet[Worker]) -> None:
+        self._set_state(request, queryset, Worker.State.RETIRED, "Retired")
+
+
+@admin.register(Assignment)
+class AssignmentAdmin(ReadOnlyAdmin):
+    list_display = ["id", "task", "worker", "attempt", "state", "progress", "created_at", "settled_at", "reason"]
+    list_filter = ["state", "task__kind"]
+    search_fields = ["id", "task__id", "task__title", "worker__name", "worker__address"]
+    list_select_related = ["task", "worker"]
+    date_hierarchy = "created_at"
+
+
+@admin.register(RegistrationToken)
+class RegistrationTokenAdmin(ReadOnlyAdmin):
+    list_display = ["owner", "created_at", "expires_at", "used_at", "worker"]
+    search_fields = ["owner__username"]
+    list_select_related = ["owner", "worker"]
+    exclude = ["token_hash", "challenge"]
