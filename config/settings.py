@@ -227,6 +227,7 @@ CELERY_TASK_ROUTES = {
     "marketplace.expire_dataset_uploads": {"queue": "platform"},
     "workers.schedule_task": {"queue": "control"},
     "workers.schedule_waiting": {"queue": "control"},
+    "workers.purge_rejected_artifacts": {"queue": "control"},
     "ledger.tasks.seal_pending": {"queue": "control"},
 }
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
@@ -295,6 +296,14 @@ CELERY_BEAT_SCHEDULE["workers-schedule-waiting"] = {
     "task": "workers.schedule_waiting",
     "schedule": float(SCHEDULER_INTERVAL),
     "options": {"expires": float(SCHEDULER_INTERVAL)},
+}
+# A rejected result's uploads are kept this long for an operator to look into the
+# rejection, then deleted (accepted results stay: they are the requester's deliverable).
+REJECTED_ARTIFACT_RETENTION_DAYS = env_int("PROOFWORK_REJECTED_ARTIFACT_RETENTION_DAYS", 7, minimum=0)
+CELERY_BEAT_SCHEDULE["workers-purge-rejected-artifacts"] = {
+    "task": "workers.purge_rejected_artifacts",
+    "schedule": 3600.0,
+    "options": {"expires": 3600.0},
 }
 
 # --- Production hardening -------------------------------------------------------

@@ -133,6 +133,9 @@ class Assignment(models.Model):
     last_progress_at = models.DateTimeField(null=True, blank=True)
     result = models.JSONField(default=dict, blank=True, help_text="The signed ComputeResult.")
     reason = models.CharField(max_length=300, blank=True, help_text="Why it was rejected or expired.")
+    artifacts_deleted_at = models.DateTimeField(
+        null=True, blank=True, help_text="When a rejected result's uploads were deleted (workers/retention.py)."
+    )
 
     class Meta:
         ordering = ["-created_at"]

@@ -10,7 +10,7 @@ import logging
 
 from celery import shared_task
 
-from workers import scheduler, settlement, verifiers
+from workers import retention, scheduler, settlement, verifiers
 from workers.models import Assignment
 
 log = logging.getLogger(__name__)
@@ -26,6 +26,12 @@ def schedule_waiting() -> int:
     """Periodic: expire silent or overdue jobs, then try every waiting task again."""
     scheduler.expire_overdue()
     return sum(len(scheduler.schedule(task_id)) for task_id in scheduler.open_tasks_waiting())
+
+
+@shared_task(name="workers.purge_rejected_artifacts", ignore_result=True)
+def purge_rejected_artifacts() -> int:
+    """Periodic: delete rejected results' uploads once their retention period is over."""
+    return retention.purge_rejected_artifacts()
 
 
 @shared_task(name="workers.verify_assignment", ignore_result=True)
