@@ -208,6 +208,9 @@ if CELERY_BROKER_URL == "filesystem://":
         # post to agent); a listing of a near-empty folder every 0.1 s is cheap.
         "polling_interval": 0.1,
     }
+    # Kombu's transport with atomic message files: the stock one lets a consumer read a
+    # message before it is written and die on it (workers/agent/fsbroker.py).
+    CELERY_BROKER_TRANSPORT = "workers.agent.fsbroker:Transport"
 else:
     CELERY_BROKER_TRANSPORT_OPTIONS = {}
 CELERY_TASK_SERIALIZER = "json"

@@ -25,7 +25,7 @@ from kombu import Queue
 from ledger.encoding import ComputeResult, Tx
 from ledger.keys import KeyPair
 from ledger.signing import sign_compute_result, sign_tx
-from workers.agent import runners
+from workers.agent import fsbroker, runners
 from workers.agent.identity import Credentials, credentials_path, load_key
 from workers.agent.reporter import Reporter
 
@@ -292,6 +292,8 @@ def make_app(broker: str, queue: str, broker_folder: str | None = None) -> Celer
             "store_processed": False,
             "polling_interval": 0.1,  # as the platform's (config/settings.py): 1 s by default
         }
+    if options:
+        app.conf.broker_transport = fsbroker.TRANSPORT  # whole message files (fsbroker.py)
     app.conf.update(
         task_serializer="json",
         accept_content=["json"],
