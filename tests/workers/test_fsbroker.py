@@ -16,7 +16,12 @@ from workers.agent import fsbroker
 
 @pytest.fixture
 def connection(tmp_path: Path) -> Any:
-    options = {"data_folder_in": str(tmp_path), "data_folder_out": str(tmp_path), "store_processed": False}
+    options = {
+        "data_folder_in": str(tmp_path),
+        "data_folder_out": str(tmp_path),
+        "control_folder": str(tmp_path / "control"),
+        "store_processed": False,
+    }
     with Connection("filesystem://", transport=fsbroker.Transport, transport_options=options) as conn:
         yield conn
 
