@@ -43,6 +43,10 @@ def sniff_format(head: bytes, size: int) -> str:
                         json.loads(text)
                     except ValueError:
                         raise ValidationError({"file": ["The file looks like JSON but does not parse."]}) from None
+                    except RecursionError:  # ``[[[[…``: json raises this, not ValueError
+                        raise ValidationError(
+                            {"file": ["The file looks like JSON but is nested too deeply."]}
+                        ) from None
                 return "json"
             first_line = stripped.split("\n", 1)[0]
             return "csv" if "," in first_line else "text"
@@ -51,13 +55,21 @@ def sniff_format(head: bytes, size: int) -> str:
     )
 
 
-def inspect_upload(fileobj: IO[bytes], size: int) -> tuple[str, str]:
-    """Check an upload's size, sniff its format and hash it. Returns (format, sha256)."""
+def check_size(size: int, field: str = "file") -> None:
+    """ValidationError naming ``field`` unless a dataset of ``size`` bytes is allowed.
+
+    A single upload checks the file it got; an upload in parts checks the size it declares
+    before any byte arrives, with the same words."""
     limit = settings.DATASET_MAX_BYTES
     if size <= 0:
-        raise ValidationError({"file": ["The file is empty."]})
+        raise ValidationError({field: ["The file is empty."]})
     if size > limit:
-        raise ValidationError({"file": [f"The file is {size} bytes; the limit is {limit} bytes."]})
+        raise ValidationError({field: [f"The file is {size} bytes; the limit is {limit} bytes."]})
+
+
+def inspect_upload(fileobj: IO[bytes], size: int) -> tuple[str, str]:
+    """Check an upload's size, sniff its format and hash it. Returns (format, sha256)."""
+    check_size(size)
     fileobj.seek(0)
     head = fileobj.read(SNIFF_BYTES)
     fmt = sniff_format(head, size)

@@ -100,6 +100,32 @@ class Dataset(models.Model):
         return self.name
 
 
+class DatasetUpload(models.Model):
+    """A dataset arriving in ordered parts (``marketplace/dataset_uploads.py``).
+
+    The bytes collect outside the datasets folder; how many arrived is the length of that
+    file, not a column, so the count cannot drift from the bytes. Once the last part is in
+    and the file passed the same checks as a single upload, ``dataset`` points at the new
+    Dataset and the row stays until it expires, so a last part sent again after its answer
+    was lost is answered as complete.
+    """
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="dataset_uploads")
+    name = models.CharField(max_length=200)
+    size_bytes = models.BigIntegerField()
+    dataset = models.OneToOneField(Dataset, on_delete=models.CASCADE, null=True, blank=True, related_name="+")
+    created_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField(db_index=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["owner", "-created_at"])]
+
+    def __str__(self) -> str:
+        return self.name
+
+
 class IllegalTransition(ValidationError):
     """A task was asked to move to a status its current status cannot reach."""
 

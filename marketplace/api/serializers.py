@@ -5,13 +5,15 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any
 
+from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from marketplace.dataset_uploads import received_bytes
 from marketplace.kinds import KINDS
-from marketplace.models import ApiToken, Dataset, Task, TaskEvent, User
+from marketplace.models import ApiToken, Dataset, DatasetUpload, Task, TaskEvent, User
 from marketplace.units import UNITS_PER_CREDIT, credits_to_units, format_credits
 
 
@@ -165,6 +167,40 @@ class DatasetSerializer(serializers.ModelSerializer):
 class DatasetUploadSerializer(serializers.Serializer):
     file = serializers.FileField(allow_empty_file=True, help_text="The dataset file (multipart).")
     name = serializers.CharField(max_length=200, required=False, default="", allow_blank=True)
+
+
+class DatasetUploadSessionCreateSerializer(serializers.Serializer):
+    size_bytes = serializers.IntegerField(help_text="The whole file's size in bytes.")
+    name = serializers.CharField(max_length=200, required=False, default="", allow_blank=True)
+    filename = serializers.CharField(
+        max_length=1000, required=False, default="", allow_blank=True, help_text="Names the dataset when name is blank."
+    )
+
+
+class DatasetUploadSessionSerializer(serializers.ModelSerializer):
+    """An upload in parts: how much is in, the part limit, and the Dataset once complete."""
+
+    received = serializers.SerializerMethodField()
+    part_bytes = serializers.SerializerMethodField()
+
+    class Meta:
+        model = DatasetUpload
+        fields = ["id", "name", "size_bytes", "received", "part_bytes", "dataset", "created_at", "expires_at"]
+        read_only_fields = fields
+
+    @extend_schema_field(OpenApiTypes.INT64)
+    def get_received(self, upload: DatasetUpload) -> int:
+        return received_bytes(upload)
+
+    @extend_schema_field(OpenApiTypes.INT)
+    def get_part_bytes(self, upload: DatasetUpload) -> int:
+        return int(settings.DATASET_UPLOAD_PART_BYTES)
+
+
+class DatasetUploadProgressSerializer(serializers.Serializer):
+    received = serializers.IntegerField(help_text="Bytes in so far: the next part starts here.")
+    size_bytes = serializers.IntegerField()
+    complete = serializers.BooleanField()
 
 
 class KindSerializer(serializers.Serializer):

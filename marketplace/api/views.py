@@ -130,7 +130,12 @@ class DatasetViewSet(OwnedViewSet, mixins.ListModelMixin, mixins.RetrieveModelMi
     def base_queryset(self) -> QuerySet[Dataset]:
         return Dataset.objects.annotate(task_count=Count("tasks"))
 
-    @extend_schema(request={"multipart/form-data": s.DatasetUploadSerializer}, responses={201: s.DatasetSerializer})
+    @extend_schema(
+        request={"multipart/form-data": s.DatasetUploadSerializer},
+        responses={201: s.DatasetSerializer},
+        description="Upload a dataset file in one request. The web server holds a request's whole body in "
+        "memory, so send files larger than a few MiB in parts: /api/v1/dataset-uploads/.",
+    )
     def create(self, request: Request) -> Response:
         form = s.DatasetUploadSerializer(data=request.data)
         form.is_valid(raise_exception=True)

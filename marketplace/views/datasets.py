@@ -23,6 +23,12 @@ from marketplace.views.common import current_user
 def datasets(request: HttpRequest) -> HttpResponse:
     """The user's datasets and the upload form."""
     user = current_user(request)
+    uploaded = _own_dataset(request, request.GET.get("uploaded"))
+    if uploaded is not None:
+        # datasets.js sent the file in parts and lands here: the same message as a form post,
+        # then the plain URL, so a reload does not say it again.
+        _say_uploaded(request, uploaded)
+        return redirect("datasets")
     form = DatasetUploadForm(request.POST or None, request.FILES or None, max_bytes=settings.DATASET_MAX_BYTES)
     status = 200
     if request.method == "POST":
@@ -32,12 +38,33 @@ def datasets(request: HttpRequest) -> HttpResponse:
             except ValidationError as exc:
                 form.add_service_errors(exc.detail)
             else:
-                messages.success(request, f"Uploaded “{dataset.name}” ({dataset.get_format_display()}).")
+                _say_uploaded(request, dataset)
                 return redirect("datasets")
         status = 400
     rows = Dataset.objects.filter(owner=user).annotate(task_count=Count("tasks"))
-    context = {"form": form, "datasets": rows, "max_bytes": settings.DATASET_MAX_BYTES}
+    context = {
+        "form": form,
+        "datasets": rows,
+        "max_bytes": settings.DATASET_MAX_BYTES,
+        # datasets.js sends the file in parts of this size (marketplace/dataset_uploads.py).
+        "part_bytes": settings.DATASET_UPLOAD_PART_BYTES,
+    }
     return render(request, "marketplace/datasets.html", context, status=status)
+
+
+def _say_uploaded(request: HttpRequest, dataset: Dataset) -> None:
+    messages.success(request, f"Uploaded “{dataset.name}” ({dataset.get_format_display()}).")
+
+
+def _own_dataset(request: HttpRequest, raw_id: str | None) -> Dataset | None:
+    """The user's dataset named by ``raw_id``, or None (also for a malformed id)."""
+    if not raw_id:
+        return None
+    try:
+        pk = UUID(raw_id)
+    except ValueError:
+        return None
+    return Dataset.objects.filter(owner=current_user(request), pk=pk).first()
 
 
 @login_required

@@ -167,6 +167,12 @@ def test_broken_json_is_refused(alice_client: APIClient) -> None:
     assert_refused(response, "file", "does not parse")
 
 
+def test_deeply_nested_json_is_refused_not_a_500(alice_client: APIClient) -> None:
+    # json raises RecursionError, not ValueError, on ``[[[[…``.
+    response = alice_client.post(DATASETS, {"file": upload(b"[" * 20_000, "x.json")}, format="multipart")
+    assert_refused(response, "file", "nested too deeply")
+
+
 def test_missing_file_is_refused(alice_client: APIClient) -> None:
     assert_refused(alice_client.post(DATASETS, {"name": "x"}, format="multipart"), "file", "No file")
     assert_refused(alice_client.post(DATASETS, {"file": "not a file"}, format="json"), "file", "not a file")

@@ -509,6 +509,29 @@ def test_upload_list_and_delete_dataset(alice_web: Client, alice: Any, settings:
     assert not Dataset.objects.exists()
 
 
+def test_the_upload_form_sends_parts_with_javascript(alice_web: Client, settings: Any) -> None:
+    settings.DATASET_UPLOAD_PART_BYTES = 65536
+    page = text(alice_web.get(reverse("datasets")))
+    assert 'src="/static/js/datasets.js"' in page
+    assert 'data-api="/api/v1/dataset-uploads/"' in page
+    assert 'data-part-bytes="65536"' in page
+    # Elsewhere the script is not loaded.
+    assert "datasets.js" not in text(alice_web.get(reverse("my-tasks")))
+
+
+def test_landing_after_an_upload_in_parts_says_it_once(alice_web: Client, bob_web: Client, dataset: Dataset) -> None:
+    landed = alice_web.get(reverse("datasets"), {"uploaded": str(dataset.pk)})
+    assert landed.status_code == 302
+    assert landed["Location"] == reverse("datasets")
+    assert "Uploaded “points” (CSV)." in text(alice_web.get(landed["Location"]))
+    assert "Uploaded “points”" not in text(alice_web.get(reverse("datasets")))
+    # Another user's dataset, or no dataset at all, is just the page.
+    for raw in (str(dataset.pk), "not-a-uuid"):
+        response = bob_web.get(reverse("datasets"), {"uploaded": raw})
+        assert response.status_code == 200
+        assert "Uploaded" not in text(response)
+
+
 def test_empty_upload_shows_the_error(alice_web: Client) -> None:
     response = alice_web.post(reverse("datasets"), {"file": SimpleUploadedFile("empty.csv", b"")})
     assert response.status_code == 400

@@ -50,6 +50,8 @@ def test_schema_is_openapi_3(schema: dict[str, Any]) -> None:
         ("/api/v1/marketplace/tasks/", {"get"}),
         ("/api/v1/datasets/", {"get", "post"}),
         ("/api/v1/datasets/{id}/", {"get", "delete"}),
+        ("/api/v1/dataset-uploads/", {"post"}),
+        ("/api/v1/dataset-uploads/{id}/", {"get", "put", "delete"}),
         ("/api/v1/kinds/", {"get"}),
         ("/api/v1/kinds/{name}/", {"get"}),
         ("/api/v1/me/", {"get", "patch"}),
@@ -82,6 +84,12 @@ def test_schema_shows_request_bodies_and_filters(schema: dict[str, Any]) -> None
     assert "spec" in body["properties"]
     upload = schema["paths"]["/api/v1/datasets/"]["post"]["requestBody"]["content"]
     assert "multipart/form-data" in upload
+    part = schema["paths"]["/api/v1/dataset-uploads/{id}/"]["put"]
+    assert "application/octet-stream" in part["requestBody"]["content"]
+    assert {"name": "Content-Range", "required": True} in [
+        {"name": p["name"], "required": p.get("required", False)} for p in part["parameters"] if p["in"] == "header"
+    ]
+    assert {"201", "202", "400", "409", "413"} <= set(part["responses"])
     params = {p["name"] for p in schema["paths"]["/api/v1/tasks/"]["get"]["parameters"]}
     assert {"status", "kind", "created_after", "ordering", "page"} <= params
     created = schema["paths"]["/api/v1/me/tokens/"]["post"]["responses"]["201"]
