@@ -167,7 +167,7 @@ def test_a_bad_content_range_is_400_naming_the_header(
     alice_client: APIClient, header: str | None, data: bytes, words: str
 ) -> None:
     upload_id = begin(alice_client, b"a,b\n" * 250)
-    extra = {} if header is None else {"HTTP_CONTENT_RANGE": header}
+    extra: dict[str, Any] = {} if header is None else {"HTTP_CONTENT_RANGE": header}
     response = alice_client.put(f"{UPLOADS}{upload_id}/", data=data, content_type="application/octet-stream", **extra)
     assert response.status_code == 400
     assert response.json() == {"Content-Range": [words]}
