@@ -23,7 +23,8 @@ demo: migrate
 	$(BIN)/python manage.py demo
 	PORT=$(PORT) $(BIN)/python manage.py demo_provider
 
-# The whole platform on this machine: ASGI server, platform worker and beat (Procfile).
+# The whole platform on this machine: ASGI server, platform and control workers, beat and a
+# local provider agent (Procfile).
 run: demo
 	@echo "Proofwork on http://$(HOST):$(PORT)/  (Ctrl-C stops every process)"
 	HOST=$(HOST) WEB_PORT=$(PORT) PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/honcho start -f Procfile

@@ -112,11 +112,17 @@ else:
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
             "NAME": str(VAR_DIR / "db.sqlite3"),
-            # WAL lets the web process read while a Celery process writes.
-            "OPTIONS": {"init_command": "PRAGMA journal_mode=WAL;", "transaction_mode": "IMMEDIATE"},
             "TEST": {"NAME": str(VAR_DIR / "test.sqlite3")},  # a file: the e2e tests' daphne subprocess shares it
         }
     }
+if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
+    # Several processes write one file (web, the platform and control workers): WAL lets
+    # readers go on while one writes, IMMEDIATE takes the write lock at BEGIN (no upgrade
+    # deadlock), and a writer waits up to 20 s for the lock instead of SQLite's 5 s.
+    sqlite_options = DATABASES["default"].setdefault("OPTIONS", {})
+    sqlite_options.setdefault("init_command", "PRAGMA journal_mode=WAL;")
+    sqlite_options.setdefault("transaction_mode", "IMMEDIATE")
+    sqlite_options.setdefault("timeout", 20)
 if DATABASES["default"]["ENGINE"].endswith("postgresql"):
     # Under ASGI every request runs in its own thread, so persistent per-thread connections
     # pile up; a process-wide psycopg pool bounds them instead (CONN_MAX_AGE must stay 0).

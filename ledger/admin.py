@@ -12,6 +12,15 @@ from ledger.models import Account, Block, Transaction
 
 
 class ReadOnlyAdmin(admin.ModelAdmin[Any]):
+    """No add, change or delete through forms. Actions that call a service declare
+    ``allowed_permissions = ("manage",)``: Django checks an action's permissions only when
+    it names them, and without that any staff account that may view the list could run
+    it. "manage" is the model's change permission, which no form here uses."""
+
+    def has_manage_permission(self, request: HttpRequest) -> bool:
+        opts = self.opts
+        return bool(request.user.has_perm(f"{opts.app_label}.change_{opts.model_name}"))
+
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 

@@ -28,7 +28,7 @@ class ApiTokenAdmin(admin.ModelAdmin[ApiToken]):
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # tokens are created by their owner, who alone sees the secret
 
-    @admin.action(description="Revoke selected tokens")
+    @admin.action(description="Revoke selected tokens", permissions=["change"])
     def revoke(self, request: HttpRequest, queryset: QuerySet[ApiToken]) -> None:
         for token in queryset:
             services.revoke_api_token(token.user, token.pk)
@@ -69,7 +69,7 @@ class TaskAdmin(admin.ModelAdmin[Task]):
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # tasks are posted through the marketplace, which validates and escrows
 
-    @admin.action(description="Cancel selected tasks")
+    @admin.action(description="Cancel selected tasks", permissions=["change"])
     def cancel(self, request: HttpRequest, queryset: QuerySet[Task]) -> None:
         done = 0
         for task in queryset.select_related("owner"):

@@ -28,6 +28,7 @@ uploads expire ``settings.DATASET_UPLOAD_TTL`` seconds after they began; the per
 from __future__ import annotations
 
 import fcntl
+import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -107,11 +108,14 @@ def begin_dataset_upload(owner: User, size_bytes: int, name: str = "", filename:
 
 
 def received_bytes(upload: DatasetUpload) -> int:
-    """How many bytes of the upload are in: the length of its part file."""
+    """How many bytes of the upload are in: the length of its part file. Read without the
+    lock, so the file may be moved (completed) or deleted meanwhile: that reads as 0."""
     if upload.dataset_id is not None:
         return upload.size_bytes
-    part = _part_path(upload.pk)
-    return part.stat().st_size if part.exists() else 0
+    try:
+        return _part_path(upload.pk).stat().st_size
+    except FileNotFoundError:
+        return 0
 
 
 def receive_part(
@@ -152,6 +156,11 @@ def receive_part(
             if end + 1 == total:
                 return PartReceived(total, total, upload.dataset)
             raise AlreadyComplete(total)
+        if end + 1 == total and received_bytes(upload) == total:
+            # Every byte is in but no dataset was made: completing failed on the server's
+            # side (the database, the disk), and the client sends the last part again to
+            # retry. The bytes are kept for this (``_complete``); check them again.
+            return PartReceived(total, total, _complete(upload))
         _append(upload.pk, body, start, length)
         if end + 1 < total:
             if start < min(SNIFF_BYTES, total) <= end + 1:
@@ -180,14 +189,16 @@ def expire_dataset_uploads(now: datetime | None = None) -> int:
     folder = _local(UPLOADS_DIR)
     if folder.is_dir():
         cutoff = time.time() - settings.DATASET_UPLOAD_TTL
-        for part in folder.glob("*.part"):
+        # Part files, and lock files a request re-created for an upload deleted while it
+        # waited (it then answered 404), that no row owns any more.
+        for leftover in [*folder.glob("*.part"), *folder.glob("*.lock"), *folder.glob("*.keep")]:
             try:
-                owned = DatasetUpload.objects.filter(pk=UUID(part.stem)).exists()
-                stale = part.stat().st_mtime < cutoff
+                owned = DatasetUpload.objects.filter(pk=UUID(leftover.stem)).exists()
+                stale = leftover.stat().st_mtime < cutoff
             except (OSError, ValueError):
                 continue
             if stale and not owned:
-                part.unlink(missing_ok=True)
+                leftover.unlink(missing_ok=True)
     return len(expired)
 
 
@@ -260,25 +271,43 @@ def _sniff_early(upload: DatasetUpload) -> None:
 
 def _complete(upload: DatasetUpload) -> Dataset:
     """Turn the complete part file into a Dataset (call under the lock), or delete it
-    and the upload when the file is refused."""
+    and the upload when the file is refused.
+
+    ``store_dataset`` moves the file into the datasets folder and deletes it there when
+    the insert fails. A hard link (``.keep``, no copy) holds the bytes meanwhile: when
+    the failure is not the file's (the database, the disk), they go back to the part
+    file and the row and lock stay, so sending the last part again retries, and nothing
+    the client sent is lost.
+    """
 
     def link(dataset: Dataset) -> None:
         DatasetUpload.objects.filter(pk=upload.pk).update(dataset=dataset)
 
+    part, keep = _part_path(upload.pk), _keep_path(upload.pk)
+    keep.unlink(missing_ok=True)
+    os.link(part, keep)
     try:
-        with _PartFile(_part_path(upload.pk).open("rb")) as content:
-            return services.store_dataset(upload.owner, content, upload.size_bytes, upload.name, then=link)
+        with _PartFile(part.open("rb")) as content:
+            dataset = services.store_dataset(upload.owner, content, upload.size_bytes, upload.name, then=link)
     except ValidationError:
         _discard(upload.pk)
         raise
-    finally:
-        _lock_path(upload.pk).unlink(missing_ok=True)
+    except BaseException:
+        if part.exists():
+            keep.unlink(missing_ok=True)
+        else:
+            os.replace(keep, part)
+        raise
+    keep.unlink(missing_ok=True)
+    _lock_path(upload.pk).unlink(missing_ok=True)  # the row is final: whoever waited finds it complete
+    return dataset
 
 
 def _discard(upload_id: UUID) -> None:
     """Delete an upload's row, bytes and lock file (call under its lock)."""
     DatasetUpload.objects.filter(pk=upload_id).delete()
     _part_path(upload_id).unlink(missing_ok=True)
+    _keep_path(upload_id).unlink(missing_ok=True)
     _lock_path(upload_id).unlink(missing_ok=True)
 
 
@@ -300,6 +329,10 @@ def _part_path(upload_id: UUID) -> Path:
 
 def _lock_path(upload_id: UUID) -> Path:
     return _local(f"{UPLOADS_DIR}/{upload_id}.lock")
+
+
+def _keep_path(upload_id: UUID) -> Path:
+    return _local(f"{UPLOADS_DIR}/{upload_id}.keep")
 
 
 def _local(name: str) -> Path:

@@ -56,7 +56,7 @@ class PayoutRequestAdmin(ReadOnlyAdmin):
     def credits(self, obj: PayoutRequest) -> str:
         return format_credits(obj.units)
 
-    @admin.action(description="Approve: burn the credits (PAYOUT) and send the Stripe transfer")
+    @admin.action(description="Approve: burn the credits (PAYOUT) and send the Stripe transfer", permissions=["manage"])
     def approve(self, request: HttpRequest, queryset: QuerySet[PayoutRequest]) -> None:
         for payout in queryset:
             try:
@@ -66,7 +66,7 @@ class PayoutRequestAdmin(ReadOnlyAdmin):
             else:
                 self.message_user(request, f"Payout {payout.pk} approved; the transfer is on its way.")
 
-    @admin.action(description="Reject: nothing moves")
+    @admin.action(description="Reject: nothing moves", permissions=["manage"])
     def reject(self, request: HttpRequest, queryset: QuerySet[PayoutRequest]) -> None:
         for payout in queryset:
             try:
@@ -76,7 +76,7 @@ class PayoutRequestAdmin(ReadOnlyAdmin):
             else:
                 self.message_user(request, f"Payout {payout.pk} rejected.")
 
-    @admin.action(description="Send again: approved payouts whose transfer has not gone out")
+    @admin.action(description="Send again: approved payouts whose transfer has not gone out", permissions=["manage"])
     def retry_sending(self, request: HttpRequest, queryset: QuerySet[PayoutRequest]) -> None:
         from payments import tasks
 

@@ -1,7 +1,9 @@
 """Admin for provider nodes and their jobs. Rows change only through the services that
 keep the ledger and the sockets in step, so every model here is read-only; an operator
 suspends, resumes or retires a node with actions that call ``services.set_worker_state``
-(its token is refused and its socket closed at once, exactly as when its owner does it).
+(its token is refused and its socket closed at once, exactly as when its owner does it;
+an operator's suspension holds until an operator lifts it). The actions need the worker's
+change permission, not just the right to view the list.
 Jobs are shown, never edited: their state moves only by the settlement that pays them."""
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ class WorkerAdmin(ReadOnlyAdmin):
         "owner",
         "address",
         "state",
+        "held_by_platform",
         "online",
         "reputation",
         "jobs_done",
@@ -31,8 +34,9 @@ class WorkerAdmin(ReadOnlyAdmin):
         "benchmark_gflops",
         "last_heartbeat_at",
     ]
-    list_filter = ["state"]
+    list_filter = ["state", "held_by_platform"]
     search_fields = ["name", "address", "owner__username"]
+    exclude = ["token_hash"]
     list_select_related = ["owner"]
     actions = ["suspend", "resume", "retire"]
 
@@ -48,7 +52,7 @@ class WorkerAdmin(ReadOnlyAdmin):
         done = 0
         for worker in queryset.select_related("owner"):
             try:
-                services.set_worker_state(worker.owner, worker.pk, target)
+                services.set_worker_state(worker.owner, worker.pk, target, by_platform=True)
             except ValidationError as exc:
                 detail = exc.detail.get("state", exc.detail) if isinstance(exc.detail, dict) else exc.detail
                 reason = " ".join(str(m) for m in detail) if isinstance(detail, list) else str(detail)
@@ -57,15 +61,18 @@ class WorkerAdmin(ReadOnlyAdmin):
                 done += 1
         self.message_user(request, f"{verb} {done} worker(s).")
 
-    @admin.action(description="Suspend: refuse the node's token and close its socket (its owner can resume it)")
+    @admin.action(
+        description="Suspend: refuse the node's token and close its socket (only an operator can resume it)",
+        permissions=["manage"],
+    )
     def suspend(self, request: HttpRequest, queryset: QuerySet[Worker]) -> None:
         self._set_state(request, queryset, Worker.State.SUSPENDED, "Suspended")
 
-    @admin.action(description="Resume suspended workers")
+    @admin.action(description="Resume suspended workers (also those their owners suspended)", permissions=["manage"])
     def resume(self, request: HttpRequest, queryset: QuerySet[Worker]) -> None:
         self._set_state(request, queryset, Worker.State.ACTIVE, "Resumed")
 
-    @admin.action(description="Retire: final, the key can never work again")
+    @admin.action(description="Retire: final, the key can never work again", permissions=["manage"])
     def retire(self, request: HttpRequest, queryset: QuerySet[Worker]) -> None:
         self._set_state(request, queryset, Worker.State.RETIRED, "Retired")
 

@@ -32,6 +32,7 @@ class WorkerSerializer(serializers.ModelSerializer):
             "address",
             "public_key",
             "state",
+            "held_by_platform",
             "status",
             "capabilities",
             "reputation",

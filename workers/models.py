@@ -58,6 +58,9 @@ class Worker(models.Model):
     public_key = models.CharField(max_length=64, unique=True, help_text="Raw ed25519 public key, hex.")
     token_hash = models.CharField(max_length=64, unique=True, help_text="SHA-256 of the worker API token.")
     state = models.CharField(max_length=12, choices=State.choices, default=State.ACTIVE, db_index=True)
+    held_by_platform = models.BooleanField(
+        default=False, help_text="Suspended by the platform's operators: only they can resume it."
+    )
     capabilities = models.JSONField(default=dict)
     reputation = models.PositiveSmallIntegerField(default=50, help_text="0–100")
     jobs_done = models.PositiveIntegerField(default=0)

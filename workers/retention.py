@@ -25,15 +25,16 @@ BATCH = 200
 
 
 def purge_rejected_artifacts(now: datetime | None = None) -> int:
-    """Delete the uploads of results rejected before the retention period; returns how many."""
+    """Delete the uploads of up to BATCH results rejected before the retention period,
+    oldest first; returns how many. One batch a run: the purge shares the control queue
+    with sealing and scheduling, so a backlog (the first run, a shorter retention) is
+    worked off an hourly batch at a time instead of holding that queue up."""
     now = now or timezone.now()
     cutoff = now - timedelta(days=settings.REJECTED_ARTIFACT_RETENTION_DAYS)
     due = Assignment.objects.filter(
         state=Assignment.State.REJECTED, settled_at__lt=cutoff, artifacts_deleted_at__isnull=True
     )
-    done = 0
-    while ids := list(due.order_by("settled_at").values_list("pk", flat=True)[:BATCH]):
-        for pk in ids:
-            uploads.discard(pk)  # a missing folder is fine: the node may have uploaded nothing
-        done += Assignment.objects.filter(pk__in=ids).update(artifacts_deleted_at=now)
-    return done
+    ids = list(due.order_by("settled_at").values_list("pk", flat=True)[:BATCH])
+    for pk in ids:
+        uploads.discard(pk)  # a missing folder is fine: the node may have uploaded nothing
+    return Assignment.objects.filter(pk__in=ids).update(artifacts_deleted_at=now)

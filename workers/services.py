@@ -212,8 +212,16 @@ def authenticate_worker(raw_token: str) -> Worker | None:
     return Worker.objects.filter(token_hash=hash_secret(raw_token), state=Worker.State.ACTIVE).first()
 
 
-def set_worker_state(owner: User, worker_id: UUID, target: str) -> Worker:
-    """Suspend, resume or retire one of the owner's workers. Retiring is final."""
+HELD_BY_PLATFORM = "The platform's operators suspended this worker; only they can resume it. Contact support."
+
+
+def set_worker_state(owner: User, worker_id: UUID, target: str, *, by_platform: bool = False) -> Worker:
+    """Suspend, resume or retire one of the owner's workers. Retiring is final.
+
+    ``by_platform``: the platform's operators act (the admin panel). Their suspension
+    holds: the owner cannot resume the worker until an operator does (the owner may still
+    retire it).
+    """
     allowed = {
         Worker.State.ACTIVE: {Worker.State.SUSPENDED, Worker.State.RETIRED},
         Worker.State.SUSPENDED: {Worker.State.ACTIVE, Worker.State.RETIRED},
@@ -225,8 +233,13 @@ def set_worker_state(owner: User, worker_id: UUID, target: str) -> Worker:
             raise NotFound("No such worker.")
         if target not in allowed[Worker.State(worker.state)]:
             raise ValidationError({"state": [f"A {worker.state} worker cannot become {target}."]})
+        if target == Worker.State.ACTIVE and worker.held_by_platform and not by_platform:
+            raise ValidationError({"state": [HELD_BY_PLATFORM]})
         worker.state = target
         fields = ["state"]
+        if by_platform and target != Worker.State.RETIRED:
+            worker.held_by_platform = target == Worker.State.SUSPENDED
+            fields.append("held_by_platform")
         if target == Worker.State.RETIRED:
             worker.retired_at = timezone.now()
             fields.append("retired_at")

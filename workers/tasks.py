@@ -1,4 +1,6 @@
-"""Celery tasks of the workers app, all on the trusted ``platform`` queue.
+"""Celery tasks of the workers app, on the platform's trusted queues: verification on
+``platform``, scheduling, expiry and the artifact purge on ``control`` (routes:
+``CELERY_TASK_ROUTES`` in config/settings.py).
 
 Each takes ids as JSON strings, re-reads the rows, and returns quietly when the work is
 gone or already done, so a redelivered message is harmless.
@@ -9,6 +11,7 @@ from __future__ import annotations
 import logging
 
 from celery import shared_task
+from django.db import OperationalError
 
 from workers import retention, scheduler, settlement, verifiers
 from workers.models import Assignment
@@ -34,13 +37,25 @@ def purge_rejected_artifacts() -> int:
     return retention.purge_rejected_artifacts()
 
 
-@shared_task(name="workers.verify_assignment", ignore_result=True)
+# A database that is briefly unavailable or locked while settling must not strand the
+# result in "submitted" (the message is acknowledged when the task ends): try again.
+# Settling is idempotent, so a retry after a partial run is harmless.
+@shared_task(
+    name="workers.verify_assignment",
+    ignore_result=True,
+    autoretry_for=(OperationalError,),
+    retry_backoff=2,
+    retry_backoff_max=120,
+    max_retries=8,
+)
 def verify_assignment(assignment_id: str) -> str:
     assignment = Assignment.objects.select_related("task", "worker").filter(pk=assignment_id).first()
     if assignment is None or assignment.state != Assignment.State.SUBMITTED:
         return "skipped"
     try:
         verdict = verifiers.verify(assignment)
+    except OperationalError:
+        raise  # the platform's database, not the worker's result: retried above
     except Exception as exc:  # a verifier crash on worker data is a rejection, not a lost job
         log.exception("verifier failed on %s", assignment_id)
         verdict = verifiers.Verdict(False, f"verification error: {type(exc).__name__}")

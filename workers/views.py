@@ -126,7 +126,7 @@ def _actions_for(worker: Worker) -> list[str]:
     if worker.state == Worker.State.ACTIVE:
         return ["suspend", "retire"]
     if worker.state == Worker.State.SUSPENDED:
-        return ["resume", "retire"]
+        return ["retire"] if worker.held_by_platform else ["resume", "retire"]
     return []
 
 

@@ -293,3 +293,58 @@ def test_the_expiry_runs_on_the_beat_schedule() -> None:
     scheduled = [entry["task"] for entry in settings.CELERY_BEAT_SCHEDULE.values()]
     assert "marketplace.expire_dataset_uploads" in scheduled
     assert expire_dataset_uploads.name == "marketplace.expire_dataset_uploads"
+
+
+def test_a_server_failure_at_completion_loses_nothing_and_the_last_part_retries(
+    alice_client: APIClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The insert fails after the file was moved into place (the database went away):
+    the bytes go back, the upload stays, and sending the last part again completes it."""
+    from django.db import OperationalError
+
+    content = embeddings()
+    upload_id = begin(alice_client, content)
+    real_save = Dataset.save
+    calls = {"n": 0}
+
+    def failing_save(self: Dataset, *args: Any, **kwargs: Any) -> None:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise OperationalError("database is locked")
+        real_save(self, *args, **kwargs)
+
+    monkeypatch.setattr(Dataset, "save", failing_save)
+    alice_client.raise_request_exception = False
+    last = (len(content) - 1) // PART * PART
+    for start in range(0, last, PART):
+        assert put(alice_client, upload_id, content[start : start + PART], start, len(content)).status_code == 202
+    assert put(alice_client, upload_id, content[last:], last, len(content)).status_code == 500
+    assert not Dataset.objects.exists()
+    assert received(alice_client, upload_id) == len(content)
+    assert [p.name for p in stored_files("datasets")] == []
+
+    again = put(alice_client, upload_id, content[last:], last, len(content))
+    assert again.status_code == 201
+    dataset = Dataset.objects.get(pk=again.json()["id"])
+    assert dataset.file.read() == content
+    assert stored_files("dataset-uploads") == []
+
+
+def test_leftover_lock_and_part_files_without_an_upload_are_swept(alice_client: APIClient) -> None:
+    import os
+    import time
+
+    folder = Path(settings.MEDIA_ROOT) / "dataset-uploads"
+    folder.mkdir(parents=True, exist_ok=True)
+    stale = time.time() - settings.DATASET_UPLOAD_TTL - 60
+    orphans = [
+        folder / f"{dataset_uploads.UUID(int=i)}{suffix}" for i, suffix in enumerate([".lock", ".part", ".keep"])
+    ]
+    for orphan in orphans:
+        orphan.write_bytes(b"x")
+        os.utime(orphan, (stale, stale))
+    content = embeddings()
+    live = begin(alice_client, content)
+    put(alice_client, live, content[:PART], 0, len(content))
+    expire_dataset_uploads()
+    assert sorted(p.name for p in stored_files("dataset-uploads")) == [f"{live}.lock", f"{live}.part"]

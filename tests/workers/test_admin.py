@@ -1,11 +1,13 @@
 """The admin panel shows nodes, jobs and registration tokens read-only; an operator
-suspends, resumes or retires a node through the same service its owner uses."""
+suspends, resumes or retires a node through the same service its owner uses, and an
+operator's suspension holds against the owner. Only staff who may change workers act."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import pytest
+from django.contrib.auth.models import Permission
 from django.test import Client
 from rest_framework.test import APIClient
 
@@ -48,6 +50,7 @@ def test_nodes_and_their_jobs_are_listed_and_cannot_be_edited(admin_client: Clie
     page = admin_client.get("/admin/workers/worker/").content.decode()
     assert "alice-h100" in page
     assert worker.address in page
+    assert "token_hash" not in admin_client.get(f"/admin/workers/worker/{worker.pk}/change/").content.decode()
     assert task.title in admin_client.get("/admin/workers/assignment/?state=offered").content.decode()
     assert "alice" in admin_client.get("/admin/workers/registrationtoken/").content.decode()
     assert admin_client.get("/admin/workers/worker/add/").status_code == 403
@@ -83,3 +86,46 @@ def test_an_operator_suspends_resumes_and_retires_a_node(admin_client: Client, a
 def test_only_staff_reach_the_workers_admin(client: Client, alice: Any) -> None:
     client.force_login(alice)
     assert client.get("/admin/workers/worker/").status_code == 302  # to the admin login
+
+
+def owner_client(owner: Any) -> APIClient:
+    client = APIClient()
+    client.force_authenticate(owner)
+    return client
+
+
+def test_an_operators_suspension_holds_until_an_operator_lifts_it(admin_client: Client, alice: Any) -> None:
+    worker, raw, _ = make_worker(alice, name="alice-h100")
+    owner = owner_client(alice)
+    act(admin_client, "suspend", worker)
+
+    refused = owner.post(f"/api/v1/workers/{worker.pk}/resume/")
+    assert refused.status_code == 400
+    assert refused.json() == {"state": [services.HELD_BY_PLATFORM]}
+    assert not token_works(raw)
+    page = Client()
+    page.force_login(alice)
+    detail = page.get(f"/workers/{worker.pk}/").content.decode()
+    assert "The platform's operators suspended this worker" in detail
+    assert f'action="/workers/{worker.pk}/resume/"' not in detail
+    assert owner.get(f"/api/v1/workers/{worker.pk}/").json()["held_by_platform"] is True
+
+    act(admin_client, "resume", worker)
+    assert token_works(raw)
+    # Suspended by its owner, a node is the owner's to resume.
+    assert owner.post(f"/api/v1/workers/{worker.pk}/suspend/").json()["held_by_platform"] is False
+    assert f'action="/workers/{worker.pk}/resume/"' in page.get(f"/workers/{worker.pk}/").content.decode()
+    assert owner.post(f"/api/v1/workers/{worker.pk}/resume/").json()["state"] == "active"
+
+
+def test_staff_who_may_only_view_workers_cannot_act_on_them(client: Client, alice: Any) -> None:
+    worker, raw, _ = make_worker(alice, name="alice-h100")
+    viewer: Any = UserFactory(username="support", is_staff=True)
+    viewer.user_permissions.add(Permission.objects.get(codename="view_worker"))
+    client.force_login(viewer)
+    listing = client.get("/admin/workers/worker/").content.decode()
+    assert "alice-h100" in listing
+    assert 'value="retire"' not in listing
+    act(client, "retire", worker)
+    assert Worker.objects.get(pk=worker.pk).state == Worker.State.ACTIVE
+    assert token_works(raw)

@@ -129,3 +129,34 @@ def test_under_asgi_a_result_streams_chunk_by_chunk(
         assert b"".join(chunks) == product
         assert response["Content-Length"] == str(len(product))
         assert response["Content-Disposition"] == 'attachment; filename="product.safetensors"'
+
+
+def test_a_database_error_while_settling_is_retried_not_lost_or_rejected(
+    submitted: tuple[Task, Assignment, bytes], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The platform's database failing (locked, restarting) is not the worker's fault: the
+    verification runs again instead of leaving the result "submitted" or rejecting it."""
+    from django.db import OperationalError
+
+    from workers import settlement, verifiers
+
+    task, assignment, _ = submitted
+    real_accept, real_verify = settlement.accept, verifiers.verify
+    failures = {"verify": 1, "accept": 1}
+
+    def flaky(name: str, real: Any) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if failures[name]:
+                failures[name] -= 1
+                raise OperationalError("database is locked")
+            return real(*args, **kwargs)
+
+        return call
+
+    monkeypatch.setattr(verifiers, "verify", flaky("verify", real_verify))
+    monkeypatch.setattr(settlement, "accept", flaky("accept", real_accept))
+    result = verify_assignment.apply(args=(str(assignment.pk),))
+    assert result.get() == "accepted"
+    assert failures == {"verify": 0, "accept": 0}
+    assert Assignment.objects.get(pk=assignment.pk).state == Assignment.State.ACCEPTED
+    assert Task.objects.get(pk=task.pk).status == TaskStatus.COMPLETED

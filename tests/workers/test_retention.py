@@ -65,3 +65,18 @@ def test_the_purge_runs_hourly_on_the_control_queue() -> None:
     assert entry["task"] == "workers.purge_rejected_artifacts"
     assert entry["schedule"] == 3600.0
     assert app.amqp.router.route({}, entry["task"])["queue"].name == "control"
+
+
+def test_a_backlog_goes_a_batch_a_run(alice: Any, bob: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from workers import retention
+
+    monkeypatch.setattr(retention, "BATCH", 1)
+    days = settings.REJECTED_ARTIFACT_RETENTION_DAYS
+    _, older = settled(alice, bob, Assignment.State.REJECTED, days + 5)
+    _, newer = settled(alice, bob, Assignment.State.REJECTED, days + 2)
+    assert purge_rejected_artifacts() == 1
+    assert not older.exists()  # oldest first
+    assert newer.exists()
+    assert purge_rejected_artifacts() == 1
+    assert not newer.exists()
+    assert purge_rejected_artifacts() == 0

@@ -15,6 +15,7 @@ is ``filesystem://``. No Django import: the agent has none.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import uuid
@@ -47,6 +48,8 @@ class Channel(filesystem.Channel):
                 f.write(str_to_bytes(dumps(payload)))
             os.replace(temporary, final)
         except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)  # a full disk must not leave half a message behind
             raise ChannelError(f"Cannot add file {final!r} to directory") from exc
 
     def _get(self, queue: str, timeout: float | None = None) -> Any:
