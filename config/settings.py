@@ -298,6 +298,9 @@ MIN_TASK_PRICE_UNITS = env_int("PROOFWORK_MIN_TASK_PRICE_UNITS", 100_000_000, mi
 WORKER_HEARTBEAT_TIMEOUT = env_int("PROOFWORK_WORKER_HEARTBEAT_TIMEOUT", 30, minimum=5)
 WORKER_REGISTRATION_TTL = env_int("PROOFWORK_WORKER_REGISTRATION_TTL", 3600, minimum=60)
 ASSIGNMENT_DEADLINE = env_int("PROOFWORK_ASSIGNMENT_DEADLINE", 3600, minimum=30)
+# A submitted result still unsettled this long after its verification was asked for is
+# sent to verification again (a lost message must not strand it; workers/jobs.py).
+VERIFY_RESEND_AFTER = env_int("PROOFWORK_VERIFY_RESEND_AFTER", 900, minimum=60)
 ARTIFACT_MAX_BYTES = env_int("PROOFWORK_ARTIFACT_MAX_BYTES", 2 * 1024**3, minimum=1)
 # How often waiting tasks are offered again and silent workers' jobs expired.
 SCHEDULER_INTERVAL = env_int("PROOFWORK_SCHEDULER_INTERVAL", 5, minimum=1)

@@ -8,7 +8,9 @@ before anything else looks at it.
 
 from __future__ import annotations
 
+import logging
 import re
+from datetime import datetime, timedelta
 from functools import partial
 from typing import Any
 from uuid import UUID
@@ -17,7 +19,7 @@ from django.conf import settings
 from django.core.files.storage import default_storage
 from django.core.files.uploadedfile import UploadedFile
 from django.db import transaction
-from django.db.models import F
+from django.db.models import F, Q
 from django.utils import timezone
 from rest_framework.exceptions import NotFound, ValidationError
 
@@ -32,6 +34,8 @@ from marketplace.services import transition_locked
 from workers import heldout, uploads
 from workers.dashboard import worker_changed
 from workers.models import Assignment, Worker
+
+log = logging.getLogger(__name__)
 
 FAIL_PENALTY = 3  # reputation points; going silent costs more (scheduler.EXPIRE_PENALTY)
 _ARTIFACT_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
@@ -229,9 +233,9 @@ def _close_with_result(worker: Worker, assignment_id: UUID, result: Any, tx_body
         if missing:
             raise ValidationError({"artifacts": [f"Upload {', '.join(missing)} before submitting."]})
         assignment.state = Assignment.State.SUBMITTED
-        assignment.submitted_at = timezone.now()
+        assignment.submitted_at = assignment.verify_sent_at = timezone.now()
         assignment.result = {"compute_result": result.to_json(), "transaction": tx_body}
-        assignment.save(update_fields=["state", "submitted_at", "result"])
+        assignment.save(update_fields=["state", "submitted_at", "verify_sent_at", "result"])
         transaction.on_commit(partial(worker_changed, worker.pk))
         task = Task.objects.select_for_update().get(pk=assignment.task_id)
         if task.status == TaskStatus.RUNNING:
@@ -279,6 +283,36 @@ def _enqueue_verification(assignment_id: UUID) -> None:
     from workers.tasks import verify_assignment
 
     verify_assignment.delay(str(assignment_id))
+
+
+def resend_stalled_verifications(now: datetime | None = None) -> int:
+    """Ask again for the verification of results still unsettled VERIFY_RESEND_AFTER
+    seconds after it was last asked for; returns how many.
+
+    A verification message can be lost (a broker restarted without its data, retries
+    used up on a database outage), and then nothing else would ever settle the result:
+    the worker unpaid, the requester's escrow locked. A message sent again for a result
+    whose verification is merely slow is harmless: settling is idempotent, and the
+    second run finds it settled. Each result is claimed with a conditional update, so
+    two control workers never both send it.
+    """
+    now = now or timezone.now()
+    cutoff = now - timedelta(seconds=settings.VERIFY_RESEND_AFTER)
+    stalled = Assignment.objects.filter(state=Assignment.State.SUBMITTED).filter(
+        Q(verify_sent_at__lt=cutoff) | Q(verify_sent_at__isnull=True, submitted_at__lt=cutoff)
+    )
+    sent = 0
+    for pk in list(stalled.values_list("pk", flat=True)[:100]):
+        claimed = (
+            Assignment.objects.filter(pk=pk, state=Assignment.State.SUBMITTED)
+            .filter(Q(verify_sent_at__lt=cutoff) | Q(verify_sent_at__isnull=True))
+            .update(verify_sent_at=now)
+        )
+        if claimed:
+            log.warning("verification of %s stalled; asking for it again", pk)
+            _enqueue_verification(pk)
+            sent += 1
+    return sent
 
 
 def get_for_worker(worker: Worker, assignment_id: Any) -> Assignment:

@@ -128,6 +128,9 @@ class Assignment(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
     started_at = models.DateTimeField(null=True, blank=True)
     submitted_at = models.DateTimeField(null=True, blank=True)
+    verify_sent_at = models.DateTimeField(
+        null=True, blank=True, help_text="When verification was last asked for (sent again if it stalls)."
+    )
     settled_at = models.DateTimeField(null=True, blank=True)
     progress = models.FloatField(default=0.0, help_text="Percent, 0–100.")
     metrics = models.JSONField(default=dict, blank=True)

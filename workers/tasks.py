@@ -13,7 +13,7 @@ import logging
 from celery import shared_task
 from django.db import OperationalError
 
-from workers import retention, scheduler, settlement, verifiers
+from workers import jobs, retention, scheduler, settlement, verifiers
 from workers.models import Assignment
 
 log = logging.getLogger(__name__)
@@ -26,8 +26,10 @@ def schedule_task(task_id: str) -> int:
 
 @shared_task(name="workers.schedule_waiting", ignore_result=True)
 def schedule_waiting() -> int:
-    """Periodic: expire silent or overdue jobs, then try every waiting task again."""
+    """Periodic: expire silent or overdue jobs, ask again for stalled verifications, then
+    try every waiting task again."""
     scheduler.expire_overdue()
+    jobs.resend_stalled_verifications()
     return sum(len(scheduler.schedule(task_id)) for task_id in scheduler.open_tasks_waiting())
 
 

@@ -160,3 +160,29 @@ def test_a_database_error_while_settling_is_retried_not_lost_or_rejected(
     assert failures == {"verify": 0, "accept": 0}
     assert Assignment.objects.get(pk=assignment.pk).state == Assignment.State.ACCEPTED
     assert Task.objects.get(pk=task.pk).status == TaskStatus.COMPLETED
+
+
+def test_a_stalled_verification_is_asked_for_again(
+    submitted: tuple[Task, Assignment, bytes], monkeypatch: pytest.MonkeyPatch, settings: Any
+) -> None:
+    """A verification message lost on the way (broker restart, retries used up) must not
+    leave the result unsettled for ever: the periodic pass sends it again, once a period."""
+    from datetime import timedelta
+
+    from workers import jobs
+
+    _, assignment, _ = submitted
+    sent: list[str] = []
+    monkeypatch.setattr(jobs, "_enqueue_verification", lambda pk: sent.append(str(pk)))
+    asked = Assignment.objects.get(pk=assignment.pk).verify_sent_at
+    assert asked is not None
+    period = timedelta(seconds=settings.VERIFY_RESEND_AFTER)
+
+    assert jobs.resend_stalled_verifications(now=asked + period / 2) == 0
+    assert jobs.resend_stalled_verifications(now=asked + period + timedelta(seconds=1)) == 1
+    assert sent == [str(assignment.pk)]
+    assert jobs.resend_stalled_verifications(now=asked + period + timedelta(seconds=2)) == 0  # once a period
+
+    assert verify_assignment(str(assignment.pk)) == "accepted"
+    assert jobs.resend_stalled_verifications(now=asked + 10 * period) == 0  # settled: nothing to ask
+    assert sent == [str(assignment.pk)]
