@@ -129,9 +129,9 @@ class DatasetUpload(models.Model):
 class IllegalTransition(ValidationError):
     """A task was asked to move to a status its current status cannot reach."""
 
-    def __init__(self, current: str, target: str) -> None:
+    def __init__(self, current: str, target: str, detail: str = "") -> None:
         super().__init__(
-            f"A task that is {current} cannot become {target}.",
+            detail or f"A task that is {current} cannot become {target}.",
             code="illegal_transition",
             params={"current": current, "target": target},
         )
@@ -153,12 +153,17 @@ class TaskStatus(models.TextChoices):
 S = TaskStatus
 # The whole state machine. A job sent back (worker lost, result rejected) returns to
 # OPEN for reassignment; COMPLETED, FAILED and CANCELLED are final.
+# While work is in hand a task's status follows its replicas (workers/taskstate.py): with
+# replication > 1 one replica may be verified while another runs or waits for a worker, so
+# the four active statuses reach one another. Only a task still without a submitted
+# result can be cancelled.
+ACTIVE = frozenset({S.OPEN, S.ASSIGNED, S.RUNNING, S.VERIFYING})
 TRANSITIONS: dict[str, frozenset[str]] = {
     S.DRAFT: frozenset({S.OPEN, S.CANCELLED}),
     S.OPEN: frozenset({S.ASSIGNED, S.CANCELLED, S.FAILED}),
-    S.ASSIGNED: frozenset({S.RUNNING, S.OPEN, S.CANCELLED, S.FAILED}),
-    S.RUNNING: frozenset({S.VERIFYING, S.OPEN, S.CANCELLED, S.FAILED}),
-    S.VERIFYING: frozenset({S.COMPLETED, S.FAILED, S.OPEN, S.RUNNING}),
+    S.ASSIGNED: frozenset({S.RUNNING, S.OPEN, S.VERIFYING, S.CANCELLED, S.FAILED}),
+    S.RUNNING: frozenset({S.VERIFYING, S.OPEN, S.ASSIGNED, S.CANCELLED, S.FAILED}),
+    S.VERIFYING: frozenset({S.COMPLETED, S.FAILED, S.OPEN, S.ASSIGNED, S.RUNNING}),
     S.COMPLETED: frozenset(),
     S.FAILED: frozenset(),
     S.CANCELLED: frozenset(),

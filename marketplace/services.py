@@ -25,6 +25,7 @@ from marketplace.datasets import clean_name, embeddings_shape, inspect_upload
 from marketplace.events import DashboardTaskEvent, TaskStatusEvent, dashboard_group, send_event, task_group
 from marketplace.kinds import get_kind
 from marketplace.models import ApiToken, Dataset, Task, TaskEvent, TaskStatus, User, check_transition, hash_token
+from marketplace.signals import task_cancelling
 from marketplace.units import format_credits
 
 TRAINING_KIND_OF = {"cube_inference": "cube_training", "asl_inference": "asl_training"}
@@ -184,9 +185,14 @@ def _schedule(task_id: UUID) -> None:
 
 def cancel_task(owner: User, task_id: UUID) -> Task:
     """Cancel one of the owner's tasks that has not reached verification; the escrow
-    goes back to the owner in the same transaction."""
+    goes back to the owner in the same transaction.
+
+    The workers app ends the task's jobs in the same transaction (``task_cancelling``), or
+    refuses while a replica's result is being verified: that result may still be paid."""
     with transaction.atomic():
         task = _lock_own(owner, task_id)
+        check_transition(task.status, TaskStatus.CANCELLED)
+        task_cancelling.send(sender=Task, task=task)
         transition_locked(task, TaskStatus.CANCELLED, "Cancelled by the requester.")
         ledger.refund(task.pk, reference=f"refund:{task.pk}")
     return task

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from django.conf import settings
 from rest_framework import serializers
 
 
@@ -57,6 +58,10 @@ def Bool(default: bool, help_text: str) -> serializers.BooleanField:  # noqa: N8
     return serializers.BooleanField(default=default, help_text=help_text)
 
 
+# Room for the safetensors header of the product file (a few hundred bytes for 64 tensors).
+_ARTIFACT_HEADER_BYTES = 16 * 1024
+
+
 class SyntheticSpec(SpecSerializer):
     """Exact matmul of seeded integer matrices: the proof-of-compute kind."""
 
@@ -69,6 +74,24 @@ class SyntheticSpec(SpecSerializer):
         if attrs["n"] * attrs["entry_bound"] ** 2 >= 2**24:
             raise serializers.ValidationError(
                 {"entry_bound": ["n × entry_bound² must stay below 2^24 so float32 products are exact."]}
+            )
+        # The products go up as one int32 artifact, which the platform caps: a task whose
+        # file could never be uploaded would cost every worker that tried it.
+        per_product = 4 * attrs["n"] ** 2
+        most = (settings.ARTIFACT_MAX_BYTES - _ARTIFACT_HEADER_BYTES) // per_product
+        if most < 1:
+            raise serializers.ValidationError(
+                {"n": [f"An {attrs['n']}×{attrs['n']} product is larger than the platform's result limit."]}
+            )
+        if attrs["count"] > most:
+            raise serializers.ValidationError(
+                {
+                    "count": [
+                        f"{attrs['count']} products of {attrs['n']}×{attrs['n']} make a "
+                        f"{attrs['count'] * per_product / 2**30:.1f} GiB result; the platform takes results up to "
+                        f"{settings.ARTIFACT_MAX_BYTES / 2**30:.1f} GiB, so at most {most} at this n."
+                    ]
+                }
             )
         return attrs
 

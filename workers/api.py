@@ -16,7 +16,7 @@ from ledger.api.serializers import SubmitTransactionSerializer, TransactionSeria
 from ledger.api.views import refusal_errors
 from ledger.models import TxStatus
 from marketplace.api.views import OwnedViewSet
-from workers import services, sweep
+from workers import jobs, services, sweep
 from workers.authentication import IsWorker, WorkerTokenAuthentication
 from workers.models import Worker
 
@@ -140,6 +140,20 @@ class SweepTemplateSerializer(serializers.Serializer[dict[str, Any]]):
         fields["from"] = serializers.CharField(help_text="This worker's address.")
         fields["to"] = serializers.CharField(help_text="The owner's custodial account.")
         return fields
+
+
+class AbandonView(APIView):
+    """A node starting up gives up the jobs it was running before: they were lost with its
+    old process. 200 with the ids of the jobs given up (reassigned at once)."""
+
+    authentication_classes = [WorkerTokenAuthentication]
+    permission_classes = [IsWorker]
+
+    @extend_schema(request=None, responses={200: dict})
+    def post(self, request: Request) -> Response:
+        assert isinstance(request.auth, Worker)
+        abandoned = jobs.abandon_running(request.auth)
+        return Response({"abandoned": [str(a.pk) for a in abandoned]})
 
 
 class SweepView(APIView):

@@ -10,3 +10,8 @@ class WorkersConfig(AppConfig):
         from workers.ledger_hooks import check_assignment
 
         register_assignment_checker(check_assignment)
+
+        from marketplace.signals import task_cancelling
+        from workers.taskstate import on_task_cancelling
+
+        task_cancelling.connect(on_task_cancelling, dispatch_uid="workers.end_jobs_of_cancelled_task")

@@ -58,6 +58,9 @@ class AssignmentDatasetView(WorkerAPIView):
     @extend_schema(responses={200: bytes})
     def get(self, request: Request, assignment_id: str) -> FileResponse:
         assignment = self.assignment(assignment_id)
+        if assignment.state not in (Assignment.State.OFFERED, Assignment.State.RUNNING):
+            # The job is over: the requester's data goes to a worker only while it works on it.
+            raise jobs.Conflict({"state": [f"This assignment is {assignment.state}; its dataset is closed."]})
         dataset = assignment.task.dataset
         if dataset is None:
             raise NotFound("This task has no dataset.")

@@ -19,7 +19,7 @@ from django.conf import settings
 from django.core.files.storage import default_storage
 from django.core.files.uploadedfile import UploadedFile
 from django.db import transaction
-from django.db.models import F, Q
+from django.db.models import Q
 from django.utils import timezone
 from rest_framework.exceptions import NotFound, ValidationError
 
@@ -30,8 +30,7 @@ from ledger.models import Transaction
 from ledger.signing import verify_compute_result, verify_tx
 from marketplace.kinds import KINDS
 from marketplace.models import Task, TaskStatus
-from marketplace.services import transition_locked
-from workers import heldout, uploads
+from workers import heldout, taskstate, uploads
 from workers.dashboard import worker_changed
 from workers.models import Assignment, Worker
 
@@ -102,20 +101,18 @@ def submit_template(worker: Worker) -> dict[str, Any]:
 def start(worker: Worker, assignment_id: UUID) -> Assignment:
     """offered → running; the task becomes running with its first started replica."""
     with transaction.atomic():
-        assignment = Assignment.objects.select_for_update().get(pk=assignment_id, worker=worker)
+        assignment, task = taskstate.lock(assignment_id, worker=worker)
         if assignment.state == Assignment.State.RUNNING:
             return assignment
         if assignment.state != Assignment.State.OFFERED:
             raise Conflict({"state": [f"This assignment is {assignment.state}; it cannot start."]})
         if assignment.deadline <= timezone.now():
             raise Conflict({"state": ["This assignment's deadline has passed."]})
-        task = Task.objects.select_for_update().get(pk=assignment.task_id)
         assignment.state = Assignment.State.RUNNING
         assignment.started_at = timezone.now()
         assignment.save(update_fields=["state", "started_at"])
         transaction.on_commit(partial(worker_changed, worker.pk))
-        if task.status == TaskStatus.ASSIGNED:
-            transition_locked(task, TaskStatus.RUNNING, f"{worker.name} started.")
+        taskstate.sync_status(task, f"{worker.name} started.")
     return assignment
 
 
@@ -130,23 +127,35 @@ def fail(worker: Worker, assignment_id: UUID, reason: Any) -> Assignment:
         raise ValidationError({"reason": ["Say why the job failed (a non-empty string)."]})
     reason = " ".join(reason.split())[:250]
     with transaction.atomic():
-        assignment = Assignment.objects.select_for_update().get(pk=assignment_id, worker=worker)
+        assignment, task = taskstate.lock(assignment_id, worker=worker)
         if assignment.state not in (Assignment.State.OFFERED, Assignment.State.RUNNING):
             raise Conflict({"state": [f"This assignment is {assignment.state}; it cannot fail now."]})
-        task = Task.objects.select_for_update().get(pk=assignment.task_id)
         assignment.state = Assignment.State.EXPIRED
         assignment.settled_at = timezone.now()
         assignment.reason = f"The worker gave up: {reason}"
         assignment.save(update_fields=["state", "settled_at", "reason"])
         transaction.on_commit(partial(worker_changed, worker.pk))
         transaction.on_commit(partial(uploads.discard, assignment.pk))
-        Worker.objects.filter(pk=worker.pk, reputation__gte=FAIL_PENALTY).update(
-            reputation=F("reputation") - FAIL_PENALTY
-        )
-        if task.status in (TaskStatus.ASSIGNED, TaskStatus.RUNNING):
-            transition_locked(task, TaskStatus.OPEN, f"{worker.name} could not finish ({reason[:150]}); reassigning.")
-            transaction.on_commit(partial(_enqueue_schedule, task.pk))
+        taskstate.penalise(worker.pk, FAIL_PENALTY)
+        taskstate.sync_status(task, f"{worker.name} could not finish ({reason[:150]}); reassigning.")
+        transaction.on_commit(partial(_enqueue_schedule, task.pk))
     return assignment
+
+
+def abandon_running(worker: Worker) -> list[Assignment]:
+    """A node that (re)starts runs nothing: its running jobs were lost with the old process.
+
+    Each is given up as ``fail`` would (reported, so the lighter penalty) and reassigned
+    at once, instead of waiting for the deadline while the node heartbeats again. Offered
+    jobs stay: their messages are still on the node's queue. Returns what was given up.
+    """
+    abandoned = []
+    for pk in Assignment.objects.filter(worker=worker, state=Assignment.State.RUNNING).values_list("pk", flat=True):
+        try:
+            abandoned.append(fail(worker, pk, "the node restarted and lost the job"))
+        except Conflict:
+            continue  # settled meanwhile
+    return abandoned
 
 
 def _enqueue_schedule(task_id: UUID) -> None:
@@ -217,7 +226,7 @@ def submit(worker: Worker, assignment_id: UUID, body: Any) -> Assignment:
 
 def _close_with_result(worker: Worker, assignment_id: UUID, result: Any, tx_body: dict[str, Any]) -> Assignment:
     with transaction.atomic():
-        assignment = Assignment.objects.select_for_update().select_related("task").get(pk=assignment_id, worker=worker)
+        assignment, task = taskstate.lock(assignment_id, worker=worker)
         if assignment.state != Assignment.State.RUNNING:
             raise Conflict({"state": [f"This assignment is {assignment.state}; it takes no result."]})
         if result.task_id != str(assignment.task_id):
@@ -227,9 +236,7 @@ def _close_with_result(worker: Worker, assignment_id: UUID, result: Any, tx_body
         if not verify_compute_result(result, bytes.fromhex(worker.public_key)):
             raise ValidationError({"compute_result": ["The signature does not verify with this worker's key."]})
         _check_submit_tx(worker, tx_body, result)
-        missing = [
-            n for n in KINDS[assignment.task.kind].artifacts if not default_storage.exists(artifact_path(assignment, n))
-        ]
+        missing = [n for n in KINDS[task.kind].artifacts if not default_storage.exists(artifact_path(assignment, n))]
         if missing:
             raise ValidationError({"artifacts": [f"Upload {', '.join(missing)} before submitting."]})
         assignment.state = Assignment.State.SUBMITTED
@@ -237,9 +244,7 @@ def _close_with_result(worker: Worker, assignment_id: UUID, result: Any, tx_body
         assignment.result = {"compute_result": result.to_json(), "transaction": tx_body}
         assignment.save(update_fields=["state", "submitted_at", "verify_sent_at", "result"])
         transaction.on_commit(partial(worker_changed, worker.pk))
-        task = Task.objects.select_for_update().get(pk=assignment.task_id)
-        if task.status == TaskStatus.RUNNING:
-            transition_locked(task, TaskStatus.VERIFYING, f"{worker.name} submitted a result.")
+        taskstate.sync_status(task, f"{worker.name} submitted a result.")
         transaction.on_commit(lambda: _enqueue_verification(assignment.pk))
     return assignment
 
@@ -275,7 +280,11 @@ def _check_submit_tx(worker: Worker, tx_body: dict[str, Any], result: Any) -> No
     if tx_body.get("payload") != {"compute_result": result.to_json()}:
         raise ValidationError({"transaction": ["payload must be {'compute_result': <the ComputeResult>}."]})
     tx, signature = tx_from_json(tx_body)
-    if tx.public_key.hex() != worker.public_key or not verify_tx(tx, signature):
+    try:
+        signed = tx.public_key.hex() == worker.public_key and verify_tx(tx, signature)
+    except EncodingError as exc:  # e.g. a proof that makes the payload larger than a transaction may carry
+        raise ValidationError({"transaction": [str(exc)]}) from None
+    if not signed:
         raise ValidationError({"transaction": ["The signature does not verify with this worker's key."]})
 
 

@@ -8,21 +8,21 @@ trusts what a worker says about itself beyond the capabilities it registered.
 from __future__ import annotations
 
 import logging
-from datetime import timedelta
+from datetime import datetime, timedelta
 from functools import partial
 from uuid import UUID
 
 from django.conf import settings
-from django.db import transaction
-from django.db.models import F, Q
+from django.db import OperationalError, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from marketplace.kinds import KINDS
-from marketplace.models import Task, TaskStatus
+from marketplace.models import ACTIVE, Task, TaskStatus
 from marketplace.services import transition_locked
-from workers import heldout, uploads
+from workers import heldout, taskstate, uploads
 from workers.dashboard import worker_changed
-from workers.models import SETTLED, Assignment, Worker
+from workers.models import Assignment, Worker
 
 log = logging.getLogger(__name__)
 
@@ -89,31 +89,38 @@ def _lock_free_workers(candidates: list[Worker], wanted: int) -> list[Worker]:
 
 
 def schedule(task_id: UUID) -> list[Assignment]:
-    """Give an open task to as many eligible workers as its replication still needs.
+    """Give a task to as many eligible workers as its replication still needs.
 
-    Locks the task row; creates assignments and moves the task to ASSIGNED in one
+    Locks the task row; creates assignments and syncs the task's status in one
     transaction; the Celery messages to the workers' queues go out after commit. A kind
-    with a held-out split has it prepared first, outside the transaction.
+    with a held-out split has it prepared first, outside the transaction. A task whose
+    attempts are used up fails with a refund, once no replica's result awaits a verdict.
     """
     if not heldout.ensure_prepared(task_id):
         return []
     with transaction.atomic():
         task = Task.objects.select_for_update().filter(pk=task_id).first()
-        if task is None or task.status != TaskStatus.OPEN or not KINDS[task.kind].available:
+        if task is None or task.status not in ACTIVE or not KINDS[task.kind].available:
             return []
-        previous = list(Assignment.objects.filter(task=task).values_list("worker_id", "state", "attempt"))
-        live = [w for w, state, _ in previous if state not in SETTLED or state == Assignment.State.ACCEPTED]
+        previous = list(Assignment.objects.filter(task=task).values_list("worker_id", "state"))
         failed_attempts = sum(
-            1 for _, state, _ in previous if state in (Assignment.State.REJECTED, Assignment.State.EXPIRED)
+            1 for _, state in previous if state in (Assignment.State.REJECTED, Assignment.State.EXPIRED)
         )
         if failed_attempts >= task.max_attempts * task.replication:
+            if any(state == Assignment.State.SUBMITTED for _, state in previous):
+                return []  # a result still awaits its verdict, which may pay; decide after it
+            taskstate.end_live_assignments(task, "The task failed: its other attempts were used up.")
             transition_locked(task, TaskStatus.FAILED, "Failed: every attempt was rejected or expired.")
             _after_failure(task)
             return []
-        missing = task.replication - len(live)
-        workers = _lock_free_workers(eligible_workers(task, exclude={w for w, _, _ in previous}), missing)
+        missing = taskstate.missing_replicas(task)
+        if missing <= 0:
+            return []
+        workers = _lock_free_workers(eligible_workers(task, exclude={w for w, _ in previous}), missing)
         if not workers:
             reason = waiting_reason(task)
+            if missing < task.replication:
+                reason = f"{task.replication - missing}/{task.replication} replicas in hand. {reason}"
             if task.status_reason != reason:
                 task.status_reason = reason
                 task.save(update_fields=["status_reason", "updated_at"])
@@ -127,7 +134,10 @@ def schedule(task_id: UUID) -> list[Assignment]:
             for w in workers
         ]
         names = ", ".join(w.name for w in workers)
-        transition_locked(task, TaskStatus.ASSIGNED, f"Assigned to {names}.")
+        short = missing - len(workers)
+        held = task.replication - short
+        reason = f"{held}/{task.replication} replicas in hand. {waiting_reason(task)}" if short else ""
+        taskstate.sync_status(task, f"Assigned to {names}.", reason=reason)
         for assignment in created:
             transaction.on_commit(partial(dispatch, assignment))
             transaction.on_commit(partial(worker_changed, assignment.worker_id))
@@ -154,44 +164,54 @@ def dispatch(assignment: Assignment) -> None:
 
 
 def open_tasks_waiting() -> list[UUID]:
-    """Open tasks of runnable kinds, oldest first: candidates for another scheduling pass."""
+    """Tasks of runnable kinds still short of workers, oldest first: candidates for
+    another scheduling pass (open ones, and those whose other replicas are in hand)."""
     runnable = [name for name, kind in KINDS.items() if kind.available]
     return list(
-        Task.objects.filter(status=TaskStatus.OPEN, kind__in=runnable)
-        .order_by("opened_at")
-        .values_list("pk", flat=True)[:200]
+        taskstate.needing_workers().filter(kind__in=runnable).order_by("opened_at").values_list("pk", flat=True)[:200]
     )
 
 
 def expire_overdue() -> int:
     """Expire assignments past their deadline or whose worker went silent; reopen the task.
 
-    Returns how many were expired. Each is expired with a conditional update, so a
-    result that arrives at the same moment either wins cleanly or is refused.
+    Returns how many were expired. Each is expired under its task's and its own row lock
+    (taskstate's lock order), re-checked, so a result that arrives at the same moment
+    either wins cleanly or is refused. One failing row does not stop the others.
     """
     now = timezone.now()
     silent = now - timedelta(seconds=settings.WORKER_HEARTBEAT_TIMEOUT)
-    overdue = Assignment.objects.filter(state__in=[Assignment.State.OFFERED, Assignment.State.RUNNING]).filter(
+    live = [Assignment.State.OFFERED, Assignment.State.RUNNING]
+    overdue = Assignment.objects.filter(state__in=live).filter(
         Q(deadline__lt=now) | Q(worker__last_heartbeat_at__lt=silent) | Q(worker__state__in=["suspended", "retired"])
     )
     expired = 0
-    for assignment in overdue.select_related("worker"):
-        with transaction.atomic():
-            task = Task.objects.select_for_update().get(pk=assignment.task_id)
-            changed = Assignment.objects.filter(
-                pk=assignment.pk, state__in=[Assignment.State.OFFERED, Assignment.State.RUNNING]
-            ).update(
-                state=Assignment.State.EXPIRED, settled_at=now, reason="Deadline passed or the worker went silent."
-            )
-            if not changed:
-                continue
-            expired += 1
-            Worker.objects.filter(pk=assignment.worker_id, reputation__gte=EXPIRE_PENALTY).update(
-                reputation=F("reputation") - EXPIRE_PENALTY
-            )
-            if task.status in (TaskStatus.ASSIGNED, TaskStatus.RUNNING):
-                transition_locked(task, TaskStatus.OPEN, f"{assignment.worker.name} went silent; reassigning.")
-            transaction.on_commit(partial(schedule, task.pk))
-            transaction.on_commit(partial(worker_changed, assignment.worker_id))
-            transaction.on_commit(partial(uploads.discard, assignment.pk))
+    for pk in list(overdue.values_list("pk", flat=True)):
+        try:
+            expired += _expire(pk, now, silent)
+        except OperationalError:
+            log.exception("could not expire assignment %s now; the next pass tries again", pk)
     return expired
+
+
+def _expire(assignment_id: UUID, now: datetime, silent: datetime) -> int:
+    with transaction.atomic():
+        assignment, task = taskstate.lock(assignment_id)
+        worker = assignment.worker
+        still_overdue = assignment.state in (Assignment.State.OFFERED, Assignment.State.RUNNING) and (
+            assignment.deadline < now
+            or worker.state in ("suspended", "retired")
+            or (worker.last_heartbeat_at is not None and worker.last_heartbeat_at < silent)
+        )
+        if not still_overdue:
+            return 0
+        assignment.state = Assignment.State.EXPIRED
+        assignment.settled_at = now
+        assignment.reason = "Deadline passed or the worker went silent."
+        assignment.save(update_fields=["state", "settled_at", "reason"])
+        taskstate.penalise(worker.pk, EXPIRE_PENALTY)
+        taskstate.sync_status(task, f"{worker.name} went silent; reassigning.")
+        transaction.on_commit(partial(schedule, task.pk))
+        transaction.on_commit(partial(worker_changed, worker.pk))
+        transaction.on_commit(partial(uploads.discard, assignment.pk))
+    return 1

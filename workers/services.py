@@ -40,8 +40,21 @@ def hash_secret(raw: str) -> str:
     return hashlib.sha256(raw.encode()).hexdigest()
 
 
+def refuse_while_held(owner_id: Any) -> None:
+    """PermissionDenied while an operator holds one of the owner's workers suspended: a new
+    key would otherwise get round the hold (and start again at the default reputation)."""
+    held = Worker.objects.filter(owner_id=owner_id, state=Worker.State.SUSPENDED, held_by_platform=True).first()
+    if held is not None:
+        raise PermissionDenied(
+            f"An operator suspended your worker {held.name}; no new worker can be registered until they lift it."
+        )
+
+
 def create_registration_token(owner: User) -> tuple[RegistrationToken, str]:
-    """A one-time registration token for a new node; the raw token is returned once."""
+    """A one-time registration token for a new node; the raw token is returned once.
+
+    Refused (PermissionDenied) while an operator holds one of the owner's workers."""
+    refuse_while_held(owner.pk)
     raw = REGISTRATION_PREFIX + secrets.token_urlsafe(32)
     token = RegistrationToken.objects.create(
         owner=owner,
@@ -157,6 +170,8 @@ def register_worker(
         if existing is not None and existing.state == Worker.State.RETIRED:
             raise ValidationError({"public_key": ["This key belongs to a retired worker; generate a new key."]})
         created = existing is None
+        if created:
+            refuse_while_held(token.owner_id)
         address = address_from_public_key(bytes.fromhex(public_key))
         if existing is None:
             worker = Worker.objects.create(

@@ -11,6 +11,7 @@ All of it in one database transaction per verdict, idempotent per assignment.
 from __future__ import annotations
 
 import logging
+from functools import partial
 from uuid import UUID
 
 from django.db import transaction
@@ -19,8 +20,10 @@ from django.db.models.functions import Least
 from django.utils import timezone
 
 from ledger import services as ledger
-from marketplace.models import Task, TaskStatus
+from marketplace.models import ACTIVE, Task, TaskStatus
 from marketplace.services import transition_locked
+from workers import taskstate
+from workers.dashboard import worker_changed
 from workers.models import Assignment, Worker
 
 log = logging.getLogger(__name__)
@@ -34,28 +37,44 @@ def reward_per_replica(task: Task) -> int:
     return min(task.price_estimate, task.budget // task.replication)
 
 
+class ResultVoid(Exception):
+    """The result's SUBMIT_RESULT can never enter the chain: the worker spent its nonce.
+
+    The worker signed another transaction with the nonce its result's transaction carries
+    (after submitting, with its own key), so the result cannot be sealed and is not paid;
+    ``verify_assignment`` rejects it.
+    """
+
+
 def accept(assignment_id: UUID, metrics: dict[str, object]) -> Assignment | None:
-    """Settle an accepted result. Returns None when it was already settled."""
+    """Settle an accepted result. Returns None when it was already settled.
+
+    Raises ResultVoid (changing nothing) when the worker voided its own transaction.
+    """
     with transaction.atomic():
-        assignment = Assignment.objects.select_for_update().select_related("worker").get(pk=assignment_id)
+        assignment, task = taskstate.lock(assignment_id)
         if assignment.state != Assignment.State.SUBMITTED:
             return None
-        task = Task.objects.select_for_update().get(pk=assignment.task_id)
         worker = assignment.worker
-        reward = reward_per_replica(task)
-        release = ledger.release_to_worker(task.pk, worker.address, reward, reference=f"reward:{assignment.pk}")
+        if task.status not in ACTIVE:
+            # Cancellation refuses while a result awaits its verdict and a failed task
+            # waits for it, so this is a backstop: nothing is left in escrow to pay from.
+            _close(assignment, Assignment.State.EXPIRED, f"The task was {task.status} before the result was verified.")
+            return assignment
         from workers.jobs import tx_from_json
 
         tx, signature = tx_from_json(assignment.result["transaction"])
+        if ledger.next_nonce(worker.address) > tx.nonce:
+            raise ResultVoid(f"the worker spent nonce {tx.nonce}, which its result's transaction carries")
+        reward = reward_per_replica(task)
+        release = ledger.release_to_worker(task.pk, worker.address, reward, reference=f"reward:{assignment.pk}")
         row = ledger.submit_transaction(tx, signature, reference=f"submit:{assignment.pk}")
         if row.status == "refused":
             # The platform built this template; a refusal is our bug, not the worker's.
             # Raising rolls the reward back and leaves the result submitted for a retry.
             raise ledger.LedgerError(row.reason, f"SUBMIT_RESULT refused: {row.reason_detail or row.reason}")
-        assignment.state = Assignment.State.ACCEPTED
-        assignment.settled_at = timezone.now()
         assignment.metrics = {**assignment.metrics, **metrics}
-        assignment.save(update_fields=["state", "settled_at", "metrics"])
+        _close(assignment, Assignment.State.ACCEPTED)
         gflops = metrics.get("gflops")
         Worker.objects.filter(pk=worker.pk).update(
             reputation=Least(F("reputation") + REPUTATION_UP, 100),
@@ -63,23 +82,26 @@ def accept(assignment_id: UUID, metrics: dict[str, object]) -> Assignment | None
             earnings=F("earnings") + release.amount,
             **({"benchmark_gflops": float(gflops)} if isinstance(gflops, int | float) else {}),
         )
-        accepted = Assignment.objects.filter(task=task, state=Assignment.State.ACCEPTED).count()
-        if accepted >= task.replication and task.status == TaskStatus.VERIFYING:
+        accepted = list(
+            Assignment.objects.filter(task=task, state=Assignment.State.ACCEPTED).values_list(
+                "worker__address", flat=True
+            )
+        )
+        if len(accepted) >= task.replication:
             task.result_summary = {
                 "result_hash": assignment.result["compute_result"]["result_hash"],
-                "workers": list(
-                    Assignment.objects.filter(task=task, state=Assignment.State.ACCEPTED).values_list(
-                        "worker__address", flat=True
-                    )
-                ),
+                "workers": accepted,
                 **{k: v for k, v in metrics.items() if isinstance(v, int | float | str)},
             }
             task.progress = 100.0
             task.save(update_fields=["result_summary", "progress"])
+            if task.status != TaskStatus.VERIFYING:
+                transition_locked(task, TaskStatus.VERIFYING, f"{len(accepted)} replicas submitted.")
             transition_locked(task, TaskStatus.COMPLETED, "Verified and paid.")
             ledger.refund(task.pk, reference=f"refund:{task.pk}")
-        elif task.status == TaskStatus.VERIFYING:
-            transition_locked(task, TaskStatus.OPEN, f"{accepted}/{task.replication} replicas verified.")
+        else:
+            message = f"{len(accepted)}/{task.replication} replicas verified."
+            taskstate.sync_status(task, message, reason=message)
             transaction.on_commit(lambda: _schedule(task.pk))
     return assignment
 
@@ -87,21 +109,24 @@ def accept(assignment_id: UUID, metrics: dict[str, object]) -> Assignment | None
 def reject(assignment_id: UUID, reason: str) -> Assignment | None:
     """Settle a rejected result. Returns None when it was already settled."""
     with transaction.atomic():
-        assignment = Assignment.objects.select_for_update().select_related("worker").get(pk=assignment_id)
+        assignment, task = taskstate.lock(assignment_id)
         if assignment.state != Assignment.State.SUBMITTED:
             return None
-        task = Task.objects.select_for_update().get(pk=assignment.task_id)
         ledger.reject_result(task.pk, assignment.worker.address, reason, reference=f"reject:{assignment.pk}")
-        assignment.state = Assignment.State.REJECTED
-        assignment.settled_at = timezone.now()
-        assignment.reason = reason[:300]
-        assignment.save(update_fields=["state", "settled_at", "reason"])
-        Worker.objects.filter(pk=assignment.worker_id).update(reputation=F("reputation") - REPUTATION_DOWN)
-        Worker.objects.filter(pk=assignment.worker_id, reputation__lt=0).update(reputation=0)
-        if task.status in (TaskStatus.VERIFYING, TaskStatus.RUNNING, TaskStatus.ASSIGNED):
-            transition_locked(task, TaskStatus.OPEN, f"Result of {assignment.worker.name} rejected: {reason[:200]}")
-            transaction.on_commit(lambda: _schedule(task.pk))
+        _close(assignment, Assignment.State.REJECTED, reason)
+        taskstate.penalise(assignment.worker_id, REPUTATION_DOWN)
+        taskstate.sync_status(task, f"Result of {assignment.worker.name} rejected: {reason[:200]}")
+        transaction.on_commit(lambda: _schedule(task.pk))
     return assignment
+
+
+def _close(assignment: Assignment, state: str, reason: str = "") -> None:
+    """Settle the (locked) assignment in ``state``; its worker's page redraws on commit."""
+    assignment.state = state
+    assignment.settled_at = timezone.now()
+    assignment.reason = reason[:300]
+    assignment.save(update_fields=["state", "settled_at", "reason", "metrics"])
+    transaction.on_commit(partial(worker_changed, assignment.worker_id))
 
 
 def refund_task(task: Task) -> None:

@@ -30,7 +30,13 @@ def schedule_waiting() -> int:
     try every waiting task again."""
     scheduler.expire_overdue()
     jobs.resend_stalled_verifications()
-    return sum(len(scheduler.schedule(task_id)) for task_id in scheduler.open_tasks_waiting())
+    offered = 0
+    for task_id in scheduler.open_tasks_waiting():
+        try:
+            offered += len(scheduler.schedule(task_id))
+        except OperationalError:  # a lock or a lost connection: that task waits for the next pass
+            log.exception("scheduling task %s failed; the next pass tries again", task_id)
+    return offered
 
 
 @shared_task(name="workers.purge_rejected_artifacts", ignore_result=True)
@@ -56,13 +62,17 @@ def verify_assignment(assignment_id: str) -> str:
         return "skipped"
     try:
         verdict = verifiers.verify(assignment)
-    except OperationalError:
-        raise  # the platform's database, not the worker's result: retried above
+    except (OperationalError, verifiers.PlatformFault):
+        raise  # the platform's database or data, not the worker's result: retried or resent
     except Exception as exc:  # a verifier crash on worker data is a rejection, not a lost job
         log.exception("verifier failed on %s", assignment_id)
         verdict = verifiers.Verdict(False, f"verification error: {type(exc).__name__}")
     if verdict.ok:
-        settlement.accept(assignment.pk, verdict.metrics)
+        try:
+            settlement.accept(assignment.pk, verdict.metrics)
+        except settlement.ResultVoid as exc:
+            settlement.reject(assignment.pk, f"The result cannot be sealed: {exc}.")
+            return "rejected"
         return "accepted"
     settlement.reject(assignment.pk, verdict.reason or "rejected")
     return "rejected"

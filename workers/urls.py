@@ -15,5 +15,6 @@ urlpatterns = [
     path("challenge/", api.ChallengeView.as_view(), name="worker-challenge"),
     path("register/", api.RegisterView.as_view(), name="worker-register"),
     path("me/sweep/", api.SweepView.as_view(), name="worker-sweep"),
+    path("me/abandon/", api.AbandonView.as_view(), name="worker-abandon"),
     path("", include(router.urls)),
 ]

@@ -27,6 +27,14 @@ from workers.models import Assignment
 MAX_CONFIG_BYTES = 1024 * 1024
 
 
+class PlatformFault(Exception):
+    """The platform cannot judge the result (its own data is missing or broken).
+
+    Not the worker's fault, so never a rejection: the verification fails loudly and is
+    asked for again later (``jobs.resend_stalled_verifications``).
+    """
+
+
 @dataclass(frozen=True)
 class Verdict:
     ok: bool
@@ -58,8 +66,26 @@ def verify_synthetic(assignment: Assignment, artifacts: dict[str, Path]) -> Verd
     proof = compute_result.get("proof") or {}
     metrics: dict[str, Any] = {"verify_seconds": round(outcome.seconds, 4)}
     if isinstance(proof, dict) and type(proof.get("mflops")) is int and proof["mflops"] >= 0:
-        metrics["gflops"] = proof["mflops"] / 1000
+        metrics["reported_gflops"] = proof["mflops"] / 1000
+    gflops = achieved_gflops(assignment)
+    if gflops is not None:
+        metrics["gflops"] = gflops
     return Verdict(outcome.ok, outcome.reason, metrics)
+
+
+def achieved_gflops(assignment: Assignment) -> float | None:
+    """The verified benchmark: the task's multiply-adds over the time from the offer to
+    the result, both timestamps the platform's own. A lower bound of the node's speed
+    (it includes generating, hashing and uploading) that no node can inflate, unlike the
+    figure it reports (kept as ``reported_gflops``)."""
+    spec = assignment.task.spec if isinstance(assignment.task.spec, dict) else {}
+    n, count = spec.get("n"), spec.get("count", 1)
+    if type(n) is not int or type(count) is not int or assignment.submitted_at is None:
+        return None
+    seconds = (assignment.submitted_at - assignment.created_at).total_seconds()
+    if seconds <= 0:
+        return None
+    return round(2 * n**3 * count / seconds / 1e9, 3)
 
 
 # --- Helpers of the trained kinds' verifiers ---------------------------------------------

@@ -20,6 +20,7 @@ from typing import Any
 from workers import heldout
 from workers.models import Assignment
 from workers.verifiers import (
+    PlatformFault,
     Verdict,
     check_result_hash,
     copy_dataset,
@@ -80,7 +81,7 @@ def verify_asl_training(assignment: Assignment, artifacts: dict[str, Path]) -> V
     split = heldout.prepared(task)
     if split is None:
         # Cannot happen: the scheduler prepares the split before any worker is assigned.
-        raise RuntimeError(f"task {task.pk} has no held-out split")
+        raise PlatformFault(f"task {task.pk} has no held-out split")
     problem = model_problem(task.spec, dataset_signs(split.heldout_path()), model.parent)
     if problem:
         return Verdict(False, problem)
@@ -112,7 +113,7 @@ def verify_asl_inference(assignment: Assignment, artifacts: dict[str, Path]) -> 
         return rejected
     model_dir = source_model_dir(task)
     if model_dir is None:
-        raise RuntimeError(f"task {task.pk}: the source task has no accepted model")
+        raise PlatformFault(f"task {task.pk}: the source task has no accepted model")
     labels = read_small_json(model_dir / "labels.json")  # verified with the source task
     signs = labels["signs"] if isinstance(labels, dict) else []
     try:

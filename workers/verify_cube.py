@@ -19,6 +19,7 @@ import numpy as np
 from workers import heldout
 from workers.models import Assignment
 from workers.verifiers import (
+    PlatformFault,
     Verdict,
     check_result_hash,
     copy_dataset,
@@ -96,7 +97,7 @@ def verify_cube_training(assignment: Assignment, artifacts: dict[str, Path]) -> 
     split = heldout.prepared(task)
     if split is None:
         # Cannot happen: the scheduler prepares the split before any worker is assigned.
-        raise RuntimeError(f"task {task.pk} has no held-out split")
+        raise PlatformFault(f"task {task.pk} has no held-out split")
     inputs, targets = load_heldout(split.heldout_path())
     outcome = verify(model.parent, inputs, targets, {"val_loss": reported})
     if not outcome["accepted"]:
@@ -134,7 +135,7 @@ def verify_cube_inference(assignment: Assignment, artifacts: dict[str, Path]) ->
         return Verdict(False, f"outputs.npy has dtype {outputs.dtype}, not a float type.")
     model_dir = source_model_dir(task)
     if model_dir is None:
-        raise RuntimeError(f"task {task.pk}: the source task has no accepted model")
+        raise PlatformFault(f"task {task.pk}: the source task has no accepted model")
     with tempfile.TemporaryDirectory(prefix="proofwork-verify-") as tmp:
         try:
             inputs = load_array(copy_dataset(task, Path(tmp)), "embeddings")

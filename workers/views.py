@@ -18,7 +18,7 @@ from django.db.models import Count, Q, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
-from rest_framework.exceptions import APIException, NotFound
+from rest_framework.exceptions import APIException, NotFound, PermissionDenied
 
 from marketplace.models import Task, User
 from marketplace.units import format_credits
@@ -140,8 +140,12 @@ def register(request: HttpRequest) -> HttpResponse:
     }
     if request.method == "POST":
         # The raw token lives only in this response: a reload shows the button again.
-        token, raw = services.create_registration_token(current_user(request))
-        context.update({"raw_token": raw, "token": token})
+        try:
+            token, raw = services.create_registration_token(current_user(request))
+        except PermissionDenied as exc:
+            context["refusal"] = str(exc.detail)
+        else:
+            context.update({"raw_token": raw, "token": token})
     return render(request, "workers/register.html", context)
 
 

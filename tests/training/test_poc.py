@@ -6,6 +6,7 @@ where a GPU is present.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -413,6 +414,12 @@ def test_tampered_row_proofs_fail(honest: dict[str, Any]) -> None:
     assert not poc.check_row(proof, "not hex")
     assert not poc.check_row(proof, root, n=32)
     assert not poc.check_row(proof, root, count=3)
+    # Built directly (not from JSON), a value 2^32 away hashed the same once cast to int32,
+    # and one beyond int64 raised: both are simply not the committed row.
+    wrapped = dataclasses.replace(proof, values=[proof.values[0] + 2**32, *proof.values[1:]])
+    huge = dataclasses.replace(proof, values=[2**70, *proof.values[1:]])
+    assert not poc.check_row(wrapped, root)
+    assert not poc.check_row(huge, root)
 
 
 def test_row_proof_outside_the_artifact(honest: dict[str, Any]) -> None:

@@ -276,5 +276,8 @@ def check_row(proof: RowProof, result_hash_hex: str, n: int | None = None, count
         return False
     if not 0 <= proof.pair < proof.count:
         return False
+    # Leaves hold int32 entries: anything else would wrap (2^32 + v hashes as v) or overflow.
+    if not all(type(v) is int and -(2**31) <= v < 2**31 for v in proof.values):
+        return False
     leaf = merkle.leaf_hash(leaf_data(proof.pair, proof.row, np.asarray(proof.values, dtype=np.int64)))
     return merkle.verify_inclusion(leaf, proof.leaf_index, proof.n * proof.count, path, expected)

@@ -1,0 +1,314 @@
+"""Settlement where it used to strand money: replicas, low reputation, cancellation while a
+node works, a worker voiding its own result, a node that restarts. Each runs the agent's
+real code for the job (tests.workers.test_jobs.Provider) against the REST API."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.conf import settings
+from rest_framework.test import APIClient
+
+from ledger import encoding, gas
+from ledger import services as ledger
+from marketplace import services as marketplace
+from marketplace.models import TaskStatus
+from marketplace.units import UNITS_PER_CREDIT
+from tests.factories import post_task
+from tests.workers.test_jobs import Provider, money
+from workers import scheduler
+from workers.models import Assignment, Worker
+from workers.protocol import sign_template
+from workers.tasks import verify_assignment
+
+pytestmark = pytest.mark.django_db
+
+
+def refreshed(*rows: Any) -> None:
+    for row in rows:
+        row.refresh_from_db()
+
+
+def by_worker(created: list[Assignment], provider: Provider) -> Assignment:
+    return next(a for a in created if a.worker_id == provider.worker.pk)
+
+
+def test_a_task_with_two_replicas_completes_whatever_order_they_finish_in(alice: Any, bob: Any, tmp_path: Path) -> None:
+    one, two = Provider(alice, "one"), Provider(alice, "two")
+    task = post_task(bob, "synthetic", {"n": 64}, budget=3 * UNITS_PER_CREDIT, replication=2)
+    created = scheduler.schedule(task.pk)
+    first, second = by_worker(created, one), by_worker(created, two)
+    body_one = one.run_job(first, tmp_path / "one")
+    assert one.submit(first, body_one).status_code == 202
+
+    # The first replica is verified and paid while the second is still offered: the task
+    # waits for it (it used to go back to open, where the last acceptance never completed it).
+    assert verify_assignment(str(first.pk)) == "accepted"
+    refreshed(task)
+    assert task.status == TaskStatus.ASSIGNED
+    assert task.status_reason == "1/2 replicas verified."
+    assert scheduler.schedule(task.pk) == []  # both replicas are in hand: nobody else is asked
+
+    body_two = two.run_job(second, tmp_path / "two")
+    assert two.submit(second, body_two).status_code == 202
+    refreshed(task)
+    assert task.status == TaskStatus.VERIFYING
+    assert verify_assignment(str(second.pk)) == "accepted"
+    refreshed(task)
+    assert task.status == TaskStatus.COMPLETED
+    assert sorted(task.result_summary["workers"]) == sorted([one.worker.address, two.worker.address])
+    # Both were paid; what the two rewards did not use went back to bob.
+    assert ledger.escrow_account(task.pk).available == 0
+    assert ledger.balance(one.worker.owner) == ledger.balance(alice)  # (both nodes are alice's)
+    assert Worker.objects.get(pk=one.worker.pk).jobs_done == 1
+    assert Worker.objects.get(pk=two.worker.pk).jobs_done == 1
+
+
+def test_a_second_replica_is_offered_when_a_worker_comes_online_later(alice: Any, bob: Any, tmp_path: Path) -> None:
+    one = Provider(alice, "one")
+    task = post_task(bob, "synthetic", {"n": 64}, budget=3 * UNITS_PER_CREDIT, replication=2)
+    (first,) = scheduler.schedule(task.pk)
+    refreshed(task)
+    assert task.status == TaskStatus.ASSIGNED
+    assert "1/2 replicas in hand" in task.status_reason
+    assert scheduler.open_tasks_waiting() == [task.pk]  # still short of a worker
+
+    two = Provider(alice, "two")
+    (second,) = scheduler.schedule(task.pk)
+    assert second.worker == two.worker
+    assert scheduler.open_tasks_waiting() == []
+    for provider, assignment in ((one, first), (two, second)):
+        body = provider.run_job(assignment, tmp_path / provider.worker.name)
+        assert provider.submit(assignment, body).status_code == 202
+        assert verify_assignment(str(assignment.pk)) == "accepted"
+    refreshed(task)
+    assert task.status == TaskStatus.COMPLETED
+
+
+def test_a_worker_at_low_reputation_is_rejected_cleanly(alice: Any, bob: Any, tmp_path: Path) -> None:
+    """A rejection used to subtract below zero first and break the CHECK constraint, which
+    left the result submitted and the task verifying for good."""
+    alpha = Provider(alice, "alpha")
+    Worker.objects.filter(pk=alpha.worker.pk).update(reputation=5)
+    task = post_task(bob, "synthetic", {"n": 64}, budget=UNITS_PER_CREDIT, max_attempts=2)
+    (assignment,) = scheduler.schedule(task.pk)
+    body = alpha.run_job(assignment, tmp_path, tamper=True)
+    assert alpha.submit(assignment, body).status_code == 202
+    assert verify_assignment(str(assignment.pk)) == "rejected"
+    refreshed(task, assignment, alpha.worker)
+    assert assignment.state == Assignment.State.REJECTED
+    assert alpha.worker.reputation == 0
+    assert task.status == TaskStatus.OPEN
+
+
+def test_giving_up_at_low_reputation_still_costs_it(alice: Any, bob: Any) -> None:
+    alpha = Provider(alice, "alpha")
+    Worker.objects.filter(pk=alpha.worker.pk).update(reputation=2)
+    task = post_task(bob, "synthetic", {"n": 64}, budget=UNITS_PER_CREDIT)
+    (assignment,) = scheduler.schedule(task.pk)
+    assert alpha.client.post(alpha.url(assignment, "fail/"), {"reason": "out of memory"}).status_code == 200
+    refreshed(alpha.worker)
+    assert alpha.worker.reputation == 0
+
+
+def test_cancelling_a_running_task_ends_its_job_without_penalty(alice: Any, bob: Any, tmp_path: Path) -> None:
+    alpha = Provider(alice, "alpha")
+    task = post_task(bob, "synthetic", {"n": 64}, budget=UNITS_PER_CREDIT)
+    (assignment,) = scheduler.schedule(task.pk)
+    body = alpha.run_job(assignment, tmp_path)
+    reputation = Worker.objects.get(pk=alpha.worker.pk).reputation
+
+    marketplace.cancel_task(bob, task.pk)
+    refreshed(task, assignment, alpha.worker)
+    assert task.status == TaskStatus.CANCELLED
+    assert assignment.state == Assignment.State.EXPIRED
+    assert assignment.reason == "The requester cancelled the task."
+    assert alpha.worker.reputation == reputation
+    assert ledger.escrow_account(task.pk).available == 0
+
+    # The node learns it on its next call; nothing is paid, nothing is stranded.
+    late = alpha.submit(assignment, body)
+    assert late.status_code == 409
+    assert late.json() == {"state": ["This assignment is expired; it takes no result."]}
+    # The worker is free for the next task at once.
+    other = post_task(bob, "synthetic", {"n": 64}, budget=UNITS_PER_CREDIT)
+    (next_job,) = scheduler.schedule(other.pk)
+    assert next_job.worker == alpha.worker
+
+
+def test_a_task_cannot_be_cancelled_while_a_result_is_verified(
+    alice: Any, bob: Any, bob_client: APIClient, tmp_path: Path
+) -> None:
+    one, two = Provider(alice, "one"), Provider(alice, "two")
+    task = post_task(bob, "synthetic", {"n": 64}, budget=3 * UNITS_PER_CREDIT, replication=2)
+    created = scheduler.schedule(task.pk)
+    first, second = by_worker(created, one), by_worker(created, two)
+    assert one.submit(first, one.run_job(first, tmp_path)).status_code == 202
+    assert two.client.post(two.url(second, "start/")).status_code == 200
+    refreshed(task)
+    assert task.status == TaskStatus.RUNNING  # the other replica runs; running tasks can be cancelled
+
+    before = money()
+    refused = bob_client.post(f"/api/v1/tasks/{task.pk}/cancel/")
+    assert refused.status_code == 409
+    assert "being verified" in refused.json()["status"][0]
+    assert money() == before
+    refreshed(task)
+    assert task.status == TaskStatus.RUNNING
+    assert {a.state for a in Assignment.objects.filter(task=task)} == {"submitted", "running"}
+
+    # After the verdict it can: the paid replica stays paid, the rest comes back.
+    assert verify_assignment(str(first.pk)) == "accepted"
+    marketplace.cancel_task(bob, task.pk)
+    refreshed(task)
+    assert task.status == TaskStatus.CANCELLED
+    assert ledger.escrow_account(task.pk).available == 0
+    refreshed(second)
+    assert second.state == Assignment.State.EXPIRED
+
+
+def test_a_failed_task_waits_for_a_pending_verdict_and_ends_its_other_jobs(
+    alice: Any, bob: Any, tmp_path: Path
+) -> None:
+    """Attempts run out (max_attempts × replication rejected or expired) while one replica's
+    result awaits its verdict: the task fails only after that verdict, which is paid."""
+    one, two = Provider(alice, "one"), Provider(alice, "two")
+    task = post_task(bob, "synthetic", {"n": 64}, budget=3 * UNITS_PER_CREDIT, replication=2, max_attempts=1)
+    created = scheduler.schedule(task.pk)
+    first, second = by_worker(created, one), by_worker(created, two)
+    assert one.submit(first, one.run_job(first, tmp_path)).status_code == 202
+    assert two.client.post(two.url(second, "fail/"), {"reason": "no GPU"}).status_code == 200
+    three = Provider(alice, "three")
+    (third,) = scheduler.schedule(task.pk)
+    assert third.worker == three.worker
+    assert three.client.post(three.url(third, "fail/"), {"reason": "no GPU"}).status_code == 200
+
+    assert scheduler.schedule(task.pk) == []
+    refreshed(task)
+    assert task.status == TaskStatus.VERIFYING  # not failed: one's result may still be paid
+    assert verify_assignment(str(first.pk)) == "accepted"
+    scheduler.schedule(task.pk)
+    refreshed(task)
+    assert task.status == TaskStatus.FAILED
+    assert ledger.escrow_account(task.pk).available == 0  # one was paid, the rest refunded
+    assert Worker.objects.get(pk=one.worker.pk).jobs_done == 1
+
+
+def test_a_worker_that_spends_its_results_nonce_is_rejected_not_stranded(
+    alice: Any, bob: Any, alice_client: APIClient, tmp_path: Path
+) -> None:
+    alpha = Provider(alice, "alpha")
+    earlier = uuid.uuid4()  # earlier earnings, so the node can pay a transfer's fee
+    ledger.lock_escrow(earlier, bob, UNITS_PER_CREDIT, reference=f"lock:{earlier}")
+    ledger.release_to_worker(earlier, alpha.worker.address, UNITS_PER_CREDIT, reference=f"reward:{earlier}")
+    task = post_task(bob, "synthetic", {"n": 64}, budget=UNITS_PER_CREDIT, max_attempts=2)
+    (assignment,) = scheduler.schedule(task.pk)
+    assert alpha.submit(assignment, alpha.run_job(assignment, tmp_path)).status_code == 202
+
+    template = {
+        "chain_id": settings.LEDGER_CHAIN_ID,
+        "type": encoding.TRANSFER,
+        "from": alpha.worker.address,
+        "to": ledger.ensure_user_account(alice).address,
+        "amount": 1,
+        "fee": gas.fee_for(encoding.TRANSFER, settings.LEDGER_GAS_PRICE),
+        "nonce": ledger.next_nonce(alpha.worker.address),
+        "gas_price": settings.LEDGER_GAS_PRICE,
+        "gas_limit": gas.gas_limit(encoding.TRANSFER),
+        "payload": {},
+    }
+    signature = sign_template(template, alpha.key)
+    sent = alice_client.post(
+        "/api/v1/ledger/transactions/",
+        {**template, "public_key": alpha.key.public_key.hex(), "signature": signature.hex()},
+        format="json",
+    )
+    assert sent.status_code == 202, sent.json()
+    escrowed = ledger.escrow_account(task.pk).available
+
+    assert verify_assignment(str(assignment.pk)) == "rejected"
+    refreshed(task, assignment)
+    assert assignment.state == Assignment.State.REJECTED
+    assert "cannot be sealed" in assignment.reason
+    assert task.status == TaskStatus.OPEN  # reassigned; the requester's escrow is intact
+    assert ledger.escrow_account(task.pk).available == escrowed
+
+
+def test_a_node_that_restarts_gives_up_what_it_was_running(alice: Any, bob: Any) -> None:
+    alpha = Provider(alice, "alpha")
+    task = post_task(bob, "synthetic", {"n": 64}, budget=UNITS_PER_CREDIT)
+    (assignment,) = scheduler.schedule(task.pk)
+    assert alpha.client.post(alpha.url(assignment, "start/")).status_code == 200
+
+    answer = alpha.client.post("/api/v1/workers/me/abandon/")
+    assert answer.status_code == 200
+    assert answer.json() == {"abandoned": [str(assignment.pk)]}
+    refreshed(task, assignment)
+    assert assignment.state == Assignment.State.EXPIRED
+    assert "restarted" in assignment.reason
+    assert task.status == TaskStatus.OPEN
+    # Nothing else to give up; another worker's token sees nothing of alpha's.
+    assert alpha.client.post("/api/v1/workers/me/abandon/").json() == {"abandoned": []}
+    assert APIClient().post("/api/v1/workers/me/abandon/").status_code in (401, 403)
+
+
+def test_a_job_over_is_no_longer_a_key_to_the_data(alice: Any, bob: Any) -> None:
+    alpha = Provider(alice, "alpha")
+    task = post_task(bob, "synthetic", {"n": 64}, budget=UNITS_PER_CREDIT)
+    (assignment,) = scheduler.schedule(task.pk)
+    assert alpha.client.post(alpha.url(assignment, "fail/"), {"reason": "no"}).status_code == 200
+    closed = alpha.client.get(alpha.url(assignment, "dataset/"))
+    assert closed.status_code == 409
+    assert "expired" in closed.json()["state"][0]
+
+
+def test_a_proof_too_large_for_a_transaction_is_a_400_naming_it(alice: Any, bob: Any) -> None:
+    from ledger.encoding import ComputeResult
+    from ledger.signing import sign_compute_result
+
+    alpha = Provider(alice, "alpha")
+    task = post_task(bob, "synthetic", {"n": 64}, budget=UNITS_PER_CREDIT)
+    (assignment,) = scheduler.schedule(task.pk)
+    job = alpha.client.get(alpha.url(assignment)).json()
+    assert alpha.client.post(alpha.url(assignment, "start/")).status_code == 200
+    template = job["submit"]
+    result = sign_compute_result(
+        ComputeResult(
+            task_id=job["task_id"],
+            worker_address=alpha.key.address,
+            result_hash="ab" * 32,
+            proof={"padding": "x" * 20_000},
+            nonce=int(template["nonce"]),
+        ),
+        alpha.key,
+    )
+    body = {
+        "compute_result": result.to_json(),
+        "transaction": {
+            **template,
+            "payload": {"compute_result": result.to_json()},
+            "public_key": alpha.key.public_key.hex(),
+            "signature": "00" * 64,
+        },
+    }
+    response = alpha.submit(assignment, body)
+    assert response.status_code == 400
+    assert "larger than" in str(response.json())
+    refreshed(assignment)
+    assert assignment.state == Assignment.State.RUNNING
+
+
+def test_the_verified_benchmark_is_measured_by_the_platform(alice: Any, bob: Any, tmp_path: Path) -> None:
+    alpha = Provider(alice, "alpha")
+    task = post_task(bob, "synthetic", {"n": 64}, budget=UNITS_PER_CREDIT)
+    (assignment,) = scheduler.schedule(task.pk)
+    body = alpha.run_job(assignment, tmp_path)
+    assert alpha.submit(assignment, body).status_code == 202
+    assert verify_assignment(str(assignment.pk)) == "accepted"
+    refreshed(assignment, alpha.worker)
+    seconds = (assignment.submitted_at - assignment.created_at).total_seconds()
+    assert alpha.worker.benchmark_gflops == pytest.approx(2 * 64**3 / seconds / 1e9, abs=1e-3)
+    assert "reported_gflops" in assignment.metrics

@@ -1,0 +1,126 @@
+"""A task's status while work is in hand, derived from its replicas.
+
+A task with replication r is done when r replicas are accepted. Until then its status
+says what its live replicas (offered, running, submitted) are doing, whatever order
+they reach their states in: running when one runs, verifying when one waits for its
+verdict and none runs, assigned when the live ones are only offered, open when none is
+live. Every place that changes an assignment calls ``sync_status`` under the task's row
+lock, so a replica verified while another still runs no longer sends the task back to
+open (where the last acceptance could not complete it).
+
+Lock order, everywhere: the task row first, then its assignment rows (``lock``), so a
+cancellation or an expiry racing a node's call cannot deadlock with it.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Count, F, Q, QuerySet
+from django.db.models.functions import Greatest
+from django.utils import timezone
+
+from marketplace.models import ACTIVE, IllegalTransition, Task, TaskStatus
+from marketplace.services import transition_locked
+from workers import uploads
+from workers.dashboard import worker_changed
+from workers.models import Assignment, Worker
+
+LIVE = (Assignment.State.OFFERED, Assignment.State.RUNNING, Assignment.State.SUBMITTED)
+# Replicas that count toward the task's replication: live or already paid.
+HELD = (*LIVE, Assignment.State.ACCEPTED)
+
+
+def lock(assignment_id: Any, **match: Any) -> tuple[Assignment, Task]:
+    """Lock an assignment's task row, then the assignment row (the one lock order).
+
+    ``match`` narrows the assignment (``worker=…``); Assignment.DoesNotExist when none.
+    """
+    task_id = Assignment.objects.filter(pk=assignment_id, **match).values_list("task_id", flat=True).first()
+    if task_id is None:
+        raise Assignment.DoesNotExist(f"no assignment {assignment_id}")
+    task = Task.objects.select_for_update().get(pk=task_id)
+    assignment = Assignment.objects.select_for_update().select_related("worker").get(pk=assignment_id, **match)
+    return assignment, task
+
+
+def live_status(task: Task) -> str:
+    """The active status the task's replicas call for (never a terminal one)."""
+    states = set(Assignment.objects.filter(task=task, state__in=LIVE).values_list("state", flat=True))
+    if Assignment.State.RUNNING in states:
+        return TaskStatus.RUNNING
+    if Assignment.State.SUBMITTED in states:
+        return TaskStatus.VERIFYING
+    if Assignment.State.OFFERED in states:
+        return TaskStatus.ASSIGNED
+    return TaskStatus.OPEN
+
+
+def sync_status(task: Task, message: str, reason: str = "") -> None:
+    """Move an active task to the status its replicas call for (task row locked).
+
+    A terminal task stays as it is; an unchanged status only takes the new reason (a
+    reason describes the status now, so an outdated one is cleared).
+    """
+    if task.status not in ACTIVE:
+        return
+    target = live_status(task)
+    if target != task.status:
+        transition_locked(task, target, message, reason=reason)
+    elif task.status_reason != reason:
+        task.status_reason = reason
+        task.save(update_fields=["status_reason", "updated_at"])
+
+
+def missing_replicas(task: Task) -> int:
+    """How many more workers the task needs now."""
+    held = Assignment.objects.filter(task=task, state__in=HELD).count()
+    return max(task.replication - held, 0)
+
+
+def needing_workers() -> QuerySet[Task]:
+    """Active tasks with fewer live or accepted replicas than their replication."""
+    return (
+        Task.objects.filter(status__in=ACTIVE)
+        .annotate(held=Count("assignments", filter=Q(assignments__state__in=HELD)))
+        .filter(held__lt=F("replication"))
+    )
+
+
+def penalise(worker_id: Any, points: int) -> None:
+    """Take reputation points from a worker, never below zero (one clamped update)."""
+    Worker.objects.filter(pk=worker_id).update(reputation=Greatest(F("reputation") - points, 0))
+
+
+def end_live_assignments(task: Task, reason: str) -> int:
+    """Expire the task's offered and running jobs, without penalty: the task ended, not
+    the worker. Refuses (IllegalTransition) while a replica's result awaits its verdict,
+    since that result may still be paid from the escrow. Task row locked; returns how
+    many jobs ended. Their nodes learn it from the 409 on their next call.
+    """
+    if Assignment.objects.filter(task=task, state=Assignment.State.SUBMITTED).exists():
+        raise IllegalTransition(
+            task.status,
+            TaskStatus.CANCELLED,
+            "A worker's result for this task is being verified; it can be cancelled once that is settled.",
+        )
+    ended = list(
+        Assignment.objects.select_for_update()
+        .filter(task=task, state__in=[Assignment.State.OFFERED, Assignment.State.RUNNING])
+        .values_list("pk", "worker_id")
+    )
+    if ended:
+        Assignment.objects.filter(pk__in=[pk for pk, _ in ended]).update(
+            state=Assignment.State.EXPIRED, settled_at=timezone.now(), reason=reason[:300]
+        )
+    for pk, worker_id in ended:
+        transaction.on_commit(partial(uploads.discard, pk))
+        transaction.on_commit(partial(worker_changed, worker_id))
+    return len(ended)
+
+
+def on_task_cancelling(sender: Any, task: Task, **kwargs: Any) -> None:
+    """marketplace.signals.task_cancelling: the requester cancels; end the jobs first."""
+    end_live_assignments(task, "The requester cancelled the task.")
