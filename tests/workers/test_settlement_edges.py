@@ -15,7 +15,7 @@ from rest_framework.test import APIClient
 from ledger import encoding, gas
 from ledger import services as ledger
 from marketplace import services as marketplace
-from marketplace.models import TaskStatus
+from marketplace.models import Task, TaskStatus
 from marketplace.units import UNITS_PER_CREDIT
 from tests.factories import post_task
 from tests.workers.test_jobs import Provider, money
@@ -30,6 +30,13 @@ pytestmark = pytest.mark.django_db
 def refreshed(*rows: Any) -> None:
     for row in rows:
         row.refresh_from_db()
+
+
+def escrowed(task: Task) -> int:
+    """What is left in the task's escrow account, in base units."""
+    account = ledger.escrow_account(task.pk)
+    assert account is not None
+    return account.available
 
 
 def by_worker(created: list[Assignment], provider: Provider) -> Assignment:
@@ -61,7 +68,7 @@ def test_a_task_with_two_replicas_completes_whatever_order_they_finish_in(alice:
     assert task.status == TaskStatus.COMPLETED
     assert sorted(task.result_summary["workers"]) == sorted([one.worker.address, two.worker.address])
     # Both were paid; what the two rewards did not use went back to bob.
-    assert ledger.escrow_account(task.pk).available == 0
+    assert escrowed(task) == 0
     assert ledger.balance(one.worker.owner) == ledger.balance(alice)  # (both nodes are alice's)
     assert Worker.objects.get(pk=one.worker.pk).jobs_done == 1
     assert Worker.objects.get(pk=two.worker.pk).jobs_done == 1
@@ -127,7 +134,7 @@ def test_cancelling_a_running_task_ends_its_job_without_penalty(alice: Any, bob:
     assert assignment.state == Assignment.State.EXPIRED
     assert assignment.reason == "The requester cancelled the task."
     assert alpha.worker.reputation == reputation
-    assert ledger.escrow_account(task.pk).available == 0
+    assert escrowed(task) == 0
 
     # The node learns it on its next call; nothing is paid, nothing is stranded.
     late = alpha.submit(assignment, body)
@@ -165,7 +172,7 @@ def test_a_task_cannot_be_cancelled_while_a_result_is_verified(
     marketplace.cancel_task(bob, task.pk)
     refreshed(task)
     assert task.status == TaskStatus.CANCELLED
-    assert ledger.escrow_account(task.pk).available == 0
+    assert escrowed(task) == 0
     refreshed(second)
     assert second.state == Assignment.State.EXPIRED
 
@@ -193,7 +200,7 @@ def test_a_failed_task_waits_for_a_pending_verdict_and_ends_its_other_jobs(
     scheduler.schedule(task.pk)
     refreshed(task)
     assert task.status == TaskStatus.FAILED
-    assert ledger.escrow_account(task.pk).available == 0  # one was paid, the rest refunded
+    assert escrowed(task) == 0  # one was paid, the rest refunded
     assert Worker.objects.get(pk=one.worker.pk).jobs_done == 1
 
 
@@ -227,14 +234,14 @@ def test_a_worker_that_spends_its_results_nonce_is_rejected_not_stranded(
         format="json",
     )
     assert sent.status_code == 202, sent.json()
-    escrowed = ledger.escrow_account(task.pk).available
+    locked = escrowed(task)
 
     assert verify_assignment(str(assignment.pk)) == "rejected"
     refreshed(task, assignment)
     assert assignment.state == Assignment.State.REJECTED
     assert "cannot be sealed" in assignment.reason
     assert task.status == TaskStatus.OPEN  # reassigned; the requester's escrow is intact
-    assert ledger.escrow_account(task.pk).available == escrowed
+    assert escrowed(task) == locked
 
 
 def test_a_node_that_restarts_gives_up_what_it_was_running(alice: Any, bob: Any) -> None:
@@ -309,6 +316,7 @@ def test_the_verified_benchmark_is_measured_by_the_platform(alice: Any, bob: Any
     assert alpha.submit(assignment, body).status_code == 202
     assert verify_assignment(str(assignment.pk)) == "accepted"
     refreshed(assignment, alpha.worker)
+    assert assignment.submitted_at is not None
     seconds = (assignment.submitted_at - assignment.created_at).total_seconds()
     assert alpha.worker.benchmark_gflops == pytest.approx(2 * 64**3 / seconds / 1e9, abs=1e-3)
     assert "reported_gflops" in assignment.metrics
