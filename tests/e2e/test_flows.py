@@ -87,11 +87,16 @@ def test_new_user_signs_up_posts_and_cancels_a_task(page: Any) -> None:
     page.screenshot(path="/tmp/e2e-post-form-error.png", full_page=True)
     page.get_by_label("N", exact=True).fill("16384")
     page.get_by_label("Count").fill("32")
-    # 2·16384³·32 FLOP at 10⁶ base units per TFLOP: 0.281474976 credits.
-    expect()(page.locator("#estimate-price")).to_have_text("0.281474976")
+    # 32 products of 16384² would be a 32 GiB result, more than the platform takes.
+    count_error = page.locator("#id_spec_count_error")
+    expect()(count_error).to_contain_text("at most 1 at this n")
     expect()(error).to_have_text("")
-    # The default budget covered the default size only; the page says so next to the budget.
-    expect()(page.locator("#id_budget_error")).to_contain_text("The estimated price is 0.281474976 credits")
+    page.get_by_label("Count").fill("1")
+    expect()(count_error).to_have_text("")
+    expect()(page.locator("#estimate-price")).to_have_text(floor)
+    # A budget under the estimate is named next to the budget.
+    page.get_by_label("Budget (credits)").fill("0.01")
+    expect()(page.locator("#id_budget_error")).to_contain_text(f"The estimated price is {floor} credits")
     page.get_by_label("Budget (credits)").fill("1")
     expect()(page.locator("#id_budget_error")).to_have_text("")
     expect()(page.get_by_label("N", exact=True)).not_to_have_attribute("aria-invalid", "true")
@@ -107,7 +112,7 @@ def test_new_user_signs_up_posts_and_cancels_a_task(page: Any) -> None:
         expect()(page.locator("#task-reason")).to_contain_text("No provider runs Synthetic proof of compute tasks yet")
     expect()(page.locator("#live-state")).to_have_text("Live updates on")
     task = Task.objects.get(owner__username="dora")
-    assert task.spec == {"n": 16384, "count": 32, "entry_bound": 8}
+    assert task.spec == {"n": 16384, "count": 1, "entry_bound": 8}
     assert task.status == Task.Status.OPEN
     page.screenshot(path="/tmp/e2e-task-detail.png", full_page=True)
 

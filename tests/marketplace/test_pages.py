@@ -405,7 +405,8 @@ def test_dataset_select_offers_only_own_datasets_of_the_kinds_formats(
     assert f'value="{theirs.pk}"' not in body
 
 
-def test_check_endpoint_returns_errors_and_estimate(alice_web: Client) -> None:
+def test_check_endpoint_returns_errors_and_estimate(alice_web: Client, settings: Any) -> None:
+    settings.ARTIFACT_MAX_BYTES = 2**40  # a platform that takes 64 products of 16384²
     url = reverse("task-check", args=["synthetic"])
     bad = text(alice_web.post(url, synthetic_form(spec_n="99999"), HTTP_HX_REQUEST="true"))
     assert re.search(r'id="id_spec_n_error" hx-swap-oob="innerHTML"><p>[^<]*16384', bad)
