@@ -1,17 +1,19 @@
 """``/ws/worker/``: a provider node's live channel (heartbeats, progress, log lines).
 
 The node authenticates with its worker token (``Authorization: Worker pww_…``) on
-connect. Progress is accepted only for the node's own running assignments, persisted
+connect. Progress is accepted only for the node's own running assignments, with every
+number in it bounded (an error reply otherwise, never an exception), persisted
 at most once a second per assignment with a bounded history, and fanned out to the
 task's group, which the owner's browser follows on ``/ws/tasks/<id>/``.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeGuard
 
 from channels.db import database_sync_to_async
 from django.db import transaction
@@ -30,10 +32,32 @@ HISTORY_LIMIT = 500  # points kept per assignment for charts
 LOG_LINES = 200
 HEARTBEAT_WRITE_INTERVAL = timedelta(seconds=5)
 MAX_METRICS = 32
+MAX_EXACT = 2**53  # the largest integer every JSON reader (and a float) holds exactly
+LOG_BATCH = 50  # lines one message may add
+LOG_LINE_CHARS = 500
 
 
 def worker_group(worker_id: object) -> str:
     return f"worker.{worker_id}"
+
+
+def number(value: Any, low: float = -math.inf, high: float = math.inf) -> float | None:
+    """``value`` as a float if it is a finite JSON number within [low, high], else None.
+
+    Bools are not numbers here, and ints must be within ±2**53: a larger one is not held
+    exactly by a float (or by JavaScript), and past ~1.8e308 ``float()`` raises.
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if isinstance(value, int) and abs(value) > MAX_EXACT:
+        return None
+    result = float(value)
+    return result if math.isfinite(result) and low <= result <= high else None
+
+
+def is_count(value: Any) -> TypeGuard[int]:
+    """An int (not a bool) in [0, 2**53]."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_EXACT
 
 
 def clean_metrics(raw: Any) -> dict[str, float] | None:
@@ -48,11 +72,25 @@ def clean_metrics(raw: Any) -> dict[str, float] | None:
         return None
     out = {}
     for key, value in raw.items():
-        numeric = isinstance(value, int | float) and not isinstance(value, bool)
-        if not (isinstance(key, str) and 0 < len(key) <= 64 and numeric and math.isfinite(value)):
+        cleaned = number(value)
+        if not (isinstance(key, str) and 0 < len(key) <= 64 and cleaned is not None):
             return None
-        out[key] = float(value)
+        out[key] = cleaned
     return out
+
+
+def progress_error(content: dict[str, Any]) -> str | None:
+    """Why the numbers of a progress message are refused, or None when they are all sound."""
+    step, total = content.get("step"), content.get("total")
+    if not (is_count(step) and is_count(total) and step <= total and total > 0):
+        return "progress needs integers 0 ≤ step ≤ total ≤ 2**53, total > 0."
+    if clean_metrics(content.get("metrics")) is None:
+        return "metrics must map at most 32 names to finite numbers (integers within ±2**53)."
+    if content.get("eta") is not None and number(content["eta"], 0, MAX_EXACT) is None:
+        return "eta must be a number of seconds between 0 and 2**53, or null."
+    if content.get("sent_at") is not None and number(content["sent_at"], 0, MAX_EXACT) is None:
+        return "sent_at must be a Unix time in seconds between 0 and 2**53, or null."
+    return None
 
 
 class WorkerConsumer(LiveConsumer):
@@ -75,6 +113,18 @@ class WorkerConsumer(LiveConsumer):
     async def disconnect(self, code: int) -> None:
         if self.worker_id is not None:
             await self.channel_layer.group_discard(worker_group(self.worker_id), self.channel_name)
+
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None, **kwargs: Any) -> None:
+        """Decode here rather than in channels, which lets an undecodable frame (bad JSON, a
+        5,000-digit number, nesting past the recursion limit, bytes) kill the consumer."""
+        try:
+            content = json.loads(text_data) if text_data is not None else None
+        except (ValueError, RecursionError):
+            content = None
+        if not isinstance(content, dict):
+            await self.send_json({"type": "error", "detail": "Each message must be one JSON object, as text."})
+            return
+        await self.receive_json(content, **kwargs)
 
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
         kind = content.get("type") if isinstance(content, dict) else None
@@ -123,15 +173,12 @@ class WorkerConsumer(LiveConsumer):
         if assignment is None:
             await self.send_json({"type": "error", "detail": "Not one of your running assignments."})
             return
-        step, total = content.get("step"), content.get("total")
-        if not (isinstance(step, int) and isinstance(total, int) and 0 <= step <= total and total > 0):
-            await self.send_json({"type": "error", "detail": "progress needs integers 0 ≤ step ≤ total, total > 0."})
+        error = progress_error(content)
+        if error is not None:
+            await self.send_json({"type": "error", "detail": error})
             return
-        metrics = clean_metrics(content.get("metrics"))
-        if metrics is None:
-            await self.send_json({"type": "error", "detail": "metrics must map at most 32 names to finite numbers."})
-            return
-        eta = content.get("eta")
+        step, total = content["step"], content["total"]
+        eta, sent_at = content.get("eta"), content.get("sent_at")
         event = {
             "type": "task.progress",
             "task_id": str(assignment.task_id),
@@ -139,9 +186,9 @@ class WorkerConsumer(LiveConsumer):
             "step": step,
             "total": total,
             "percent": round(100.0 * step / total, 2),
-            "metrics": metrics,
-            "eta": float(eta) if isinstance(eta, int | float) and math.isfinite(eta) else None,
-            "sent_at": content.get("sent_at") if isinstance(content.get("sent_at"), int | float) else None,
+            "metrics": clean_metrics(content.get("metrics")),
+            "eta": None if eta is None else float(eta),
+            "sent_at": None if sent_at is None else float(sent_at),
         }
         await self.channel_layer.group_send(task_group(assignment.task_id), event)
         key = str(assignment.pk)
@@ -187,12 +234,14 @@ class WorkerConsumer(LiveConsumer):
             return Task.objects.filter(pk=assignment.task_id).values_list("owner_id", "status").first()
 
     async def _log(self, content: dict[str, Any]) -> None:
-        assignment = await self._own_running(content.get("assignment_id"))
         lines = content.get("lines")
+        sound = isinstance(lines, list) and all(isinstance(line, str) for line in lines[:LOG_BATCH])
+        assignment = await self._own_running(content.get("assignment_id")) if sound else None
         if assignment is None or not isinstance(lines, list):
-            await self.send_json({"type": "error", "detail": "log needs your assignment_id and a list of lines."})
+            await self.send_json({"type": "error", "detail": "log needs your assignment_id and a list of strings."})
             return
-        clean = [str(line)[:500] for line in lines[:50]]
+        # One message adds at most LOG_BATCH lines of LOG_LINE_CHARS; the rest is cut.
+        clean = [line[:LOG_LINE_CHARS] for line in lines[:LOG_BATCH]]
         await self._append_log(assignment.pk, clean)
         await self.channel_layer.group_send(
             task_group(assignment.task_id), {"type": "task.log", "task_id": str(assignment.task_id), "lines": clean}

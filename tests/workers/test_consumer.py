@@ -282,3 +282,62 @@ def test_suspending_or_retiring_closes_the_open_socket(job: dict[str, Any], alic
 
     run(scenario)
     assert Worker.objects.get(pk=worker.pk).state == target
+
+
+def progress(assignment: Assignment, step: Any, total: Any, **extra: Any) -> dict[str, Any]:
+    return {"type": "progress", "assignment_id": str(assignment.pk), "step": step, "total": total, **extra}
+
+
+def test_out_of_range_numbers_and_bad_frames_get_an_error_and_the_socket_lives_on(job: dict[str, Any]) -> None:
+    assignment, task = job["assignment"], job["task"]
+    bad: list[dict[str, Any]] = [
+        progress(assignment, 10**400, 10**400),
+        progress(assignment, 2**53 + 1, 2**53 + 1),
+        progress(assignment, True, True),
+        progress(assignment, 1, 2.0),
+        progress(assignment, 1, 2, eta=10**400),
+        progress(assignment, 1, 2, eta=float("nan")),
+        progress(assignment, 1, 2, eta=True),
+        progress(assignment, 1, 2, eta="soon"),
+        progress(assignment, 1, 2, eta=-1),
+        progress(assignment, 1, 2, metrics={"loss": 10**400}),
+        progress(assignment, 1, 2, metrics={"loss": 2**53 + 1}),
+        progress(assignment, 1, 2, metrics={"loss": True}),
+        progress(assignment, 1, 2, metrics={"loss": "low"}),
+        progress(assignment, 1, 2, sent_at=10**400),
+        progress(assignment, 1, 2, sent_at=float("inf")),
+        progress(assignment, 1, 2, sent_at=False),
+        progress(assignment, 1, 2, sent_at="yesterday"),
+        {"type": "log", "assignment_id": str(assignment.pk), "lines": [{"nested": 1}]},
+    ]
+    frames: list[dict[str, Any]] = [
+        {"text_data": "{not json"},
+        {"text_data": '{"type": "progress", "step": ' + "9" * 5000 + "}"},  # past Python's digit limit
+        {"text_data": "[" * 100_000},  # past the recursion limit
+        {"text_data": "[1, 2]"},
+        {"bytes_data": b"\x00\x01"},
+    ]
+
+    async def scenario() -> None:
+        layer, channel = await subscribe(task.pk)
+        comm = socket(job["token"])
+        assert (await comm.connect())[0]
+        for message in bad:
+            await comm.send_json_to(message)
+            reply = await comm.receive_json_from(timeout=5)
+            assert reply["type"] == "error", message
+        for frame in frames:
+            await comm.send_to(**frame)
+            reply = await comm.receive_json_from(timeout=5)
+            assert reply["type"] == "error", frame
+        assert await nothing_on(layer, channel)
+        # The largest sound numbers pass, and the socket still works.
+        await comm.send_json_to(
+            progress(assignment, 2**52, 2**53, eta=0, sent_at=2**53, metrics={"loss": 1e300, "n": -(2**53)})
+        )
+        event = await asyncio.wait_for(layer.receive(channel), timeout=5)
+        assert (event["step"], event["percent"], event["eta"], event["sent_at"]) == (2**52, 50.0, 0.0, 2.0**53)
+        assert event["metrics"] == {"loss": 1e300, "n": -(2.0**53)}
+        await comm.disconnect()
+
+    run(scenario)
