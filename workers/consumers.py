@@ -1,10 +1,18 @@
 """``/ws/worker/``: a provider node's live channel (heartbeats, progress, log lines).
 
 The node authenticates with its worker token (``Authorization: Worker pww_…``) on
-connect. Progress is accepted only for the node's own running assignments, with every
-number in it bounded (an error reply otherwise, never an exception), persisted
-at most once a second per assignment with a bounded history, and fanned out to the
-task's group, which the owner's browser follows on ``/ws/tasks/<id>/``.
+connect. Progress and log lines are accepted only for the node's own running
+assignments, and every number in them is bounded before use. What reaches the database
+and the browsers is rate-limited per assignment, whichever of the node's sockets sent it
+(see ``workers.live``):
+
+- progress is fanned out to the task's group (which the owner's browser follows on
+  ``/ws/tasks/<id>/``) at most every ``FANOUT_INTERVAL``, coalesced to the latest event;
+  an isolated event goes out at once;
+- progress is written at most once per ``PERSIST_INTERVAL`` per assignment, plus once for
+  the last step; the row's ``last_progress_at`` holds the interval across web processes;
+- log lines are fanned out like progress and buffered, then written at most once per
+  ``LOG_FLUSH_INTERVAL`` and when the socket closes.
 """
 
 from __future__ import annotations
@@ -24,17 +32,20 @@ from marketplace.events import DashboardTaskEvent, dashboard_group, task_group
 from marketplace.models import Task, TaskStatus
 from workers.authentication import token_from_header
 from workers.dashboard import worker_changed
+from workers.live import Coalescer, Throttle, WriteBuffer
 from workers.models import Assignment, Worker
 from workers.services import authenticate_worker
 
 PERSIST_INTERVAL = 1.0  # seconds between progress writes per assignment
+FANOUT_INTERVAL = 0.1  # seconds between events of one type per assignment to its browsers
+LOG_FLUSH_INTERVAL = 1.0  # seconds between log writes per assignment
 HISTORY_LIMIT = 500  # points kept per assignment for charts
-LOG_LINES = 200
+LOG_LINES = 200  # kept per assignment
+LOG_BATCH = 50  # lines one message may add
+LOG_LINE_CHARS = 500
 HEARTBEAT_WRITE_INTERVAL = timedelta(seconds=5)
 MAX_METRICS = 32
 MAX_EXACT = 2**53  # the largest integer every JSON reader (and a float) holds exactly
-LOG_BATCH = 50  # lines one message may add
-LOG_LINE_CHARS = 500
 
 
 def worker_group(worker_id: object) -> str:
@@ -58,6 +69,12 @@ def number(value: Any, low: float = -math.inf, high: float = math.inf) -> float 
 def is_count(value: Any) -> TypeGuard[int]:
     """An int (not a bool) in [0, 2**53]."""
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_EXACT
+
+
+def percent(step: int, total: int) -> float:
+    """Percent done, 100.0 only at the last step: 99,996 of 100,000 is not shown as done,
+    and the stored 100.0 marks that the last step was written (see ``_persist``)."""
+    return 100.0 if step >= total else min(round(100.0 * step / total, 2), 99.99)
 
 
 def clean_metrics(raw: Any) -> dict[str, float] | None:
@@ -93,6 +110,35 @@ def progress_error(content: dict[str, Any]) -> str | None:
     return None
 
 
+def _merge(held: dict[str, Any], newer: dict[str, Any]) -> dict[str, Any]:
+    """A newer progress event replaces a held one; held log lines are sent with the newer."""
+    if newer["type"] == "task.log":
+        return {**newer, "lines": (held["lines"] + newer["lines"])[-LOG_LINES:]}
+    return newer
+
+
+def append_log(assignment_id: str, lines: list[str]) -> None:
+    """Append lines to the assignment's log tail (the last ``LOG_LINES`` are kept).
+
+    The row is locked for the read-modify-write, so two writers (another web process
+    holding a socket of the same node) cannot lose each other's lines.
+    """
+    with transaction.atomic():
+        current = (
+            Assignment.objects.select_for_update().filter(pk=assignment_id).values_list("log_tail", flat=True).first()
+        )
+        if current is None:
+            return
+        tail = list(current) if isinstance(current, list) else []
+        Assignment.objects.filter(pk=assignment_id).update(log_tail=(tail + lines)[-LOG_LINES:])
+
+
+# Process-wide: every socket of this process shares them (see workers.live).
+fanout = Coalescer(_merge)
+progress_writes = Throttle()
+log_writes = WriteBuffer(database_sync_to_async(append_log), limit=LOG_LINES)
+
+
 class WorkerConsumer(LiveConsumer):
     worker_id: Any = None
 
@@ -104,7 +150,7 @@ class WorkerConsumer(LiveConsumer):
             await self.close(code=4401)
             return
         self.worker_id = worker.pk
-        self._last_write: dict[str, float] = {}
+        self._logged: set[str] = set()  # assignments whose buffered lines to write on close
         await self.channel_layer.group_add(worker_group(worker.pk), self.channel_name)
         await self.accept()
         await self._heartbeat()
@@ -113,6 +159,8 @@ class WorkerConsumer(LiveConsumer):
     async def disconnect(self, code: int) -> None:
         if self.worker_id is not None:
             await self.channel_layer.group_discard(worker_group(self.worker_id), self.channel_name)
+            for key in self._logged:
+                await log_writes.flush(key)
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None, **kwargs: Any) -> None:
         """Decode here rather than in channels, which lets an undecodable frame (bad JSON, a
@@ -185,50 +233,63 @@ class WorkerConsumer(LiveConsumer):
             "assignment_id": str(assignment.pk),
             "step": step,
             "total": total,
-            "percent": round(100.0 * step / total, 2),
+            "percent": percent(step, total),
             "metrics": clean_metrics(content.get("metrics")),
             "eta": None if eta is None else float(eta),
             "sent_at": None if sent_at is None else float(sent_at),
         }
-        await self.channel_layer.group_send(task_group(assignment.task_id), event)
         key = str(assignment.pk)
-        now = time.monotonic()
-        if now - self._last_write.get(key, 0.0) >= PERSIST_INTERVAL or step == total:
-            self._last_write[key] = now
-            stored = await self._persist(assignment, event)
-            if stored is not None:
-                summary = DashboardTaskEvent(
-                    type="dashboard.task",
-                    task_id=str(assignment.task_id),
-                    status=stored[1],
-                    status_label=TaskStatus(stored[1]).label,
-                    progress=round(100.0 * step / total, 2),
-                )
-                await self.channel_layer.group_send(dashboard_group(stored[0]), dict(summary))
+        await fanout.send(
+            self.channel_layer, task_group(assignment.task_id), (key, "task.progress"), event, FANOUT_INTERVAL
+        )
+        final = step == total
+        if not progress_writes.admit(key, PERSIST_INTERVAL, final=final):
+            return
+        try:
+            stored = await self._persist(assignment, event, final)
+        finally:
+            progress_writes.done(key)
+        if stored is not None:
+            summary = DashboardTaskEvent(
+                type="dashboard.task",
+                task_id=str(assignment.task_id),
+                status=stored[1],
+                status_label=TaskStatus(stored[1]).label,
+                progress=event["percent"],
+            )
+            await self.channel_layer.group_send(dashboard_group(stored[0]), dict(summary))
 
     @database_sync_to_async
-    def _persist(self, assignment: Assignment, event: dict[str, Any]) -> tuple[Any, str] | None:
+    def _persist(self, assignment: Assignment, event: dict[str, Any], final: bool) -> tuple[Any, str] | None:
         """Store the progress; return the task's (owner id, status) for the dashboard.
 
         One transaction with the assignment row locked, so two sockets of one node (a
-        reconnect landing on another web process) cannot lose each other's history points;
-        nothing is written if the assignment was settled since ``_own_running``.
+        reconnect landing on another web process) cannot lose each other's history points.
+        Nothing is written if the assignment was settled since ``_own_running``, or if the
+        row was written less than ``PERSIST_INTERVAL`` ago (by another process: this one's
+        ``progress_writes`` already held its own sockets back), unless this is the last
+        step and no last step was written yet (the row's progress is below 100).
         """
         with transaction.atomic():
             row = (
                 Assignment.objects.select_for_update()
                 .filter(pk=assignment.pk, state__in=[Assignment.State.OFFERED, Assignment.State.RUNNING])
-                .values("history")
+                .values("history", "progress", "last_progress_at")
                 .first()
             )
             if row is None:
+                return None
+            now = timezone.now()
+            last = row["last_progress_at"]
+            recent = last is not None and now - last < timedelta(seconds=PERSIST_INTERVAL)
+            if recent and not (final and row["progress"] < 100.0):
                 return None
             history = list(row["history"] or [])
             history.append({"t": time.time(), "step": event["step"], **event["metrics"]})
             if len(history) > HISTORY_LIMIT:
                 history = history[::2]  # keep the whole run's shape at half the resolution
             Assignment.objects.filter(pk=assignment.pk).update(
-                progress=event["percent"], metrics=event["metrics"], history=history, last_progress_at=timezone.now()
+                progress=event["percent"], metrics=event["metrics"], history=history, last_progress_at=now
             )
             Task.objects.filter(pk=assignment.task_id).update(progress=event["percent"], metrics=event["metrics"])
             return Task.objects.filter(pk=assignment.task_id).values_list("owner_id", "status").first()
@@ -242,12 +303,8 @@ class WorkerConsumer(LiveConsumer):
             return
         # One message adds at most LOG_BATCH lines of LOG_LINE_CHARS; the rest is cut.
         clean = [line[:LOG_LINE_CHARS] for line in lines[:LOG_BATCH]]
-        await self._append_log(assignment.pk, clean)
-        await self.channel_layer.group_send(
-            task_group(assignment.task_id), {"type": "task.log", "task_id": str(assignment.task_id), "lines": clean}
-        )
-
-    @database_sync_to_async
-    def _append_log(self, assignment_id: Any, lines: list[str]) -> None:
-        current = Assignment.objects.filter(pk=assignment_id).values_list("log_tail", flat=True).first() or []
-        Assignment.objects.filter(pk=assignment_id).update(log_tail=(list(current) + lines)[-LOG_LINES:])
+        key = str(assignment.pk)
+        event = {"type": "task.log", "task_id": str(assignment.task_id), "lines": clean}
+        await fanout.send(self.channel_layer, task_group(assignment.task_id), (key, "task.log"), event, FANOUT_INTERVAL)
+        self._logged.add(key)
+        await log_writes.add(key, clean, LOG_FLUSH_INTERVAL)
