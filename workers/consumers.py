@@ -13,6 +13,9 @@ and the browsers is rate-limited per assignment, whichever of the node's sockets
   the last step; the row's ``last_progress_at`` holds the interval across web processes;
 - log lines are fanned out like progress and buffered, then written at most once per
   ``LOG_FLUSH_INTERVAL`` and when the socket closes.
+
+A socket sending more than ``MESSAGE_RATE`` messages a second, sustained (a burst of
+``MESSAGE_BURST`` is allowed), is closed with 4429: honest nodes send a few a second.
 """
 
 from __future__ import annotations
@@ -46,6 +49,8 @@ LOG_LINE_CHARS = 500
 HEARTBEAT_WRITE_INTERVAL = timedelta(seconds=5)
 MAX_METRICS = 32
 MAX_EXACT = 2**53  # the largest integer every JSON reader (and a float) holds exactly
+MESSAGE_RATE = 50.0  # per second, sustained, per socket
+MESSAGE_BURST = 250
 
 
 def worker_group(worker_id: object) -> str:
@@ -151,6 +156,7 @@ class WorkerConsumer(LiveConsumer):
             return
         self.worker_id = worker.pk
         self._logged: set[str] = set()  # assignments whose buffered lines to write on close
+        self._allowance, self._allowance_at, self._flooded = float(MESSAGE_BURST), time.monotonic(), False
         await self.channel_layer.group_add(worker_group(worker.pk), self.channel_name)
         await self.accept()
         await self._heartbeat()
@@ -163,8 +169,14 @@ class WorkerConsumer(LiveConsumer):
                 await log_writes.flush(key)
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None, **kwargs: Any) -> None:
-        """Decode here rather than in channels, which lets an undecodable frame (bad JSON, a
-        5,000-digit number, nesting past the recursion limit, bytes) kill the consumer."""
+        """Budget first, then decode: neither a flood nor an undecodable frame (bad JSON, a
+        5,000-digit number, nesting past the recursion limit) costs more than a reply."""
+        if self._flooded:
+            return  # closing; what was already queued is not worth reading
+        if not self._within_budget():
+            self._flooded = True
+            await self.close(code=4429, reason=f"Too many messages: over {MESSAGE_RATE:.0f} a second, sustained.")
+            return
         try:
             content = json.loads(text_data) if text_data is not None else None
         except (ValueError, RecursionError):
@@ -189,6 +201,16 @@ class WorkerConsumer(LiveConsumer):
     async def worker_close(self, event: dict[str, Any]) -> None:
         """Sent by the platform when the worker is suspended or retired."""
         await self.close(code=4403)
+
+    def _within_budget(self) -> bool:
+        """A token bucket: ``MESSAGE_BURST`` messages at once, refilled at ``MESSAGE_RATE``/s."""
+        now = time.monotonic()
+        self._allowance = min(float(MESSAGE_BURST), self._allowance + (now - self._allowance_at) * MESSAGE_RATE)
+        self._allowance_at = now
+        if self._allowance < 1.0:
+            return False
+        self._allowance -= 1.0
+        return True
 
     @database_sync_to_async
     def _heartbeat(self) -> bool:

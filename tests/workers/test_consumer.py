@@ -510,3 +510,27 @@ def test_held_log_lines_are_written_within_the_interval(job: dict[str, Any], mon
         await comm.disconnect()
 
     run(scenario)
+
+
+def test_a_flooding_socket_is_closed_with_4429(job: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(consumers, "MESSAGE_BURST", 10)
+    monkeypatch.setattr(consumers, "MESSAGE_RATE", 5.0)
+
+    async def scenario() -> None:
+        comm = socket(job["token"])
+        assert (await comm.connect())[0]
+        for _ in range(40):
+            await comm.send_json_to({"type": "heartbeat-typo"})
+        replies = 0
+        while (output := await comm.receive_output(timeout=5))["type"] == "websocket.send":
+            replies += 1
+        assert (output["type"], output["code"]) == ("websocket.close", 4429)
+        assert "Too many messages" in output["reason"]
+        assert replies < 40
+        # An honest node reconnects and carries on.
+        again = socket(job["token"])
+        assert (await again.connect())[0]
+        await barrier(again)
+        await again.disconnect()
+
+    run(scenario)
