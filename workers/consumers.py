@@ -1,17 +1,30 @@
 """``/ws/worker/``: a provider node's live channel (heartbeats, progress, log lines).
 
 The node authenticates with its worker token (``Authorization: Worker pww_…``) on
-connect. Progress is accepted only for the node's own running assignments, persisted
-at most once a second per assignment with a bounded history, and fanned out to the
-task's group, which the owner's browser follows on ``/ws/tasks/<id>/``.
+connect. Progress and log lines are accepted only for the node's own running
+assignments, and every number in them is bounded before use. What reaches the database
+and the browsers is rate-limited per assignment, whichever of the node's sockets sent it
+(see ``workers.live``):
+
+- progress is fanned out to the task's group (which the owner's browser follows on
+  ``/ws/tasks/<id>/``) at most every ``FANOUT_INTERVAL``, coalesced to the latest event;
+  an isolated event goes out at once;
+- progress is written at most once per ``PERSIST_INTERVAL`` per assignment, plus once for
+  the last step; the row's ``last_progress_at`` holds the interval across web processes;
+- log lines are fanned out like progress and buffered, then written at most once per
+  ``LOG_FLUSH_INTERVAL`` and when the socket closes.
+
+A socket sending more than ``MESSAGE_RATE`` messages a second, sustained (a burst of
+``MESSAGE_BURST`` is allowed), is closed with 4429: honest nodes send a few a second.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeGuard
 
 from channels.db import database_sync_to_async
 from django.db import transaction
@@ -22,18 +35,51 @@ from marketplace.events import DashboardTaskEvent, dashboard_group, task_group
 from marketplace.models import Task, TaskStatus
 from workers.authentication import token_from_header
 from workers.dashboard import worker_changed
+from workers.live import Coalescer, Throttle, WriteBuffer
 from workers.models import Assignment, Worker
 from workers.services import authenticate_worker
 
 PERSIST_INTERVAL = 1.0  # seconds between progress writes per assignment
+FANOUT_INTERVAL = 0.1  # seconds between events of one type per assignment to its browsers
+LOG_FLUSH_INTERVAL = 1.0  # seconds between log writes per assignment
 HISTORY_LIMIT = 500  # points kept per assignment for charts
-LOG_LINES = 200
+LOG_LINES = 200  # kept per assignment
+LOG_BATCH = 50  # lines one message may add
+LOG_LINE_CHARS = 500
 HEARTBEAT_WRITE_INTERVAL = timedelta(seconds=5)
 MAX_METRICS = 32
+MAX_EXACT = 2**53  # the largest integer every JSON reader (and a float) holds exactly
+MESSAGE_RATE = 50.0  # per second, sustained, per socket
+MESSAGE_BURST = 250
 
 
 def worker_group(worker_id: object) -> str:
     return f"worker.{worker_id}"
+
+
+def number(value: Any, low: float = -math.inf, high: float = math.inf) -> float | None:
+    """``value`` as a float if it is a finite JSON number within [low, high], else None.
+
+    Bools are not numbers here, and ints must be within ±2**53: a larger one is not held
+    exactly by a float (or by JavaScript), and past ~1.8e308 ``float()`` raises.
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if isinstance(value, int) and abs(value) > MAX_EXACT:
+        return None
+    result = float(value)
+    return result if math.isfinite(result) and low <= result <= high else None
+
+
+def is_count(value: Any) -> TypeGuard[int]:
+    """An int (not a bool) in [0, 2**53]."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_EXACT
+
+
+def percent(step: int, total: int) -> float:
+    """Percent done, 100.0 only at the last step: 99,996 of 100,000 is not shown as done,
+    and the stored 100.0 marks that the last step was written (see ``_persist``)."""
+    return 100.0 if step >= total else min(round(100.0 * step / total, 2), 99.99)
 
 
 def clean_metrics(raw: Any) -> dict[str, float] | None:
@@ -48,11 +94,54 @@ def clean_metrics(raw: Any) -> dict[str, float] | None:
         return None
     out = {}
     for key, value in raw.items():
-        numeric = isinstance(value, int | float) and not isinstance(value, bool)
-        if not (isinstance(key, str) and 0 < len(key) <= 64 and numeric and math.isfinite(value)):
+        cleaned = number(value)
+        if not (isinstance(key, str) and 0 < len(key) <= 64 and cleaned is not None):
             return None
-        out[key] = float(value)
+        out[key] = cleaned
     return out
+
+
+def progress_error(content: dict[str, Any]) -> str | None:
+    """Why the numbers of a progress message are refused, or None when they are all sound."""
+    step, total = content.get("step"), content.get("total")
+    if not (is_count(step) and is_count(total) and step <= total and total > 0):
+        return "progress needs integers 0 ≤ step ≤ total ≤ 2**53, total > 0."
+    if clean_metrics(content.get("metrics")) is None:
+        return "metrics must map at most 32 names to finite numbers (integers within ±2**53)."
+    if content.get("eta") is not None and number(content["eta"], 0, MAX_EXACT) is None:
+        return "eta must be a number of seconds between 0 and 2**53, or null."
+    if content.get("sent_at") is not None and number(content["sent_at"], 0, MAX_EXACT) is None:
+        return "sent_at must be a Unix time in seconds between 0 and 2**53, or null."
+    return None
+
+
+def _merge(held: dict[str, Any], newer: dict[str, Any]) -> dict[str, Any]:
+    """A newer progress event replaces a held one; held log lines are sent with the newer."""
+    if newer["type"] == "task.log":
+        return {**newer, "lines": (held["lines"] + newer["lines"])[-LOG_LINES:]}
+    return newer
+
+
+def append_log(assignment_id: str, lines: list[str]) -> None:
+    """Append lines to the assignment's log tail (the last ``LOG_LINES`` are kept).
+
+    The row is locked for the read-modify-write, so two writers (another web process
+    holding a socket of the same node) cannot lose each other's lines.
+    """
+    with transaction.atomic():
+        current = (
+            Assignment.objects.select_for_update().filter(pk=assignment_id).values_list("log_tail", flat=True).first()
+        )
+        if current is None:
+            return
+        tail = list(current) if isinstance(current, list) else []
+        Assignment.objects.filter(pk=assignment_id).update(log_tail=(tail + lines)[-LOG_LINES:])
+
+
+# Process-wide: every socket of this process shares them (see workers.live).
+fanout = Coalescer(_merge)
+progress_writes = Throttle()
+log_writes = WriteBuffer(database_sync_to_async(append_log), limit=LOG_LINES)
 
 
 class WorkerConsumer(LiveConsumer):
@@ -66,7 +155,8 @@ class WorkerConsumer(LiveConsumer):
             await self.close(code=4401)
             return
         self.worker_id = worker.pk
-        self._last_write: dict[str, float] = {}
+        self._logged: set[str] = set()  # assignments whose buffered lines to write on close
+        self._allowance, self._allowance_at, self._flooded = float(MESSAGE_BURST), time.monotonic(), False
         await self.channel_layer.group_add(worker_group(worker.pk), self.channel_name)
         await self.accept()
         await self._heartbeat()
@@ -75,6 +165,26 @@ class WorkerConsumer(LiveConsumer):
     async def disconnect(self, code: int) -> None:
         if self.worker_id is not None:
             await self.channel_layer.group_discard(worker_group(self.worker_id), self.channel_name)
+            for key in self._logged:
+                await log_writes.flush(key)
+
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None, **kwargs: Any) -> None:
+        """Budget first, then decode: neither a flood nor an undecodable frame (bad JSON, a
+        5,000-digit number, nesting past the recursion limit) costs more than a reply."""
+        if self._flooded:
+            return  # closing; what was already queued is not worth reading
+        if not self._within_budget():
+            self._flooded = True
+            await self.close(code=4429, reason=f"Too many messages: over {MESSAGE_RATE:.0f} a second, sustained.")
+            return
+        try:
+            content = json.loads(text_data) if text_data is not None else None
+        except (ValueError, RecursionError):
+            content = None
+        if not isinstance(content, dict):
+            await self.send_json({"type": "error", "detail": "Each message must be one JSON object, as text."})
+            return
+        await self.receive_json(content, **kwargs)
 
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
         kind = content.get("type") if isinstance(content, dict) else None
@@ -91,6 +201,16 @@ class WorkerConsumer(LiveConsumer):
     async def worker_close(self, event: dict[str, Any]) -> None:
         """Sent by the platform when the worker is suspended or retired."""
         await self.close(code=4403)
+
+    def _within_budget(self) -> bool:
+        """A token bucket: ``MESSAGE_BURST`` messages at once, refilled at ``MESSAGE_RATE``/s."""
+        now = time.monotonic()
+        self._allowance = min(float(MESSAGE_BURST), self._allowance + (now - self._allowance_at) * MESSAGE_RATE)
+        self._allowance_at = now
+        if self._allowance < 1.0:
+            return False
+        self._allowance -= 1.0
+        return True
 
     @database_sync_to_async
     def _heartbeat(self) -> bool:
@@ -123,82 +243,90 @@ class WorkerConsumer(LiveConsumer):
         if assignment is None:
             await self.send_json({"type": "error", "detail": "Not one of your running assignments."})
             return
-        step, total = content.get("step"), content.get("total")
-        if not (isinstance(step, int) and isinstance(total, int) and 0 <= step <= total and total > 0):
-            await self.send_json({"type": "error", "detail": "progress needs integers 0 ≤ step ≤ total, total > 0."})
+        error = progress_error(content)
+        if error is not None:
+            await self.send_json({"type": "error", "detail": error})
             return
-        metrics = clean_metrics(content.get("metrics"))
-        if metrics is None:
-            await self.send_json({"type": "error", "detail": "metrics must map at most 32 names to finite numbers."})
-            return
-        eta = content.get("eta")
+        step, total = content["step"], content["total"]
+        eta, sent_at = content.get("eta"), content.get("sent_at")
         event = {
             "type": "task.progress",
             "task_id": str(assignment.task_id),
             "assignment_id": str(assignment.pk),
             "step": step,
             "total": total,
-            "percent": round(100.0 * step / total, 2),
-            "metrics": metrics,
-            "eta": float(eta) if isinstance(eta, int | float) and math.isfinite(eta) else None,
-            "sent_at": content.get("sent_at") if isinstance(content.get("sent_at"), int | float) else None,
+            "percent": percent(step, total),
+            "metrics": clean_metrics(content.get("metrics")),
+            "eta": None if eta is None else float(eta),
+            "sent_at": None if sent_at is None else float(sent_at),
         }
-        await self.channel_layer.group_send(task_group(assignment.task_id), event)
         key = str(assignment.pk)
-        now = time.monotonic()
-        if now - self._last_write.get(key, 0.0) >= PERSIST_INTERVAL or step == total:
-            self._last_write[key] = now
-            stored = await self._persist(assignment, event)
-            if stored is not None:
-                summary = DashboardTaskEvent(
-                    type="dashboard.task",
-                    task_id=str(assignment.task_id),
-                    status=stored[1],
-                    status_label=TaskStatus(stored[1]).label,
-                    progress=round(100.0 * step / total, 2),
-                )
-                await self.channel_layer.group_send(dashboard_group(stored[0]), dict(summary))
+        await fanout.send(
+            self.channel_layer, task_group(assignment.task_id), (key, "task.progress"), event, FANOUT_INTERVAL
+        )
+        final = step == total
+        if not progress_writes.admit(key, PERSIST_INTERVAL, final=final):
+            return
+        try:
+            stored = await self._persist(assignment, event, final)
+        finally:
+            progress_writes.done(key)
+        if stored is not None:
+            summary = DashboardTaskEvent(
+                type="dashboard.task",
+                task_id=str(assignment.task_id),
+                status=stored[1],
+                status_label=TaskStatus(stored[1]).label,
+                progress=event["percent"],
+            )
+            await self.channel_layer.group_send(dashboard_group(stored[0]), dict(summary))
 
     @database_sync_to_async
-    def _persist(self, assignment: Assignment, event: dict[str, Any]) -> tuple[Any, str] | None:
+    def _persist(self, assignment: Assignment, event: dict[str, Any], final: bool) -> tuple[Any, str] | None:
         """Store the progress; return the task's (owner id, status) for the dashboard.
 
         One transaction with the assignment row locked, so two sockets of one node (a
-        reconnect landing on another web process) cannot lose each other's history points;
-        nothing is written if the assignment was settled since ``_own_running``.
+        reconnect landing on another web process) cannot lose each other's history points.
+        Nothing is written if the assignment was settled since ``_own_running``, or if the
+        row was written less than ``PERSIST_INTERVAL`` ago (by another process: this one's
+        ``progress_writes`` already held its own sockets back), unless this is the last
+        step and no last step was written yet (the row's progress is below 100).
         """
         with transaction.atomic():
             row = (
                 Assignment.objects.select_for_update()
                 .filter(pk=assignment.pk, state__in=[Assignment.State.OFFERED, Assignment.State.RUNNING])
-                .values("history")
+                .values("history", "progress", "last_progress_at")
                 .first()
             )
             if row is None:
+                return None
+            now = timezone.now()
+            last = row["last_progress_at"]
+            recent = last is not None and now - last < timedelta(seconds=PERSIST_INTERVAL)
+            if recent and not (final and row["progress"] < 100.0):
                 return None
             history = list(row["history"] or [])
             history.append({"t": time.time(), "step": event["step"], **event["metrics"]})
             if len(history) > HISTORY_LIMIT:
                 history = history[::2]  # keep the whole run's shape at half the resolution
             Assignment.objects.filter(pk=assignment.pk).update(
-                progress=event["percent"], metrics=event["metrics"], history=history, last_progress_at=timezone.now()
+                progress=event["percent"], metrics=event["metrics"], history=history, last_progress_at=now
             )
             Task.objects.filter(pk=assignment.task_id).update(progress=event["percent"], metrics=event["metrics"])
             return Task.objects.filter(pk=assignment.task_id).values_list("owner_id", "status").first()
 
     async def _log(self, content: dict[str, Any]) -> None:
-        assignment = await self._own_running(content.get("assignment_id"))
         lines = content.get("lines")
+        sound = isinstance(lines, list) and all(isinstance(line, str) for line in lines[:LOG_BATCH])
+        assignment = await self._own_running(content.get("assignment_id")) if sound else None
         if assignment is None or not isinstance(lines, list):
-            await self.send_json({"type": "error", "detail": "log needs your assignment_id and a list of lines."})
+            await self.send_json({"type": "error", "detail": "log needs your assignment_id and a list of strings."})
             return
-        clean = [str(line)[:500] for line in lines[:50]]
-        await self._append_log(assignment.pk, clean)
-        await self.channel_layer.group_send(
-            task_group(assignment.task_id), {"type": "task.log", "task_id": str(assignment.task_id), "lines": clean}
-        )
-
-    @database_sync_to_async
-    def _append_log(self, assignment_id: Any, lines: list[str]) -> None:
-        current = Assignment.objects.filter(pk=assignment_id).values_list("log_tail", flat=True).first() or []
-        Assignment.objects.filter(pk=assignment_id).update(log_tail=(list(current) + lines)[-LOG_LINES:])
+        # One message adds at most LOG_BATCH lines of LOG_LINE_CHARS; the rest is cut.
+        clean = [line[:LOG_LINE_CHARS] for line in lines[:LOG_BATCH]]
+        key = str(assignment.pk)
+        event = {"type": "task.log", "task_id": str(assignment.task_id), "lines": clean}
+        await fanout.send(self.channel_layer, task_group(assignment.task_id), (key, "task.log"), event, FANOUT_INTERVAL)
+        self._logged.add(key)
+        await log_writes.add(key, clean, LOG_FLUSH_INTERVAL)

@@ -5,6 +5,7 @@ task's group), log lines, and the platform closing a suspended worker's socket."
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any
@@ -282,3 +283,254 @@ def test_suspending_or_retiring_closes_the_open_socket(job: dict[str, Any], alic
 
     run(scenario)
     assert Worker.objects.get(pk=worker.pk).state == target
+
+
+def progress(assignment: Assignment, step: Any, total: Any, **extra: Any) -> dict[str, Any]:
+    return {"type": "progress", "assignment_id": str(assignment.pk), "step": step, "total": total, **extra}
+
+
+def test_out_of_range_numbers_and_bad_frames_get_an_error_and_the_socket_lives_on(job: dict[str, Any]) -> None:
+    assignment, task = job["assignment"], job["task"]
+    bad: list[dict[str, Any]] = [
+        progress(assignment, 10**400, 10**400),
+        progress(assignment, 2**53 + 1, 2**53 + 1),
+        progress(assignment, True, True),
+        progress(assignment, 1, 2.0),
+        progress(assignment, 1, 2, eta=10**400),
+        progress(assignment, 1, 2, eta=float("nan")),
+        progress(assignment, 1, 2, eta=True),
+        progress(assignment, 1, 2, eta="soon"),
+        progress(assignment, 1, 2, eta=-1),
+        progress(assignment, 1, 2, metrics={"loss": 10**400}),
+        progress(assignment, 1, 2, metrics={"loss": 2**53 + 1}),
+        progress(assignment, 1, 2, metrics={"loss": True}),
+        progress(assignment, 1, 2, metrics={"loss": "low"}),
+        progress(assignment, 1, 2, sent_at=10**400),
+        progress(assignment, 1, 2, sent_at=float("inf")),
+        progress(assignment, 1, 2, sent_at=False),
+        progress(assignment, 1, 2, sent_at="yesterday"),
+        {"type": "log", "assignment_id": str(assignment.pk), "lines": [{"nested": 1}]},
+    ]
+    frames: list[dict[str, Any]] = [
+        {"text_data": "{not json"},
+        {"text_data": '{"type": "progress", "step": ' + "9" * 5000 + "}"},  # past Python's digit limit
+        {"text_data": "[" * 100_000},  # past the recursion limit
+        {"text_data": "[1, 2]"},
+        {"bytes_data": b"\x00\x01"},
+    ]
+
+    async def scenario() -> None:
+        layer, channel = await subscribe(task.pk)
+        comm = socket(job["token"])
+        assert (await comm.connect())[0]
+        for message in bad:
+            await comm.send_json_to(message)
+            reply = await comm.receive_json_from(timeout=5)
+            assert reply["type"] == "error", message
+        for frame in frames:
+            await comm.send_to(**frame)
+            reply = await comm.receive_json_from(timeout=5)
+            assert reply["type"] == "error", frame
+        assert await nothing_on(layer, channel)
+        # The largest sound numbers pass, and the socket still works.
+        await comm.send_json_to(
+            progress(assignment, 2**52, 2**53, eta=0, sent_at=2**53, metrics={"loss": 1e300, "n": -(2**53)})
+        )
+        event = await asyncio.wait_for(layer.receive(channel), timeout=5)
+        assert (event["step"], event["percent"], event["eta"], event["sent_at"]) == (2**52, 50.0, 0.0, 2.0**53)
+        assert event["metrics"] == {"loss": 1e300, "n": -(2.0**53)}
+        await comm.disconnect()
+
+    run(scenario)
+
+
+async def drain(layer: Any, channel: str, quiet: float = 0.5) -> list[dict[str, Any]]:
+    """Every event on ``channel`` until none has come for ``quiet`` seconds."""
+    events = []
+    while True:
+        try:
+            events.append(await asyncio.wait_for(layer.receive(channel), timeout=quiet))
+        except TimeoutError:
+            return events
+
+
+def test_the_last_step_skips_the_throttle_once_whatever_the_sockets(
+    job: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(consumers, "PERSIST_INTERVAL", 60.0)  # only the last-step exception may write again
+    assignment, task = job["assignment"], job["task"]
+
+    async def scenario() -> None:
+        first, second = socket(job["token"]), socket(job["token"])
+        assert (await first.connect())[0]
+        assert (await second.connect())[0]
+        await first.send_json_to(progress(assignment, 1, 4))
+        for comm in (first, second):  # a node repeating its last step, from two sockets
+            for _ in range(30):
+                await comm.send_json_to(progress(assignment, 4, 4, metrics={"loss": 0.5}))
+        for total in range(5, 15):  # and "finishing" again with ever larger totals
+            await second.send_json_to(progress(assignment, total, total))
+        for comm in (first, second):
+            await barrier(comm)
+            await comm.disconnect()
+
+    run(scenario)
+    assignment.refresh_from_db()
+    assert [point["step"] for point in assignment.history] == [1, 4]  # one write, then the one extra
+    assert (assignment.progress, assignment.metrics) == (100.0, {"loss": 0.5})
+    task.refresh_from_db()
+    assert task.progress == 100.0
+
+
+def test_a_recent_write_by_another_web_process_holds_progress_back(
+    job: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(consumers, "PERSIST_INTERVAL", 60.0)
+    assignment = job["assignment"]
+    Assignment.objects.filter(pk=assignment.pk).update(last_progress_at=timezone.now(), progress=25.0)
+
+    async def scenario() -> None:
+        comm = socket(job["token"])  # this process has written nothing for the assignment yet
+        assert (await comm.connect())[0]
+        await comm.send_json_to(progress(assignment, 2, 4))
+        await barrier(comm)
+        held = await sync_to_async(Assignment.objects.get)(pk=assignment.pk)
+        assert (held.progress, held.history) == (25.0, [])
+        await comm.send_json_to(progress(assignment, 4, 4))  # the last step still gets through
+        await barrier(comm)
+        await comm.disconnect()
+
+    run(scenario)
+    assignment.refresh_from_db()
+    assert assignment.progress == 100.0
+    assert [point["step"] for point in assignment.history] == [4]
+
+
+def test_a_step_short_of_the_last_is_never_shown_as_done(job: dict[str, Any]) -> None:
+    assignment = job["assignment"]
+
+    async def scenario() -> None:
+        layer, channel = await subscribe(job["task"].pk)
+        comm = socket(job["token"])
+        assert (await comm.connect())[0]
+        await comm.send_json_to(progress(assignment, 99_999, 100_000))
+        assert (await asyncio.wait_for(layer.receive(channel), timeout=5))["percent"] == 99.99
+        await barrier(comm)
+        await comm.disconnect()
+
+    run(scenario)
+    assignment.refresh_from_db()
+    assert assignment.progress == 99.99
+
+
+def test_a_burst_of_progress_reaches_browsers_coalesced_and_ends_on_its_last_state(job: dict[str, Any]) -> None:
+    assignment = job["assignment"]
+
+    async def scenario() -> None:
+        layer, channel = await subscribe(job["task"].pk)
+        comm = socket(job["token"])
+        assert (await comm.connect())[0]
+        started = time.monotonic()
+        for step in range(1, 41):
+            await comm.send_json_to(progress(assignment, step, 100, metrics={"loss": 1 / step}))
+        await barrier(comm)
+        elapsed = time.monotonic() - started
+        events = await drain(layer, channel)
+        steps = [event["step"] for event in events]
+        assert steps[0] == 1  # the first of a burst goes out at once
+        assert steps[-1] == 40  # the browser ends on the latest state
+        assert events[-1]["metrics"] == {"loss": 1 / 40}
+        assert steps == sorted(steps)
+        # One event now, then at most one per FANOUT_INTERVAL while the burst lasted, then the last.
+        assert len(steps) <= 2 + elapsed / consumers.FANOUT_INTERVAL, (steps, elapsed)
+        assert len(steps) < 40
+        await comm.disconnect()
+
+    run(scenario)
+
+
+def test_an_isolated_progress_event_is_not_held_back(job: dict[str, Any]) -> None:
+    assignment = job["assignment"]
+
+    async def scenario() -> None:
+        layer, channel = await subscribe(job["task"].pk)
+        comm = socket(job["token"])
+        assert (await comm.connect())[0]
+        for step in (1, 2, 3):
+            await comm.send_json_to(progress(assignment, step, 4))
+            await barrier(comm)
+            # Already on its way to the browsers by the time the next message is handled.
+            event = await asyncio.wait_for(layer.receive(channel), timeout=0.05)
+            assert event["step"] == step
+            await asyncio.sleep(consumers.FANOUT_INTERVAL * 1.5)
+        await comm.disconnect()
+
+    run(scenario)
+
+
+def test_a_burst_of_log_lines_is_written_at_a_bounded_rate_and_all_reach_the_row_and_browsers(
+    job: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(consumers, "LOG_FLUSH_INTERVAL", 60.0)  # the first write, then only the one on close
+    assignment = job["assignment"]
+    sent = [[f"message {m} line {i}" for i in range(6)] for m in range(30)]  # 180 lines: all are kept
+
+    async def scenario() -> None:
+        layer, channel = await subscribe(job["task"].pk)
+        comm = socket(job["token"])
+        assert (await comm.connect())[0]
+        for lines in sent:
+            await comm.send_json_to({"type": "log", "assignment_id": str(assignment.pk), "lines": lines})
+        await barrier(comm)
+        during = await sync_to_async(Assignment.objects.get)(pk=assignment.pk)
+        assert during.log_tail == sent[0]  # written once; the rest held in memory
+        events = await drain(layer, channel)
+        assert [line for event in events for line in event["lines"]] == [line for lines in sent for line in lines]
+        assert len(events) < len(sent)
+        await comm.disconnect(timeout=5)
+
+    run(scenario)
+    assignment.refresh_from_db()
+    assert assignment.log_tail == [line for lines in sent for line in lines]
+
+
+def test_held_log_lines_are_written_within_the_interval(job: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(consumers, "LOG_FLUSH_INTERVAL", 0.3)
+    assignment = job["assignment"]
+
+    async def scenario() -> None:
+        comm = socket(job["token"])
+        assert (await comm.connect())[0]
+        for batch in ("a", "b", "c"):
+            await comm.send_json_to({"type": "log", "assignment_id": str(assignment.pk), "lines": [batch]})
+        await barrier(comm)
+        await asyncio.sleep(1.0)  # the socket stays open: the timer writes, not the close
+        row = await sync_to_async(Assignment.objects.get)(pk=assignment.pk)
+        assert row.log_tail == ["a", "b", "c"]
+        await comm.disconnect()
+
+    run(scenario)
+
+
+def test_a_flooding_socket_is_closed_with_4429(job: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(consumers, "MESSAGE_BURST", 10)
+    monkeypatch.setattr(consumers, "MESSAGE_RATE", 5.0)
+
+    async def scenario() -> None:
+        comm = socket(job["token"])
+        assert (await comm.connect())[0]
+        for _ in range(40):
+            await comm.send_json_to({"type": "heartbeat-typo"})
+        replies = 0
+        while (output := await comm.receive_output(timeout=5))["type"] == "websocket.send":
+            replies += 1
+        assert (output["type"], output["code"]) == ("websocket.close", 4429)
+        assert "Too many messages" in output["reason"]
+        assert replies < 40
+        # An honest node reconnects and carries on.
+        again = socket(job["token"])
+        assert (await again.connect())[0]
+        await barrier(again)
+        await again.disconnect()
+
+    run(scenario)
