@@ -1,7 +1,8 @@
 """The node's key file and the credentials file the platform gives it.
 
 ``worker.pem`` holds the ed25519 private key (PKCS#8 PEM, mode 0600); it never leaves
-the node. ``worker.json`` beside it holds the server URL, worker id, address and the
+the node, and a key file that its group or others may read is refused, as ssh refuses
+one. ``worker.json`` beside it holds the server URL, worker id, address and the
 worker API token from registration (also 0600).
 """
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,11 +46,22 @@ def init_key(path: Path) -> KeyPair:
 
 
 def load_key(path: Path) -> KeyPair:
-    """Read the node's key pair from its PEM file."""
+    """Read the node's key pair from its PEM file, refusing one others may read."""
     try:
-        private = serialization.load_pem_private_key(path.read_bytes(), password=None)
+        with path.open("rb") as handle:
+            mode = stat.S_IMODE(os.fstat(handle.fileno()).st_mode)
+            if os.name == "posix" and mode & 0o077:
+                # The key controls the worker's earnings: a copy others can read is a leak.
+                raise IdentityError(
+                    f"{path} is readable by other users (mode {mode:04o}); "
+                    f"make it private with `chmod 600 {path}` and try again."
+                )
+            data = handle.read()
+        private = serialization.load_pem_private_key(data, password=None)
     except FileNotFoundError:
         raise IdentityError(f"No key file at {path}; run `python -m workers.agent init` first.") from None
+    except OSError as exc:  # a directory, no permission, an I/O error
+        raise IdentityError(f"Cannot read the key file {path}: {exc.strerror or exc}") from None
     except (ValueError, TypeError) as exc:
         raise IdentityError(f"{path} is not an unencrypted PEM private key: {exc}") from None
     if not isinstance(private, Ed25519PrivateKey):
@@ -82,7 +95,9 @@ class Credentials:
             return cls(**{k: str(data[k]) for k in ("server", "worker_id", "address", "token")})
         except FileNotFoundError:
             raise IdentityError(f"No credentials at {path}; run `python -m workers.agent register` first.") from None
-        except (ValueError, KeyError, TypeError) as exc:
+        except OSError as exc:  # a directory, no permission, an I/O error
+            raise IdentityError(f"Cannot read the credentials file {path}: {exc.strerror or exc}") from None
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise IdentityError(f"{path} is not a valid credentials file: {exc}") from None
 
 
