@@ -2,8 +2,8 @@
 
 ``worker.pem`` holds the ed25519 private key (PKCS#8 PEM, mode 0600); it never leaves
 the node, and a key file that its group or others may read is refused, as ssh refuses
-one. ``worker.json`` beside it holds the server URL, worker id, address and the
-worker API token from registration (also 0600).
+one. ``worker.json`` beside it holds the server URL, worker id, address, the worker API
+token and the ledger's chain id from registration (also 0600).
 """
 
 from __future__ import annotations
@@ -74,12 +74,17 @@ def load_key(path: Path) -> KeyPair:
 
 @dataclass(frozen=True)
 class Credentials:
-    """What registration returned: where the platform is and how to authenticate."""
+    """What registration returned: where the platform is and how to authenticate.
+
+    ``chain_id`` is the ledger chain the node registered on; the node signs transactions
+    for that chain only. Empty in a ``worker.json`` written before it was recorded.
+    """
 
     server: str
     worker_id: str
     address: str
     token: str
+    chain_id: str = ""
 
     def save(self, path: Path) -> None:
         data = json.dumps(self.__dict__, indent=2).encode()
@@ -92,7 +97,8 @@ class Credentials:
     def load(cls, path: Path) -> Credentials:
         try:
             data: dict[str, Any] = json.loads(path.read_text())
-            return cls(**{k: str(data[k]) for k in ("server", "worker_id", "address", "token")})
+            fields = {k: str(data[k]) for k in ("server", "worker_id", "address", "token")}
+            return cls(**fields, chain_id=str(data.get("chain_id") or ""))
         except FileNotFoundError:
             raise IdentityError(f"No credentials at {path}; run `python -m workers.agent register` first.") from None
         except OSError as exc:  # a directory, no permission, an I/O error
