@@ -344,7 +344,7 @@ def test_the_sweep_command_against_a_live_server(alice: Any, bob: Any, tmp_path:
         assert "Dry run" in dry.stdout
         assert ledger.address_balance(worker.address) == earned
 
-        done = sweep(key)
+        done = sweep(key, "--yes")  # no terminal to confirm on
         assert done.returncode == 0, done.stderr
         to = ledger.ensure_user_account(alice).address
         shown = f"Sweep {format_credits(earned - FEE)} credits (fee {format_credits(FEE)}) from {worker.address}"

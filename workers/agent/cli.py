@@ -12,6 +12,7 @@ import httpx
 
 from workers.agent import capabilities
 from workers.agent.identity import Credentials, IdentityError, credentials_path, init_key, load_key
+from workers.agent.trust import DEFAULT_MAX_GAS_PRICE, insecure_server, register_tx_problem
 from workers.protocol import registration_message, sign_template
 
 
@@ -30,10 +31,17 @@ def _api_error(response: httpx.Response) -> str:
     return f"HTTP {response.status_code}: {body}"
 
 
+def warn_if_insecure(server: str) -> None:
+    warning = insecure_server(server)
+    if warning:
+        print(warning, file=sys.stderr)
+
+
 def cmd_register(args: argparse.Namespace) -> int:
     key_path = Path(args.key)
     key = load_key(key_path)
     server = args.server.rstrip("/")
+    warn_if_insecure(server)
     public_key = key.public_key.hex()
     with httpx.Client(base_url=server, timeout=30) as http:
         try:
@@ -44,8 +52,17 @@ def cmd_register(args: argparse.Namespace) -> int:
                 print(f"Could not get a challenge: {_api_error(response)}", file=sys.stderr)
                 return 1
             challenge = response.json()["challenge"]
+            register_tx = response.json().get("register_tx")
+            problem = register_tx_problem(register_tx, key.address)
+            if problem is not None:
+                print(
+                    f"Not registered: the platform sent a REGISTER_WORKER transaction this node will not sign"
+                    f" ({problem}): {register_tx}",
+                    file=sys.stderr,
+                )
+                return 1
             signature = key.sign(registration_message(challenge, public_key)).hex()
-            register_tx_signature = sign_template(response.json()["register_tx"], key).hex()
+            register_tx_signature = sign_template(register_tx, key).hex()
             response = http.post(
                 "/api/v1/workers/register/",
                 json={
@@ -64,7 +81,13 @@ def cmd_register(args: argparse.Namespace) -> int:
         print(f"Registration refused: {_api_error(response)}", file=sys.stderr)
         return 1
     body = response.json()
-    creds = Credentials(server=server, worker_id=body["id"], address=body["address"], token=body["token"])
+    creds = Credentials(
+        server=server,
+        worker_id=body["id"],
+        address=body["address"],
+        token=body["token"],
+        chain_id=register_tx["chain_id"],
+    )
     creds.save(credentials_path(key_path))
     verb = "Registered" if body.get("created") else "Re-registered"
     print(f"{verb} worker {body['name']} ({body['address']}); credentials in {credentials_path(key_path)}.")
@@ -117,6 +140,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if creds.address != key.address:
         raise IdentityError(f"{credentials_path(key_path)} belongs to {creds.address}, not this key")
     server = (args.server or creds.server).rstrip("/")
+    warn_if_insecure(server)
     headers = {"Authorization": f"Worker {creds.token}"}
     with httpx.Client(base_url=server, headers=headers, timeout=30) as http:
         try:
@@ -135,6 +159,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             if args.dry_run:
                 print("Dry run: nothing signed or sent.")
                 return 0
+            if not args.yes and not _confirm("Sign and send this transfer? [y/N] "):
+                print("Nothing swept: not confirmed (pass --yes to sweep without asking).", file=sys.stderr)
+                return 1
             signature = sign_template(template, key)
             signed = {**template, "public_key": key.public_key.hex(), "signature": signature.hex()}
             response = http.post(SWEEP_PATH, json=signed)
@@ -149,10 +176,25 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return 0
 
 
+def _confirm(question: str) -> bool:
+    """Ask on the terminal; no answer (no terminal, end of input) is a no."""
+    try:
+        answer = input(question)
+    except EOFError:
+        return False
+    return answer.strip().lower() in ("y", "yes")
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from workers.agent.node import run_node
 
-    return run_node(Path(args.key), broker=args.broker, server=args.server, broker_folder=args.broker_folder)
+    return run_node(
+        Path(args.key),
+        broker=args.broker,
+        server=args.server,
+        broker_folder=args.broker_folder,
+        max_gas_price=args.max_gas_price,
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -169,10 +211,17 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--server", default=None, help="platform URL (default: from registration)")
     run.add_argument("--broker", required=True, help="broker URL, e.g. redis://host:6379/0 or filesystem://")
     run.add_argument("--broker-folder", default=None, help="folder of the filesystem broker (embedded mode)")
+    run.add_argument(
+        "--max-gas-price",
+        type=int,
+        default=DEFAULT_MAX_GAS_PRICE,
+        help=f"refuse to sign a result whose gas price is higher (default: {DEFAULT_MAX_GAS_PRICE} units per gas)",
+    )
     run.set_defaults(func=cmd_run)
     sweep = sub.add_parser("sweep", help="move this worker's earnings to your account (signed here)")
     sweep.add_argument("--server", default=None, help="platform URL (default: from registration)")
     sweep.add_argument("--dry-run", action="store_true", help="show the transfer without signing or sending it")
+    sweep.add_argument("--yes", action="store_true", help="sign and send without asking for confirmation")
     sweep.set_defaults(func=cmd_sweep)
     return parser
 

@@ -1,14 +1,16 @@
 """The node's key file and the credentials file the platform gives it.
 
 ``worker.pem`` holds the ed25519 private key (PKCS#8 PEM, mode 0600); it never leaves
-the node. ``worker.json`` beside it holds the server URL, worker id, address and the
-worker API token from registration (also 0600).
+the node, and a key file that its group or others may read is refused, as ssh refuses
+one. ``worker.json`` beside it holds the server URL, worker id, address, the worker API
+token and the ledger's chain id from registration (also 0600).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,11 +46,22 @@ def init_key(path: Path) -> KeyPair:
 
 
 def load_key(path: Path) -> KeyPair:
-    """Read the node's key pair from its PEM file."""
+    """Read the node's key pair from its PEM file, refusing one others may read."""
     try:
-        private = serialization.load_pem_private_key(path.read_bytes(), password=None)
+        with path.open("rb") as handle:
+            mode = stat.S_IMODE(os.fstat(handle.fileno()).st_mode)
+            if os.name == "posix" and mode & 0o077:
+                # The key controls the worker's earnings: a copy others can read is a leak.
+                raise IdentityError(
+                    f"{path} is readable by other users (mode {mode:04o}); "
+                    f"make it private with `chmod 600 {path}` and try again."
+                )
+            data = handle.read()
+        private = serialization.load_pem_private_key(data, password=None)
     except FileNotFoundError:
         raise IdentityError(f"No key file at {path}; run `python -m workers.agent init` first.") from None
+    except OSError as exc:  # a directory, no permission, an I/O error
+        raise IdentityError(f"Cannot read the key file {path}: {exc.strerror or exc}") from None
     except (ValueError, TypeError) as exc:
         raise IdentityError(f"{path} is not an unencrypted PEM private key: {exc}") from None
     if not isinstance(private, Ed25519PrivateKey):
@@ -61,12 +74,17 @@ def load_key(path: Path) -> KeyPair:
 
 @dataclass(frozen=True)
 class Credentials:
-    """What registration returned: where the platform is and how to authenticate."""
+    """What registration returned: where the platform is and how to authenticate.
+
+    ``chain_id`` is the ledger chain the node registered on; the node signs transactions
+    for that chain only. Empty in a ``worker.json`` written before it was recorded.
+    """
 
     server: str
     worker_id: str
     address: str
     token: str
+    chain_id: str = ""
 
     def save(self, path: Path) -> None:
         data = json.dumps(self.__dict__, indent=2).encode()
@@ -79,10 +97,13 @@ class Credentials:
     def load(cls, path: Path) -> Credentials:
         try:
             data: dict[str, Any] = json.loads(path.read_text())
-            return cls(**{k: str(data[k]) for k in ("server", "worker_id", "address", "token")})
+            fields = {k: str(data[k]) for k in ("server", "worker_id", "address", "token")}
+            return cls(**fields, chain_id=str(data.get("chain_id") or ""))
         except FileNotFoundError:
             raise IdentityError(f"No credentials at {path}; run `python -m workers.agent register` first.") from None
-        except (ValueError, KeyError, TypeError) as exc:
+        except OSError as exc:  # a directory, no permission, an I/O error
+            raise IdentityError(f"Cannot read the credentials file {path}: {exc.strerror or exc}") from None
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise IdentityError(f"{path} is not a valid credentials file: {exc}") from None
 
 

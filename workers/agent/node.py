@@ -1,37 +1,60 @@
 """``python -m workers.agent run``: the node's Celery worker and its job loop.
 
 The node consumes only its own queue ``w.<address>`` (JSON messages carrying an
-assignment id), one job at a time, acknowledging late so a job lost with the process
-is redelivered. For each job it fetches the assignment over REST, runs the kind's
-runner from training/, uploads the artifacts, signs the ComputeResult and the
-SUBMIT_RESULT transaction with the node's key, and submits them.
+assignment id), one job at a time, acknowledging late. Late acks redeliver a job lost
+with the process only where the broker keeps unacknowledged messages (Redis, after its
+visibility timeout); the filesystem broker deletes a message file as it is received, so
+there a lost job is gone. Either way, a restarted node first asks the platform to
+abandon whatever it still had running (``/workers/me/abandon/``), so those jobs are
+reassigned at once instead of at their deadline. For each job it fetches the assignment
+over REST, runs the kind's runner from training/, uploads the artifacts, signs the
+ComputeResult and the SUBMIT_RESULT transaction with the node's key (after checking the
+template, ``trust.py``), and submits them. Any way a job ends here is reported.
+
+Heartbeats start only once the Celery consumer is connected to its broker (the
+``worker_ready`` signal): a node that cannot reach its broker never looks online, so the
+platform offers it nothing it would not see.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import re
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 import httpx
 from celery import Celery
+from celery.signals import worker_ready
 from kombu import Queue
 
 from ledger.encoding import ComputeResult, Tx
 from ledger.keys import KeyPair
 from ledger.signing import sign_compute_result, sign_tx
-from workers.agent import fsbroker, runners
+from workers.agent import fsbroker, runners, trust
 from workers.agent.identity import Credentials, credentials_path, load_key
 from workers.agent.reporter import Reporter
 
 log = logging.getLogger("workers.agent")
 UPLOAD_CHUNK = 1 << 20  # bytes a streamed request body reads from disk at a time
 UPLOAD_PART = 32 << 20  # the largest single request; larger artifacts go in parts of this size
+RETRY_ATTEMPTS = 8  # requests and downloads: 1+2+4+8+16+30+30 s of waiting, about 91 s, then give up
+RETRY_MAX_DELAY = 30.0
+DATASET_FORMAT = re.compile(r"[a-z0-9]{1,8}")  # spliced into a file name: nothing else may pass
+ABANDON_PATH = "/api/v1/workers/me/abandon/"
+# The platform's 409 for a result it already has (workers.jobs._close_with_result).
+_ALREADY_SUBMITTED = re.compile(r"\bis (submitted|accepted|rejected)\b")
+
+
+class JobError(RuntimeError):
+    """A job cannot go on here, for a reason worth reporting to the platform as it is."""
 
 
 def _resume_point(response: httpx.Response, size: int) -> int | None:
@@ -56,13 +79,39 @@ def _read(path: Path, start: int, stop: int) -> Iterator[bytes]:
             yield chunk
 
 
+def _already_submitted(response: httpx.Response) -> bool:
+    """Whether a 409 from ``/result/`` says the assignment already has a result."""
+    if response.status_code != 409:
+        return False
+    try:
+        body = response.json()
+    except ValueError:
+        return False
+    messages = body.get("state") if isinstance(body, dict) else None
+    return isinstance(messages, list) and any(isinstance(m, str) and _ALREADY_SUBMITTED.search(m) for m in messages)
+
+
+def _seconds_left(deadline: Any, default: float) -> float:
+    """Seconds until an assignment's ISO 8601 ``deadline``; ``default`` when it names none."""
+    try:
+        when = datetime.fromisoformat(str(deadline))
+    except ValueError:
+        return default
+    if when.tzinfo is None:
+        return default
+    return (when - datetime.now(UTC)).total_seconds()
+
+
 class Node:
     """One provider node: its key, its credentials, its HTTP client and its reporter."""
 
-    def __init__(self, key: KeyPair, creds: Credentials, server: str) -> None:
+    def __init__(
+        self, key: KeyPair, creds: Credentials, server: str, *, max_gas_price: int = trust.DEFAULT_MAX_GAS_PRICE
+    ) -> None:
         self.key = key
         self.creds = creds
         self.server = server.rstrip("/")
+        self.max_gas_price = max_gas_price
         self.http = httpx.Client(base_url=self.server, headers={"Authorization": f"Worker {creds.token}"}, timeout=60)
         self.reporter = Reporter(self.server, creds.token)
 
@@ -75,7 +124,7 @@ class Node:
         from its start), for uploads too large to hold in memory.
         """
         delay = 1.0
-        for attempt in range(8):
+        for attempt in range(RETRY_ATTEMPTS):
             try:
                 if body is not None:
                     kwargs["content"] = body()
@@ -84,20 +133,66 @@ class Node:
                     return response
             except httpx.TransportError as exc:
                 log.warning("%s %s failed (%s); retrying", method, url, exc)
-            if attempt < 7:
+            if attempt < RETRY_ATTEMPTS - 1:
                 time.sleep(delay)
-                delay = min(delay * 2, 30.0)
+                delay = min(delay * 2, RETRY_MAX_DELAY)
         raise RuntimeError(f"{method} {url}: the platform is unreachable")
 
+    def abandon_running(self) -> list[str]:
+        """Ask the platform to fail whatever this worker still had running (at start-up).
+
+        A node that starts cannot be running anything, so such an assignment was lost with
+        an earlier process: failing it now reassigns it at once rather than at its
+        deadline. A platform without the endpoint (404) has nothing to abandon.
+        """
+        try:
+            response = self._request("POST", ABANDON_PATH, json={})
+        except RuntimeError as exc:
+            log.error("could not ask the platform to abandon earlier jobs: %s", exc)
+            return []
+        if response.status_code == 404:
+            return []
+        try:
+            abandoned = response.json().get("abandoned") if response.status_code == 200 else None
+        except (ValueError, AttributeError):
+            abandoned = None
+        if not isinstance(abandoned, list):
+            log.error("abandoning earlier jobs was refused: HTTP %s %s", response.status_code, response.text[:300])
+            return []
+        ids = [str(a) for a in abandoned]
+        if ids:
+            log.warning("abandoned %d job(s) an earlier run of this node left running: %s", len(ids), ", ".join(ids))
+        return ids
+
     def run_assignment(self, assignment_id: str) -> str:
-        response = self._request("GET", f"/api/v1/assignments/{assignment_id}/")
+        """Run one job to its end: submitted, failed (reported), refused, gone or already-<state>.
+
+        Every way the job can end here is reported to the platform, so that none waits for
+        its deadline: a fetch, start or computation that fails is sent to ``/fail/``, and a
+        finished result is retried for as long as its deadline allows.
+        """
+        try:
+            response = self._request("GET", f"/api/v1/assignments/{assignment_id}/")
+        except RuntimeError as exc:
+            self.report_failure(assignment_id, f"could not fetch the assignment: {exc}")
+            return "failed"
         if response.status_code != 200:
             log.error("assignment %s: %s", assignment_id, response.text[:300])
             return "gone"
         job = response.json()
         if job["state"] not in ("offered", "running"):
             return "already-" + job["state"]
-        started = self._request("POST", f"/api/v1/assignments/{assignment_id}/start/")
+        problem = trust.submit_tx_problem(
+            job.get("submit"), self.key.address, chain_id=self.creds.chain_id, max_gas_price=self.max_gas_price
+        )
+        if problem is not None:  # checked again when signing; here it costs no computation
+            self.report_failure(assignment_id, f"refused to sign the platform's SUBMIT_RESULT template: {problem}")
+            return "failed"
+        try:
+            started = self._request("POST", f"/api/v1/assignments/{assignment_id}/start/")
+        except RuntimeError as exc:
+            self.report_failure(assignment_id, f"could not start: {exc}")
+            return "failed"
         if started.status_code != 200:
             log.error("assignment %s could not start: %s", assignment_id, started.text[:300])
             return "refused"
@@ -121,20 +216,62 @@ class Node:
         bar.done()
         # The last progress (the end of the loss curve) must land while the job still runs.
         self.reporter.flush()
-        result = self._request("POST", f"/api/v1/assignments/{assignment_id}/result/", json=body)
-        self.reporter.log(assignment_id, f"result submitted ({result.status_code})")
-        self.reporter.flush()
-        if result.status_code not in (200, 202):
-            log.error("result for %s refused: %s", assignment_id, result.text[:300])
-            return "refused"
-        return "submitted"
+        return self._submit(assignment_id, body, job.get("deadline"))
+
+    def _submit(self, assignment_id: str, body: dict[str, Any], deadline: Any) -> str:
+        """POST the signed result until the platform takes it or the deadline passes.
+
+        The signed body stays valid until the assignment's deadline, so a platform that is
+        down for minutes does not cost finished work: transport errors and 5xx are retried
+        with capped backoff. After an attempt whose answer was lost, a 409 saying the
+        assignment is already submitted (or settled) means that attempt went through.
+        """
+        url = f"/api/v1/assignments/{assignment_id}/result/"
+        until = time.monotonic() + _seconds_left(deadline, default=RETRY_MAX_DELAY * 3)
+        delay, retried = 1.0, False
+        while True:
+            try:
+                response = self.http.post(url, json=body)
+                if response.status_code < 500:
+                    break
+                problem = f"HTTP {response.status_code}"
+            except httpx.TransportError as exc:
+                problem = str(exc) or type(exc).__name__
+            left = until - time.monotonic()
+            if left <= 0:
+                log.error("result for %s not delivered before its deadline (%s); giving up", assignment_id, problem)
+                self.reporter.log(assignment_id, f"result not delivered before the deadline ({problem})")
+                self.reporter.flush()
+                return "undelivered"
+            log.warning("POST %s failed (%s); retrying in %.0f s", url, problem, min(delay, left))
+            time.sleep(min(delay, left))
+            delay, retried = min(delay * 2, RETRY_MAX_DELAY), True
+        if response.status_code in (200, 202) or (retried and _already_submitted(response)):
+            self.reporter.log(assignment_id, f"result submitted ({response.status_code})")
+            self.reporter.flush()
+            return "submitted"
+        log.error("result for %s refused: %s", assignment_id, response.text[:300])
+        self.report_failure(
+            assignment_id, f"the platform refused the result (HTTP {response.status_code}): {response.text[:200]}"
+        )
+        return "refused"
 
     def _compute(self, assignment_id: str, job: dict[str, Any], progress: runners.Progress) -> dict[str, Any]:
         """Download, run, upload: returns the signed result body. Raises on any failure."""
         with tempfile.TemporaryDirectory(prefix="proofwork-") as tmp:
             workdir = Path(tmp)
-            if job["dataset"]:
-                self._download(job["dataset"]["url"], workdir / f"dataset.{job['dataset']['format']}")
+            dataset = job["dataset"]
+            if dataset:
+                fmt = dataset.get("format")
+                if not isinstance(fmt, str) or not DATASET_FORMAT.fullmatch(fmt):
+                    raise JobError(f"the platform sent a dataset format this node will not use: {fmt!r}")
+                size = dataset.get("size_bytes")
+                self._download(
+                    dataset["url"],
+                    workdir / f"dataset.{fmt}",
+                    sha256=str(dataset.get("sha256") or ""),
+                    size=size if type(size) is int else None,
+                )
             # Inference runners fetch their model over the same authenticated client.
             outcome = runners.run({**job, "fetch": self._download}, workdir, progress)
             for name, path in outcome.artifacts.items():
@@ -197,8 +334,17 @@ class Node:
         self.reporter.flush()
 
     def sign_result(self, job: dict[str, Any], outcome: runners.Outcome) -> dict[str, Any]:
-        """The ComputeResult and the SUBMIT_RESULT transaction, both signed by this node."""
+        """The ComputeResult and the SUBMIT_RESULT transaction, both signed by this node.
+
+        Raises JobError, signing nothing, when the platform's template is not a plain
+        SUBMIT_RESULT of this node on its chain at a sane gas price (``trust.py``).
+        """
         template = job["submit"]
+        problem = trust.submit_tx_problem(
+            template, self.key.address, chain_id=self.creds.chain_id, max_gas_price=self.max_gas_price
+        )
+        if problem is not None:
+            raise JobError(f"refused to sign the platform's SUBMIT_RESULT template: {problem}")
         compute = sign_compute_result(
             ComputeResult(
                 task_id=job["task_id"],
@@ -236,12 +382,48 @@ class Node:
             },
         }
 
-    def _download(self, url: str, dest: Path) -> None:
-        with self.http.stream("GET", url) as response:
-            response.raise_for_status()
-            with dest.open("wb") as out:
-                for chunk in response.iter_bytes(1 << 20):
-                    out.write(chunk)
+    def _download(self, url: str, dest: Path, *, sha256: str = "", size: int | None = None) -> None:
+        """GET a file the platform serves this worker into ``dest``, checked against what it said.
+
+        Only from the node's own server (``trust.on_own_server``). Transport errors and 5xx
+        (the platform restarting, a proxy's 502) are retried like ``_request``, starting
+        the file again; any other status fails at once. With ``size`` and ``sha256`` (the
+        job's dataset entry) a body that differs fails the job, naming both.
+        """
+        try:
+            url = trust.on_own_server(url, self.server)
+        except ValueError as exc:
+            raise JobError(f"refused to download: {exc}") from None
+        delay = 1.0
+        for attempt in range(RETRY_ATTEMPTS):
+            digest, received = hashlib.sha256(), 0
+            try:
+                with self.http.stream("GET", url) as response:
+                    if response.status_code < 500:
+                        if response.status_code != 200:
+                            response.read()
+                            raise JobError(f"GET {url}: HTTP {response.status_code} {response.text[:200]}")
+                        with dest.open("wb") as out:
+                            for chunk in response.iter_bytes(1 << 20):
+                                out.write(chunk)
+                                digest.update(chunk)
+                                received += len(chunk)
+                        break
+                    problem = f"HTTP {response.status_code}"
+            except httpx.TransportError as exc:
+                problem = str(exc) or type(exc).__name__
+            log.warning("GET %s failed (%s); starting the file again", url, problem)
+            if attempt < RETRY_ATTEMPTS - 1:
+                time.sleep(delay)
+                delay = min(delay * 2, RETRY_MAX_DELAY)
+        else:
+            raise JobError(f"GET {url}: the platform is unreachable")
+        if size is not None and received != size:
+            raise JobError(
+                f"{dest.name} is {received} bytes, but the platform said {size}: the download is not the file"
+            )
+        if sha256 and digest.hexdigest() != sha256.lower():
+            raise JobError(f"{dest.name} has sha256 {digest.hexdigest()}, but the platform said {sha256}")
 
 
 class _Bar:
@@ -312,17 +494,36 @@ def make_app(broker: str, queue: str, broker_folder: str | None = None) -> Celer
     return app
 
 
-def run_node(key_path: Path, *, broker: str, server: str | None, broker_folder: str | None = None) -> int:
+def run_node(
+    key_path: Path,
+    *,
+    broker: str,
+    server: str | None,
+    broker_folder: str | None = None,
+    max_gas_price: int = trust.DEFAULT_MAX_GAS_PRICE,
+) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     key = load_key(key_path)
     creds = Credentials.load(credentials_path(key_path))
     if creds.address != key.address:
         print(f"error: {credentials_path(key_path)} belongs to {creds.address}, not this key", file=sys.stderr)
         return 2
-    node = Node(key, creds, server or creds.server)
-    node.reporter.start()
+    node = Node(key, creds, server or creds.server, max_gas_price=max_gas_price)
+    if warning := trust.insecure_server(node.server):
+        print(warning, file=sys.stderr)
+    if not creds.chain_id:
+        log.warning("%s records no chain id (registered by an older agent): register again to pin it", key_path)
     queue = f"w.{key.address}"
     app = make_app(broker, queue, broker_folder)
+
+    def on_ready(**_: Any) -> None:
+        # Celery sends this once the consumer is connected to the broker and subscribed to
+        # the queue, before its loop takes the first message: only now may the node look
+        # online, and anything an earlier run left running is given up first.
+        node.abandon_running()
+        node.reporter.start()
+
+    worker_ready.connect(on_ready)
 
     @app.task(name="agent.run_assignment", bind=True, acks_late=True)
     def run_assignment(self: Any, assignment_id: str) -> str:
@@ -336,6 +537,7 @@ def run_node(key_path: Path, *, broker: str, server: str | None, broker_folder: 
     try:
         app.worker_main(["worker", "--pool", "solo", "--loglevel", "INFO", "-Q", queue, "-n", f"{key.address[:16]}@%h"])
     finally:
+        worker_ready.disconnect(on_ready)
         node.reporter.stop()
     return 0
 

@@ -2,8 +2,10 @@
 
 Runs in its own thread with its own event loop, so the job (on the Celery worker's
 thread) never waits on the network. Progress is coalesced: at most ``max_rate`` events
-a second leave, always the latest. The socket reconnects with capped, jittered
-exponential backoff, so the node survives the server restarting.
+a second leave, always the latest. The socket reconnects with jittered exponential
+backoff capped at ``RECONNECT_MAX_SECONDS`` and sends a heartbeat the moment it is back:
+the platform expires a worker's jobs after 30 s without one (WORKER_HEARTBEAT_TIMEOUT),
+so a web restart must cost at most one heartbeat interval plus that cap, well below it.
 """
 
 from __future__ import annotations
@@ -23,6 +25,12 @@ import websockets
 log = logging.getLogger("workers.agent.reporter")
 
 HEARTBEAT_SECONDS = 10.0
+RECONNECT_MAX_SECONDS = 5.0  # jitter included: 10 s between beats + 5 s stays well below the 30 s timeout
+
+
+def reconnect_delay(failures: int) -> float:
+    """Seconds to wait before reconnecting after ``failures`` failed tries in a row (≥ 1)."""
+    return min(2.0 ** (failures - 1) * random.uniform(0.8, 1.2), RECONNECT_MAX_SECONDS)
 
 
 def ws_url(server: str) -> str:
@@ -40,6 +48,7 @@ class Reporter:
         self.heartbeat = heartbeat
         self._latest: dict[str, dict[str, Any]] = {}
         self._logs: list[dict[str, Any]] = []
+        self._in_flight = 0  # events taken off the queues whose send has not returned yet
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._wake: asyncio.Event | None = None
@@ -55,7 +64,8 @@ class Reporter:
     def stop(self) -> None:
         self._stop.set()
         self._poke()
-        self._thread.join(timeout=5)
+        if self._thread.ident is not None:  # never started: the node stopped before its consumer was ready
+            self._thread.join(timeout=5)
 
     def progress(self, assignment_id: str, step: int, total: int, metrics: dict[str, float], eta: float | None) -> None:
         """Queue a progress event; a newer one for the same assignment replaces it."""
@@ -78,17 +88,21 @@ class Reporter:
         self._poke()
 
     def flush(self, timeout: float = 5.0) -> None:
-        """Wait until queued events have left (or the timeout passes)."""
+        """Wait until queued events have been sent on the socket, the socket is down, or
+        the timeout passes. Sent means written to the connection, not merely dequeued."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
+            if not self.connected.is_set():
+                return  # nothing will leave until the socket is back; the job need not wait for it
             with self._lock:
-                if not self._latest and not self._logs:
+                if not self._latest and not self._logs and not self._in_flight:
                     return
-            time.sleep(0.05)
+            time.sleep(0.02)
 
     def _poke(self) -> None:
         if self._loop is not None and self._wake is not None:
-            self._loop.call_soon_threadsafe(self._wake.set)
+            with contextlib.suppress(RuntimeError):  # the loop is closed: the reporter was stopped
+                self._loop.call_soon_threadsafe(self._wake.set)
 
     def _run(self) -> None:
         asyncio.run(self._main())
@@ -96,7 +110,7 @@ class Reporter:
     async def _main(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
-        backoff = 1.0
+        failures = 0
         while not self._stop.is_set():
             try:
                 async with websockets.connect(
@@ -107,7 +121,7 @@ class Reporter:
                     ping_interval=20,
                 ) as socket:
                     self.connected.set()
-                    backoff = 1.0
+                    failures = 0
                     log.info("connected to %s", self.url)
                     await self._session(socket)
             except websockets.ConnectionClosedError as exc:
@@ -115,18 +129,18 @@ class Reporter:
                     log.error("the platform closed the socket (%s): token refused or worker suspended", exc.rcvd.code)
                     self.closed_by_server.set()
             except (TimeoutError, OSError, websockets.WebSocketException) as exc:
-                log.warning("WebSocket unavailable (%s); retrying in %.0f s", exc, backoff)
+                log.warning("WebSocket unavailable (%s); retrying", exc)
             except Exception:  # a bug here must not silence the node's heartbeats for good
-                log.exception("reporter session failed; reconnecting in %.0f s", backoff)
+                log.exception("reporter session failed; reconnecting")
             self.connected.clear()
             if self._stop.is_set():
                 break
-            await asyncio.sleep(backoff * random.uniform(0.8, 1.2))
-            backoff = min(backoff * 2, 30.0)
+            failures += 1
+            await asyncio.sleep(reconnect_delay(failures))
 
     async def _session(self, socket: Any) -> None:
         assert self._wake is not None
-        next_beat = 0.0
+        next_beat = 0.0  # a new connection beats at once: the platform may be counting since the last one
         last_progress = 0.0
         while not self._stop.is_set():
             now = time.monotonic()
@@ -139,10 +153,15 @@ class Reporter:
                 events = list(self._latest.values()) if due else []
                 if due:
                     self._latest.clear()
-            for item in logs:
-                await socket.send(json.dumps(item))
-            for item in events:
-                await socket.send(json.dumps(item))
+                self._in_flight = len(logs) + len(events)
+            try:
+                for item in logs:
+                    await socket.send(json.dumps(item))
+                for item in events:
+                    await socket.send(json.dumps(item))
+            finally:
+                with self._lock:
+                    self._in_flight = 0
             if events:
                 last_progress = now
             self._wake.clear()

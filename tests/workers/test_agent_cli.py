@@ -1,0 +1,219 @@
+"""The node's command line where it must not trust the platform blindly: the
+REGISTER_WORKER template is checked before it is signed and its chain remembered, a
+sweep asks first, and plain http to another machine is warned about.
+
+Register and sweep talk to a stand-in platform on 127.0.0.1 that answers with the
+templates a compromised server (or a man in the middle on plain http) could send, which
+the real one never does; registering and sweeping against the real platform are covered
+by test_registration.py and test_sweep.py. The key file itself: test_agent_identity.py.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ledger import keys
+from workers.agent.cli import main
+from workers.agent.identity import Credentials, init_key, load_key
+from workers.agent.trust import insecure_server
+
+CHAIN = "proofwork-test-1"
+
+
+class Platform(ThreadingHTTPServer):
+    """Answers with the JSON in ``answers["METHOD path"]`` or else ``answers[path]``;
+    records every request."""
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), Handler)
+        self.answers: dict[str, tuple[int, Any]] = {}
+        self.requests: list[tuple[str, str, Any]] = []
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+    def posted(self, path: str) -> list[Any]:
+        return [body for method, p, body in self.requests if method == "POST" and p == path]
+
+
+class Handler(BaseHTTPRequestHandler):
+    server: Platform
+
+    def answer(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        body = json.loads(self.rfile.read(length)) if length else None
+        self.server.requests.append((self.command, self.path, body))
+        answers = self.server.answers
+        code, payload = answers.get(f"{self.command} {self.path}") or answers.get(self.path, (404, {}))
+        data = json.dumps(payload).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:
+        self.answer()
+
+    def do_POST(self) -> None:
+        self.answer()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def platform() -> Iterator[Platform]:
+    server = Platform()
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture
+def key_path(tmp_path: Path) -> Path:
+    path = tmp_path / "worker.pem"
+    init_key(path)
+    return path
+
+
+def register_template(address: str, **changes: Any) -> dict[str, Any]:
+    """What workers.services.register_tx_template sends."""
+    template = {
+        "chain_id": CHAIN,
+        "type": "REGISTER_WORKER",
+        "from": address,
+        "to": address,
+        "amount": 0,
+        "fee": 0,
+        "nonce": 0,
+        "gas_price": 1000,
+        "gas_limit": 0,
+        "payload": {},
+    }
+    return {**template, **changes}
+
+
+def register(platform: Platform, key_path: Path, template: dict[str, Any]) -> int:
+    key = load_key(key_path)
+    platform.answers["/api/v1/workers/challenge/"] = (200, {"challenge": "ab" * 32, "register_tx": template})
+    platform.answers["/api/v1/workers/register/"] = (
+        201,
+        {"id": "w1", "name": "rig", "address": key.address, "token": "pww_test", "created": True},
+    )
+    return main(["--key", str(key_path), "register", "--server", platform.url, "--token", "pwr_x"])
+
+
+THIEF = keys.generate().address
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        ({"type": "TRANSFER", "to": THIEF, "amount": 10**12, "fee": 21_000}, "type is 'TRANSFER'"),
+        ({"to": THIEF}, f"to is '{THIEF}'"),
+        ({"amount": 1}, "amount is 1, expected 0"),
+        ({"fee": 21_000}, "fee is 21000, expected 0"),
+        ({"payload": {"memo": "sweep"}}, "payload is {'memo': 'sweep'}, expected none"),
+    ],
+)
+def test_register_refuses_to_sign_anything_but_its_own_registration(
+    change: dict[str, Any], words: str, platform: Platform, key_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    key = load_key(key_path)
+    code = register(platform, key_path, register_template(key.address, **change))
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "Not registered: the platform sent a REGISTER_WORKER transaction this node will not sign" in err
+    assert words in err
+    assert platform.posted("/api/v1/workers/register/") == []  # no signature left the node
+    assert not key_path.with_name("worker.json").exists()
+
+
+def test_register_remembers_the_chain_it_registered_on(platform: Platform, key_path: Path) -> None:
+    key = load_key(key_path)
+    assert register(platform, key_path, register_template(key.address)) == 0
+    (sent,) = platform.posted("/api/v1/workers/register/")
+    assert len(sent["register_tx_signature"]) == 128
+    creds = Credentials.load(key_path.with_name("worker.json"))
+    assert creds.chain_id == CHAIN
+
+
+def test_credentials_written_before_the_chain_was_recorded_still_load(tmp_path: Path) -> None:
+    path = tmp_path / "worker.json"
+    path.write_text(json.dumps({"server": "http://x", "worker_id": "1", "address": "cpc1x", "token": "t"}))
+    assert Credentials.load(path).chain_id == ""
+
+
+# --- sweep asks before it signs ------------------------------------------------------------
+
+
+@pytest.fixture
+def sweepable(platform: Platform, key_path: Path) -> Platform:
+    key = load_key(key_path)
+    Credentials(server=platform.url, worker_id="w1", address=key.address, token="pww_test", chain_id=CHAIN).save(
+        key_path.with_name("worker.json")
+    )
+    owner = keys.generate().address
+    template = {
+        "chain_id": CHAIN,
+        "type": "TRANSFER",
+        "from": key.address,
+        "to": owner,
+        "amount": 2 * 10**9,
+        "fee": 21_000_000,
+        "nonce": 1,
+        "gas_price": 1000,
+        "gas_limit": 21_000,
+        "payload": {"memo": "sweep"},
+    }
+    platform.answers["/api/v1/workers/me/sweep/"] = (200, template)
+    return platform
+
+
+@pytest.mark.parametrize("answer", ["n\n", "\n", ""])
+def test_sweep_sends_nothing_unless_confirmed(
+    answer: str,
+    sweepable: Platform,
+    key_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setattr("sys.stdin", io.StringIO(answer))  # "" is no terminal at all: end of input
+    assert main(["--key", str(key_path), "sweep"]) == 1
+    out, err = capsys.readouterr()
+    assert "Sweep 2 credits (fee 0.021) from" in out
+    assert "Sign and send this transfer? [y/N]" in out
+    assert "Nothing swept: not confirmed (pass --yes to sweep without asking)." in err
+    assert sweepable.posted("/api/v1/workers/me/sweep/") == []
+
+
+@pytest.mark.parametrize(("answer", "flags"), [("y\n", []), ("", ["--yes"])])
+def test_sweep_signs_once_confirmed(
+    answer: str, flags: list[str], sweepable: Platform, key_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sweepable.answers["POST /api/v1/workers/me/sweep/"] = (202, {"hash": "ab" * 32, "status": "pending"})
+    monkeypatch.setattr("sys.stdin", io.StringIO(answer))
+    assert main(["--key", str(key_path), "sweep", *flags]) == 0
+    (signed,) = sweepable.posted("/api/v1/workers/me/sweep/")
+    assert len(signed["signature"]) == 128
+
+
+def test_only_plain_http_off_this_machine_is_warned_about() -> None:
+    assert insecure_server("http://127.0.0.1:8000") is None
+    assert insecure_server("http://localhost:8000") is None
+    assert insecure_server("https://proofwork.example") is None
+    warning = insecure_server("http://proofwork.example")
+    assert warning is not None
+    assert "plain http" in warning

@@ -1,0 +1,397 @@
+"""The node's job loop (workers/agent/node.py) when the platform misbehaves: it is down
+for longer than one request's retries, an answer is lost, a download breaks off or does
+not match, or what it sends must not be trusted (a foreign URL, an odd file format, a
+transaction template that is not a plain SUBMIT_RESULT).
+
+The platform here is a stand-in (``httpx.MockTransport``) answering as
+workers/assignment_api.py does, because each test needs it to fail in one precise way
+the real one cannot be made to; the real endpoints are covered by test_jobs.py and the
+end-to-end tests. The computation is replaced by a tiny fixed artifact: what is under
+test is everything around it. Sleeps run on a fake clock, so retries for an hour of
+simulated time take milliseconds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from ledger import keys
+from workers.agent import node as node_module
+from workers.agent import runners
+from workers.agent.identity import Credentials
+from workers.agent.node import JobError, Node
+
+SERVER = "http://127.0.0.1:8000"
+ASSIGNMENT = "7d8c6a4e-0000-4000-8000-000000000001"
+TASK = "7d8c6a4e-0000-4000-8000-000000000002"
+CHAIN = "proofwork-test-1"
+DATA = b"x,y\n" + b"1,2\n" * 5000
+
+
+class Clock:
+    """Stands in for the ``time`` module in node.py: ``sleep`` only moves the clock on."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.slept: list[float] = []
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def time(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+
+
+Answer = Callable[[httpx.Request], httpx.Response]
+
+
+@dataclass
+class Platform:
+    """The stand-in platform: default answers as the real one gives them, overridable per
+    path suffix with a list of answers used in turn (the last one repeats)."""
+
+    key: keys.KeyPair
+    clock: Clock
+    job: dict[str, Any] = field(default_factory=dict)
+    answers: dict[str, list[Answer]] = field(default_factory=dict)
+    calls: list[tuple[str, str]] = field(default_factory=list)
+    bodies: dict[str, list[Any]] = field(default_factory=dict)
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        path = request.url.path
+        self.calls.append((request.method, str(request.url)))
+        assert request.headers["Authorization"] == "Worker pww_test"
+        if request.method == "POST" and request.content:
+            self.bodies.setdefault(path.rstrip("/").rsplit("/", 1)[-1], []).append(json.loads(request.content))
+        for suffix, queue in self.answers.items():
+            if path.endswith(suffix):
+                answer = queue.pop(0) if len(queue) > 1 else queue[0]
+                return answer(request)
+        return self.default(request)
+
+    def default(self, request: httpx.Request) -> httpx.Response:
+        path = request.url.path
+        if request.method == "GET" and path == f"/api/v1/assignments/{ASSIGNMENT}/":
+            return httpx.Response(200, json=self.job)
+        if path.endswith("/dataset/"):
+            return httpx.Response(200, content=DATA)
+        if path.endswith("/start/"):
+            return httpx.Response(200, json={"state": "running"})
+        if "/artifacts/" in path:
+            return httpx.Response(201, json={"complete": True})
+        if path.endswith("/result/"):
+            return httpx.Response(202, json={"state": "submitted"})
+        if path.endswith("/fail/"):
+            return httpx.Response(200, json={"state": "expired"})
+        return httpx.Response(404, json={"detail": "Not found."})
+
+    def paths(self, suffix: str) -> list[str]:
+        return [url for _, url in self.calls if httpx.URL(url).path.endswith(suffix)]
+
+
+def submit_template(address: str, **changes: Any) -> dict[str, Any]:
+    """What workers.jobs.submit_template sends (gas price 1,000, SUBMIT_RESULT's 80,000 gas)."""
+    template = {
+        "chain_id": CHAIN,
+        "type": "SUBMIT_RESULT",
+        "from": address,
+        "to": address,
+        "amount": 0,
+        "fee": 80_000 * 1_000,
+        "nonce": 3,
+        "gas_price": 1_000,
+        "gas_limit": 80_000,
+    }
+    return {**template, **changes}
+
+
+def a_job(address: str, *, dataset: bool = False, **submit: Any) -> dict[str, Any]:
+    """An assignment as workers.jobs.describe sends it."""
+    return {
+        "id": ASSIGNMENT,
+        "task_id": TASK,
+        "kind": "cube_training",
+        "spec": {},
+        "attempt": 1,
+        "state": "offered",
+        "deadline": (datetime.now(UTC) + timedelta(hours=1)).isoformat(),
+        "seed": {"block_hash": "00" * 32, "worker_address": address, "task_id": TASK},
+        "dataset": {
+            "url": f"{SERVER}/api/v1/assignments/{ASSIGNMENT}/dataset/",
+            "sha256": hashlib.sha256(DATA).hexdigest(),
+            "size_bytes": len(DATA),
+            "format": "csv",
+        }
+        if dataset
+        else None,
+        "artifacts": ["model.safetensors"],
+        "submit": submit_template(address, **submit),
+    }
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
+    fake = Clock()
+    monkeypatch.setattr(node_module, "time", fake)
+    return fake
+
+
+@pytest.fixture
+def ran(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[bytes]:
+    """Replaces the kind's runner: records the dataset it was given, returns one artifact."""
+    seen: list[bytes] = []
+
+    def run(job: dict[str, Any], workdir: Path, progress: runners.Progress) -> runners.Outcome:
+        if job["dataset"]:
+            seen.append((workdir / f"dataset.{job['dataset']['format']}").read_bytes())
+        progress(1, 1, {"loss": 0.5})
+        artifact = tmp_path / "model.safetensors"
+        artifact.write_bytes(b"weights")
+        return runners.Outcome(result_hash="ab" * 32, proof={"steps": 1}, artifacts={"model.safetensors": artifact})
+
+    monkeypatch.setattr(runners, "run", run)
+    return seen
+
+
+@pytest.fixture
+def platform(clock: Clock) -> Platform:
+    key = keys.generate()
+    return Platform(key=key, clock=clock, job=a_job(key.address))
+
+
+@pytest.fixture
+def node(platform: Platform) -> Iterator[Node]:
+    key = platform.key
+    creds = Credentials(server=SERVER, worker_id="w", address=key.address, token="pww_test", chain_id=CHAIN)
+    agent = Node(key, creds, SERVER)
+    agent.http.close()
+    agent.http = httpx.Client(
+        base_url=SERVER, headers={"Authorization": "Worker pww_test"}, transport=httpx.MockTransport(platform)
+    )
+    yield agent
+    agent.http.close()
+
+
+def status(code: int, body: Any = None) -> Answer:
+    return lambda request: httpx.Response(code, json=body if body is not None else {})
+
+
+def broken(request: httpx.Request) -> httpx.Response:
+    raise httpx.ConnectError("connection refused", request=request)
+
+
+# --- #5: a job is never dropped silently -------------------------------------------------
+
+
+def test_a_result_is_retried_while_the_platform_is_down_for_minutes(
+    node: Node, platform: Platform, clock: Clock, ran: list[bytes]
+) -> None:
+    """20 failed POSTs (about 8 minutes of backoff, far beyond one request's 91 s) and
+    then the platform is back: the signed result still goes in."""
+    platform.answers["/result/"] = [*[status(503)] * 10, *[broken] * 10, status(202, {"state": "submitted"})]
+    assert node.run_assignment(ASSIGNMENT) == "submitted"
+    assert len(platform.paths("/result/")) == 21
+    assert platform.paths("/fail/") == []
+    assert max(clock.slept) <= node_module.RETRY_MAX_DELAY
+    assert sum(clock.slept) > 300
+
+
+def test_a_result_is_given_up_only_at_the_deadline(
+    node: Node, platform: Platform, clock: Clock, ran: list[bytes]
+) -> None:
+    platform.job["deadline"] = (datetime.now(UTC) + timedelta(seconds=120)).isoformat()
+    platform.answers["/result/"] = [status(503)]
+    assert node.run_assignment(ASSIGNMENT) == "undelivered"  # no exception escapes to Celery
+    assert 115 <= sum(clock.slept) <= 121
+    assert len(platform.paths("/result/")) > 8
+
+
+def test_a_409_after_a_lost_answer_is_a_submission(
+    node: Node, platform: Platform, clock: Clock, ran: list[bytes]
+) -> None:
+    """The first POST went through but its answer was lost; the platform's 409 for the
+    retry says so."""
+    conflict = {"state": ["This assignment is submitted; it takes no result."]}
+
+    def lost(request: httpx.Request) -> httpx.Response:
+        raise httpx.ReadError("connection reset", request=request)
+
+    platform.answers["/result/"] = [lost, status(409, conflict)]
+    assert node.run_assignment(ASSIGNMENT) == "submitted"
+    assert platform.paths("/fail/") == []
+
+
+def test_a_refused_result_is_reported_as_a_failure(
+    node: Node, platform: Platform, clock: Clock, ran: list[bytes]
+) -> None:
+    platform.answers["/result/"] = [status(400, {"transaction": ["The nonce is stale."]})]
+    assert node.run_assignment(ASSIGNMENT) == "refused"
+    (fail,) = platform.bodies["fail"]
+    assert "the platform refused the result (HTTP 400)" in fail["reason"]
+
+
+@pytest.mark.parametrize("step", ["fetch", "start"])
+def test_a_fetch_or_start_that_never_gets_through_is_reported(
+    step: str, node: Node, platform: Platform, clock: Clock, ran: list[bytes]
+) -> None:
+    if step == "fetch":
+        platform.answers[f"{ASSIGNMENT}/"] = [status(503)]
+    else:
+        platform.answers["/start/"] = [broken]
+    assert node.run_assignment(ASSIGNMENT) == "failed"
+    (fail,) = platform.bodies["fail"]
+    assert fail["reason"].startswith(f"could not {step}")
+    assert platform.paths("/result/") == []
+
+
+# --- #6, #8: downloads --------------------------------------------------------------------
+
+
+class BreaksOff(httpx.SyncByteStream):
+    """A body that stops halfway, as when the platform restarts mid-download."""
+
+    def __iter__(self) -> Iterator[bytes]:
+        yield DATA[: len(DATA) // 2]
+        raise httpx.ReadError("connection reset")
+
+
+def test_a_dataset_download_is_retried_from_the_start_and_checked(
+    node: Node, platform: Platform, clock: Clock, ran: list[bytes]
+) -> None:
+    platform.job = a_job(platform.key.address, dataset=True)
+    platform.answers["/dataset/"] = [
+        status(502),
+        lambda request: httpx.Response(200, stream=BreaksOff()),
+        lambda request: httpx.Response(200, content=DATA),
+    ]
+    assert node.run_assignment(ASSIGNMENT) == "submitted"
+    assert ran == [DATA]  # whole, not the broken half followed by the file
+    assert len(platform.paths("/dataset/")) == 3
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        ({"size_bytes": len(DATA) + 1}, f"is {len(DATA)} bytes, but the platform said {len(DATA) + 1}"),
+        ({"sha256": "00" * 32}, f"has sha256 {hashlib.sha256(DATA).hexdigest()}, but the platform said {'00' * 32}"),
+    ],
+)
+def test_a_dataset_that_is_not_what_the_platform_said_fails_the_job(
+    change: dict[str, Any], words: str, node: Node, platform: Platform, clock: Clock, ran: list[bytes]
+) -> None:
+    platform.job = a_job(platform.key.address, dataset=True)
+    platform.job["dataset"].update(change)
+    assert node.run_assignment(ASSIGNMENT) == "failed"
+    assert ran == []  # nothing was trained on it
+    (fail,) = platform.bodies["fail"]
+    assert words in fail["reason"]
+
+
+def test_the_token_goes_only_to_the_nodes_own_server(
+    node: Node, platform: Platform, clock: Clock, ran: list[bytes]
+) -> None:
+    platform.job = a_job(platform.key.address, dataset=True)
+    platform.job["dataset"]["url"] = f"http://elsewhere.example/api/v1/assignments/{ASSIGNMENT}/dataset/"
+    assert node.run_assignment(ASSIGNMENT) == "failed"
+    assert all(httpx.URL(url).host == "127.0.0.1" for _, url in platform.calls)
+    (fail,) = platform.bodies["fail"]
+    assert "not on this node's server" in fail["reason"]
+
+
+@pytest.mark.parametrize("fmt", ["../../../home/x/.bashrc", "CSV", "toolongfmt", "", None])
+def test_a_dataset_format_that_is_no_plain_extension_is_refused(
+    fmt: Any, node: Node, platform: Platform, clock: Clock, ran: list[bytes]
+) -> None:
+    platform.job = a_job(platform.key.address, dataset=True)
+    platform.job["dataset"]["format"] = fmt
+    assert node.run_assignment(ASSIGNMENT) == "failed"
+    assert platform.paths("/dataset/") == []
+    (fail,) = platform.bodies["fail"]
+    assert "dataset format this node will not use" in fail["reason"]
+
+
+# --- #7: the SUBMIT_RESULT template -------------------------------------------------------
+
+
+THIEF = keys.generate().address
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        ({"type": "TRANSFER"}, "type is 'TRANSFER'"),
+        ({"to": THIEF}, f"to is '{THIEF}'"),
+        ({"amount": 10**12}, "amount is 1000000000000"),
+        ({"gas_price": 10**9, "fee": 80_000 * 10**9}, "above this node's ceiling 100000"),
+        ({"fee": 10**12}, "fee 1000000000000 is not gas_limit × gas_price"),
+        ({"chain_id": "proofwork-main"}, "this node registered on 'proofwork-test-1'"),
+    ],
+)
+def test_a_submit_template_that_is_not_a_plain_submission_is_not_signed(
+    change: dict[str, Any], words: str, node: Node, platform: Platform, clock: Clock, ran: list[bytes]
+) -> None:
+    platform.job = a_job(platform.key.address, **change)
+    assert node.run_assignment(ASSIGNMENT) == "failed"
+    assert platform.paths("/start/") == []  # refused before any work
+    assert platform.paths("/result/") == []
+    (fail,) = platform.bodies["fail"]
+    assert "refused to sign the platform's SUBMIT_RESULT template" in fail["reason"]
+    assert words in fail["reason"]
+    outcome = runners.Outcome(result_hash="ab" * 32, proof={}, artifacts={})
+    with pytest.raises(JobError, match="refused to sign"):
+        node.sign_result(platform.job, outcome)
+
+
+def test_the_gas_price_ceiling_is_the_nodes_to_set(platform: Platform) -> None:
+    key = platform.key
+    creds = Credentials(server=SERVER, worker_id="w", address=key.address, token="pww_test", chain_id=CHAIN)
+    strict = Node(key, creds, SERVER, max_gas_price=999)
+    outcome = runners.Outcome(result_hash="ab" * 32, proof={}, artifacts={})
+    try:
+        with pytest.raises(JobError, match="gas_price 1000 is above this node's ceiling 999"):
+            strict.sign_result(a_job(key.address), outcome)
+    finally:
+        strict.http.close()
+
+
+def test_credentials_from_before_the_chain_id_was_recorded_still_sign(platform: Platform) -> None:
+    key = platform.key
+    old = Credentials(server=SERVER, worker_id="w", address=key.address, token="pww_test")
+    agent = Node(key, old, SERVER)
+    try:
+        body = agent.sign_result(a_job(key.address), runners.Outcome(result_hash="ab" * 32, proof={}, artifacts={}))
+    finally:
+        agent.http.close()
+    assert body["transaction"]["chain_id"] == CHAIN
+    assert body["transaction"]["from"] == key.address
+
+
+# --- #3: at start-up, what an earlier run left running is abandoned -----------------------
+
+
+def test_start_up_abandons_what_an_earlier_run_left_running(
+    node: Node, platform: Platform, caplog: pytest.LogCaptureFixture
+) -> None:
+    platform.answers["/workers/me/abandon/"] = [status(200, {"abandoned": [ASSIGNMENT]})]
+    with caplog.at_level("WARNING", logger="workers.agent"):
+        assert node.abandon_running() == [ASSIGNMENT]
+    assert platform.calls == [("POST", f"{SERVER}/api/v1/workers/me/abandon/")]
+    assert platform.bodies["abandon"] == [{}]
+    assert f"abandoned 1 job(s) an earlier run of this node left running: {ASSIGNMENT}" in caplog.text
+
+
+def test_an_older_platform_without_abandon_is_nothing_to_do(node: Node, platform: Platform) -> None:
+    assert node.abandon_running() == []  # the stand-in's default answer is 404

@@ -1,0 +1,155 @@
+"""The node's WebSocket reporter (workers/agent/reporter.py): it comes back quickly
+enough after a platform restart that the platform's 30 s heartbeat timeout never fires,
+and ``flush`` means sent.
+
+The platform here is a stand-in WebSocket server on 127.0.0.1 that records what it
+receives: what is under test is the client's timing, which the platform's consumer
+(covered by test_consumer.py) does not see.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from websockets.asyncio.client import ClientConnection
+from websockets.asyncio.server import ServerConnection, serve
+
+from workers.agent.reporter import Reporter
+
+PLATFORM_HEARTBEAT_TIMEOUT = 30.0  # config/settings.py WORKER_HEARTBEAT_TIMEOUT
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class StandIn:
+    """A WebSocket server in its own thread; ``received`` holds (monotonic time, event)."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.received: list[tuple[float, dict[str, Any]]] = []
+        self.started = 0.0
+        self._stop: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=asyncio.run, args=(self._main(),), daemon=True)
+
+    async def _handler(self, connection: ServerConnection) -> None:
+        async for message in connection:
+            self.received.append((time.monotonic(), json.loads(message)))
+
+    async def _main(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        async with serve(self._handler, "127.0.0.1", self.port):
+            self.started = time.monotonic()
+            self._ready.set()
+            await self._stop.wait()
+
+    def __enter__(self) -> StandIn:
+        self._thread.start()
+        assert self._ready.wait(5)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert self._loop is not None
+        assert self._stop is not None
+        self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(5)
+
+    def types(self) -> list[str]:
+        return [event["type"] for _, event in self.received]
+
+
+@pytest.fixture
+def reporters() -> Iterator[list[Reporter]]:
+    started: list[Reporter] = []
+    yield started
+    for reporter in started:
+        reporter.stop()
+
+
+def test_reconnecting_waits_at_most_5_s_and_beats_at_once(
+    monkeypatch: pytest.MonkeyPatch, reporters: list[Reporter]
+) -> None:
+    """The platform is down for a while: no wait between tries exceeds 5 s (with the
+    10 s heartbeat interval, a restart costs at most about 15 s of silence, half the
+    timeout), and the first thing the reporter says once it is back is a heartbeat."""
+    waits: list[float] = []
+    real_sleep = asyncio.sleep
+
+    async def sleep(delay: float, result: Any = None) -> Any:
+        # The reporter's backoff, on a fast clock: only what it asks for is recorded.
+        waits.append(delay)
+        return await real_sleep(0.005, result)
+
+    monkeypatch.setattr(asyncio, "sleep", sleep)
+    port = free_port()  # nothing listens yet: every try is refused at once
+    reporter = Reporter(f"http://127.0.0.1:{port}", "pww_test", heartbeat=10.0)
+    reporters.append(reporter.start())
+    deadline = time.monotonic() + 10
+    while len(waits) < 10 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    backoff = list(waits)
+    assert len(backoff) >= 10
+    assert max(backoff) <= 5.0
+    assert 10.0 + max(backoff) <= PLATFORM_HEARTBEAT_TIMEOUT / 2
+    with StandIn(port) as platform:
+        assert reporter.connected.wait(5)
+        limit = time.monotonic() + 5
+        while not platform.received and time.monotonic() < limit:
+            time.sleep(0.01)
+        first_at, first = platform.received[0]
+        assert first == {"type": "heartbeat"}
+        assert first_at - platform.started < 2.0
+        reporter.stop()
+
+
+def test_flush_returns_once_the_events_were_sent(monkeypatch: pytest.MonkeyPatch, reporters: list[Reporter]) -> None:
+    """On a slow link a send takes time: flush must wait for it, not merely for the
+    reporter thread to take the event off its queue, or the final progress can arrive
+    after the result."""
+    sent: list[str] = []
+    real_send = ClientConnection.send
+
+    async def slow_send(self: ClientConnection, message: Any, *args: Any, **kwargs: Any) -> None:
+        if '"progress"' in str(message):
+            await asyncio.sleep(0.3)
+        await real_send(self, message, *args, **kwargs)
+        sent.append(json.loads(message)["type"])
+
+    monkeypatch.setattr(ClientConnection, "send", slow_send)
+    port = free_port()
+    with StandIn(port):
+        reporter = Reporter(f"http://127.0.0.1:{port}", "pww_test")
+        reporters.append(reporter.start())
+        assert reporter.connected.wait(5)
+        time.sleep(0.6)  # past the progress rate limit
+        reporter.progress("a", 10, 10, {"loss": 0.1}, None)
+        reporter.flush()
+        assert "progress" in sent
+        reporter.stop()
+
+
+def test_flush_does_not_wait_for_a_socket_that_is_down(reporters: list[Reporter]) -> None:
+    reporter = Reporter(f"http://127.0.0.1:{free_port()}", "pww_test")  # nothing listens
+    reporters.append(reporter.start())
+    reporter.log("a", "failed: out of memory")
+    t0 = time.monotonic()
+    reporter.flush(timeout=5.0)
+    assert time.monotonic() - t0 < 1.0
+
+
+def test_a_reporter_never_started_stops_cleanly() -> None:
+    """The node stops before its consumer was ever ready (the broker was unreachable)."""
+    Reporter("http://127.0.0.1:1", "pww_test").stop()

@@ -1,0 +1,167 @@
+"""``python -m workers.agent run`` at start-up, as a real process: it looks online (opens
+its WebSocket, so heartbeats flow) only once its Celery consumer is connected to the
+broker, and before that it asks the platform to abandon whatever an earlier run left
+running.
+
+The platform is a stand-in HTTP server on 127.0.0.1 that records the order of what the
+node asks for; it answers the abandon call as the platform's endpoint is specified
+(200 with the abandoned ids) and refuses the WebSocket upgrade, since only the attempt
+matters here. The node runs against a real broker: the filesystem transport it uses in
+embedded mode, and a Redis URL on which nothing listens.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from workers.agent.identity import Credentials, init_key
+
+ROOT = Path(__file__).resolve().parents[2]
+ABANDONED = "7d8c6a4e-0000-4000-8000-00000000000a"
+
+
+class Platform(ThreadingHTTPServer):
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), Handler)
+        self.seen: list[str] = []
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+
+class Handler(BaseHTTPRequestHandler):
+    server: Platform
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        body = json.loads(self.rfile.read(length)) if length else None
+        self.server.seen.append(f"POST {self.path} {json.dumps(body)} {self.headers.get('Authorization')}")
+        self.reply(200, {"abandoned": [ABANDONED]} if self.path == "/api/v1/workers/me/abandon/" else {})
+
+    def do_GET(self) -> None:
+        self.server.seen.append(f"GET {self.path} {self.headers.get('Upgrade', '')}")
+        self.reply(403, {})
+
+    def reply(self, code: int, payload: Any) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def platform() -> Iterator[Platform]:
+    server = Platform()
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+@contextmanager
+def agent(tmp_path: Path, platform: Platform, *broker: str) -> Iterator[Path]:
+    """A registered node's files and its ``run`` process; yields the process's log."""
+    key_path = tmp_path / "worker.pem"
+    key = init_key(key_path)
+    Credentials(server=platform.url, worker_id="w1", address=key.address, token="pww_test", chain_id="c").save(
+        key_path.with_name("worker.json")
+    )
+    env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
+    env["PYTHONPATH"] = str(ROOT)
+    log = tmp_path / "agent.log"
+    args = [sys.executable, "-m", "workers.agent", "--key", str(key_path), "run", *broker]
+    with log.open("wb") as out:
+        proc = subprocess.Popen(args, cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            yield log
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def wait_for_text(log: Path, text: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if text in log.read_text(errors="replace"):
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"{text!r} not in the agent's log:\n{log.read_text(errors='replace')[-3000:]}")
+
+
+def redis_url() -> str | None:
+    """A Redis to test against (REDIS_URL, or one on the default port), if one answers."""
+    url = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+    try:
+        import redis
+
+        redis.Redis.from_url(url, socket_connect_timeout=0.5).ping()
+    except Exception:
+        return None
+    return url
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("broker", ["filesystem", "redis"])
+def test_the_node_abandons_earlier_jobs_then_reports_once_its_consumer_is_ready(
+    broker: str, platform: Platform, tmp_path: Path
+) -> None:
+    if broker == "redis":
+        url = redis_url()
+        if url is None:
+            pytest.skip("no Redis answers")
+        args = ["--broker", url]  # the node's queue w.<a fresh address> is its own
+    else:
+        folder = tmp_path / "broker" / "out"
+        folder.mkdir(parents=True)
+        args = ["--broker", "filesystem://", "--broker-folder", str(folder)]
+    with agent(tmp_path, platform, *args) as log:
+        deadline = time.monotonic() + 60
+        while not any(s.startswith("GET /ws/worker/") for s in platform.seen) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        text = log.read_text(errors="replace")
+    assert platform.seen[:2] == [
+        "POST /api/v1/workers/me/abandon/ {} Worker pww_test",
+        "GET /ws/worker/ websocket",
+    ], text
+    assert text.index("Connected to") < text.index("abandoned 1 job(s)")  # the consumer's broker connection came first
+    assert f"an earlier run of this node left running: {ABANDONED}" in text
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.slow
+def test_a_node_that_cannot_reach_its_broker_never_looks_online(platform: Platform, tmp_path: Path) -> None:
+    unreachable = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
+    with agent(tmp_path, platform, "--broker", unreachable) as log:
+        wait_for_text(log, "Cannot connect to redis://", 60)
+        time.sleep(3)  # the old node opened its WebSocket within a second of starting
+        seen = list(platform.seen)
+    assert seen == []  # no heartbeat, and nothing abandoned by a node that takes no jobs
