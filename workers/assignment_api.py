@@ -49,7 +49,7 @@ class AssignmentView(WorkerAPIView):
 
     @extend_schema(responses={200: dict})
     def get(self, request: Request, assignment_id: str) -> Response:
-        return Response(jobs.describe(self.assignment(assignment_id), request.build_absolute_uri("/")))
+        return Response(jobs.describe(self.assignment(assignment_id)))
 
 
 class AssignmentDatasetView(WorkerAPIView):

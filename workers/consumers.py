@@ -285,7 +285,7 @@ class WorkerConsumer(LiveConsumer):
     def _persist(self, assignment: Assignment, event: dict[str, Any], final: bool) -> tuple[Any, str] | None:
         """Store the progress; return the task's (owner id, status) for the dashboard.
 
-        One transaction with the assignment row locked, so two sockets of one node (a
+        One transaction with the task and assignment rows locked, so two sockets of one node (a
         reconnect landing on another web process) cannot lose each other's history points.
         Nothing is written if the assignment was settled since ``_own_running``, or if the
         row was written less than ``PERSIST_INTERVAL`` ago (by another process: this one's
@@ -293,13 +293,17 @@ class WorkerConsumer(LiveConsumer):
         step and no last step was written yet (the row's progress is below 100).
         """
         with transaction.atomic():
+            # The task row first, then the assignment's (workers.taskstate's lock order), so
+            # an expiry or a cancellation at the same moment cannot deadlock with this write.
+            task = Task.objects.select_for_update().filter(pk=assignment.task_id).values_list("owner_id", "status")
+            owner_status = task.first()
             row = (
                 Assignment.objects.select_for_update()
                 .filter(pk=assignment.pk, state__in=[Assignment.State.OFFERED, Assignment.State.RUNNING])
                 .values("history", "progress", "last_progress_at")
                 .first()
             )
-            if row is None:
+            if row is None or owner_status is None:
                 return None
             now = timezone.now()
             last = row["last_progress_at"]
@@ -314,7 +318,7 @@ class WorkerConsumer(LiveConsumer):
                 progress=event["percent"], metrics=event["metrics"], history=history, last_progress_at=now
             )
             Task.objects.filter(pk=assignment.task_id).update(progress=event["percent"], metrics=event["metrics"])
-            return Task.objects.filter(pk=assignment.task_id).values_list("owner_id", "status").first()
+            return owner_status
 
     async def _log(self, content: dict[str, Any]) -> None:
         lines = content.get("lines")

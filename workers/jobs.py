@@ -44,11 +44,12 @@ class Conflict(ValidationError):
     status_code = 409
 
 
-def describe(assignment: Assignment, base_url: str) -> dict[str, Any]:
+def describe(assignment: Assignment) -> dict[str, Any]:
     """Everything the node needs to run the job and sign its result.
 
     For a kind with a held-out split the dataset is the prepared worker-facing file,
-    never the upload (see workers.heldout)."""
+    never the upload (see workers.heldout). Its ``url`` is a path on this server: the node
+    asks the server it registered with, whatever Host or scheme a proxy in between saw."""
     task = assignment.task
     dataset = task.dataset
     sha256, size = (dataset.sha256, dataset.size_bytes) if dataset is not None else ("", 0)
@@ -73,7 +74,7 @@ def describe(assignment: Assignment, base_url: str) -> dict[str, Any]:
         "dataset": None
         if dataset is None
         else {
-            "url": f"{base_url.rstrip('/')}/api/v1/assignments/{assignment.pk}/dataset/",
+            "url": f"/api/v1/assignments/{assignment.pk}/dataset/",
             "sha256": sha256,
             "size_bytes": size,
             "format": dataset.format,

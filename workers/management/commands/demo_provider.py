@@ -56,9 +56,13 @@ class Command(BaseCommand):
                 "local-agent",
                 sign_template(offer["register_tx"], key).hex(),
             )
-            Credentials(server=options["server"], worker_id=str(worker.pk), address=key.address, token=token).save(
-                creds_path
-            )
+            Credentials(
+                server=options["server"],
+                worker_id=str(worker.pk),
+                address=key.address,
+                token=token,
+                chain_id=offer["register_tx"]["chain_id"],
+            ).save(creds_path)
         self.stdout.write(
             self.style.SUCCESS(
                 f"Demo provider: username {username!r}, password {password!r}"
