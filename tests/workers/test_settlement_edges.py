@@ -320,3 +320,12 @@ def test_the_verified_benchmark_is_measured_by_the_platform(alice: Any, bob: Any
     seconds = (assignment.submitted_at - assignment.created_at).total_seconds()
     assert alpha.worker.benchmark_gflops == pytest.approx(2 * 64**3 / seconds / 1e9, abs=1e-3)
     assert "reported_gflops" in assignment.metrics
+
+    # It is the best figure so far: a slower task later does not lower it.
+    Worker.objects.filter(pk=alpha.worker.pk).update(benchmark_gflops=12_345.0)
+    later = post_task(bob, "synthetic", {"n": 64}, budget=UNITS_PER_CREDIT)
+    (again,) = scheduler.schedule(later.pk)
+    assert alpha.submit(again, alpha.run_job(again, tmp_path / "later")).status_code == 202
+    assert verify_assignment(str(again.pk)) == "accepted"
+    refreshed(alpha.worker)
+    assert alpha.worker.benchmark_gflops == 12_345.0
