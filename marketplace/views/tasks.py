@@ -167,6 +167,17 @@ def task_detail(request: HttpRequest, pk: UUID) -> HttpResponse:
     return render(request, "marketplace/task_detail.html", context)
 
 
+# Labels for the summary keys the platform itself writes; other keys (a kind's metrics)
+# are made readable from their names.
+_RESULT_LABELS = {
+    "result_hash": "Result hash",
+    "workers": "Workers",
+    "verify_seconds": "Verification (s)",
+    "gflops": "GFLOP/s, offer to result (platform-timed)",
+    "reported_gflops": "GFLOP/s of the product (worker-reported)",
+}
+
+
 def _result_rows(summary: object) -> list[tuple[str, str]]:
     """The verified result as (label, text) rows: lists joined, keys made readable."""
     if not isinstance(summary, dict):
@@ -174,7 +185,8 @@ def _result_rows(summary: object) -> list[tuple[str, str]]:
     rows = []
     for key, value in summary.items():
         text = ", ".join(str(v) for v in value) if isinstance(value, list) else str(value)
-        rows.append((str(key).replace("_", " "), text))
+        label = _RESULT_LABELS.get(str(key)) or str(key).replace("_", " ").capitalize()
+        rows.append((label, text))
     return rows
 
 
