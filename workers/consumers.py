@@ -49,6 +49,9 @@ LOG_LINE_CHARS = 500
 HEARTBEAT_WRITE_INTERVAL = timedelta(seconds=5)
 MAX_METRICS = 32
 MAX_EXACT = 2**53  # the largest integer every JSON reader (and a float) holds exactly
+# The node's last progress point travels on this socket while its result goes over HTTP,
+# so it may arrive just after the result: a submitted job still takes its reports.
+REPORTABLE = (Assignment.State.OFFERED, Assignment.State.RUNNING, Assignment.State.SUBMITTED)
 MESSAGE_RATE = 50.0  # per second, sustained, per socket
 MESSAGE_BURST = 250
 
@@ -227,11 +230,7 @@ class WorkerConsumer(LiveConsumer):
     def _own_running(self, assignment_id: Any) -> Assignment | None:
         try:
             return (
-                Assignment.objects.filter(
-                    pk=assignment_id,
-                    worker_id=self.worker_id,
-                    state__in=[Assignment.State.OFFERED, Assignment.State.RUNNING],
-                )
+                Assignment.objects.filter(pk=assignment_id, worker_id=self.worker_id, state__in=REPORTABLE)
                 .only("pk", "task_id")  # not the history: it is read once a second, by _persist
                 .first()
             )
@@ -299,7 +298,7 @@ class WorkerConsumer(LiveConsumer):
             owner_status = task.first()
             row = (
                 Assignment.objects.select_for_update()
-                .filter(pk=assignment.pk, state__in=[Assignment.State.OFFERED, Assignment.State.RUNNING])
+                .filter(pk=assignment.pk, state__in=REPORTABLE)
                 .values("history", "progress", "last_progress_at")
                 .first()
             )

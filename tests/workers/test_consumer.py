@@ -534,3 +534,24 @@ def test_a_flooding_socket_is_closed_with_4429(job: dict[str, Any], monkeypatch:
         await again.disconnect()
 
     run(scenario)
+
+
+def test_the_last_progress_point_lands_even_after_the_result(job: dict[str, Any]) -> None:
+    """The node sends its last point on the socket and its result over HTTP; when the result
+    wins the race, the point still reaches the row and the browsers."""
+    assignment = job["assignment"]
+    Assignment.objects.filter(pk=assignment.pk).update(state=Assignment.State.SUBMITTED)
+
+    async def scenario() -> None:
+        layer, channel = await subscribe(job["task"].pk)
+        comm = socket(job["token"])
+        assert (await comm.connect())[0]
+        await comm.send_json_to(progress(assignment, 4, 4))
+        assert (await asyncio.wait_for(layer.receive(channel), timeout=5))["percent"] == 100.0
+        await barrier(comm)
+        await comm.disconnect()
+
+    run(scenario)
+    assignment.refresh_from_db()
+    assert assignment.progress == 100.0
+    assert [point["step"] for point in assignment.history] == [4]
