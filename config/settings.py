@@ -307,6 +307,9 @@ ASSIGNMENT_DEADLINE = env_int("PROOFWORK_ASSIGNMENT_DEADLINE", 3600, minimum=30)
 # A submitted result still unsettled this long after its verification was asked for is
 # sent to verification again (a lost message must not strand it; workers/jobs.py).
 VERIFY_RESEND_AFTER = env_int("PROOFWORK_VERIFY_RESEND_AFTER", 900, minimum=60)
+# A result the platform itself cannot judge (its held-out data or source model is missing)
+# this long after submission ends without penalty and is reassigned.
+VERIFY_GIVE_UP_AFTER = env_int("PROOFWORK_VERIFY_GIVE_UP_AFTER", 6 * 3600, minimum=60)
 ARTIFACT_MAX_BYTES = env_int("PROOFWORK_ARTIFACT_MAX_BYTES", 2 * 1024**3, minimum=1)
 # How often waiting tasks are offered again and silent workers' jobs expired.
 SCHEDULER_INTERVAL = env_int("PROOFWORK_SCHEDULER_INTERVAL", 5, minimum=1)

@@ -13,7 +13,7 @@ from functools import partial
 from uuid import UUID
 
 from django.conf import settings
-from django.db import OperationalError, transaction
+from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -189,7 +189,7 @@ def expire_overdue() -> int:
     for pk in list(overdue.values_list("pk", flat=True)):
         try:
             expired += _expire(pk, now, silent)
-        except OperationalError:
+        except Exception:
             log.exception("could not expire assignment %s now; the next pass tries again", pk)
     return expired
 
@@ -211,7 +211,13 @@ def _expire(assignment_id: UUID, now: datetime, silent: datetime) -> int:
         assignment.save(update_fields=["state", "settled_at", "reason"])
         taskstate.penalise(worker.pk, EXPIRE_PENALTY)
         taskstate.sync_status(task, f"{worker.name} went silent; reassigning.")
-        transaction.on_commit(partial(schedule, task.pk))
+        transaction.on_commit(partial(_enqueue_schedule, task.pk))
         transaction.on_commit(partial(worker_changed, worker.pk))
         transaction.on_commit(partial(uploads.discard, assignment.pk))
     return 1
+
+
+def _enqueue_schedule(task_id: UUID) -> None:
+    from workers.tasks import schedule_task
+
+    schedule_task.delay(str(task_id))

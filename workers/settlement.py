@@ -93,21 +93,62 @@ def accept(assignment_id: UUID, metrics: dict[str, object]) -> Assignment | None
             )
         )
         if len(accepted) >= task.replication:
-            task.result_summary = {
-                "result_hash": assignment.result["compute_result"]["result_hash"],
-                "workers": accepted,
-                **{k: v for k, v in metrics.items() if isinstance(v, int | float | str)},
-            }
-            task.progress = 100.0
-            task.save(update_fields=["result_summary", "progress"])
-            if task.status != TaskStatus.VERIFYING:
-                transition_locked(task, TaskStatus.VERIFYING, f"{len(accepted)} replicas submitted.")
-            transition_locked(task, TaskStatus.COMPLETED, "Verified and paid.")
-            ledger.refund(task.pk, reference=f"refund:{task.pk}")
+            complete(task, assignment, metrics)
         else:
             message = f"{len(accepted)}/{task.replication} replicas verified."
             taskstate.sync_status(task, message, reason=message)
             transaction.on_commit(lambda: _schedule(task.pk))
+    return assignment
+
+
+def complete(task: Task, last: Assignment, metrics: dict[str, object]) -> None:
+    """Every replica is verified: the task completes with ``last``'s result and the rest of
+    its escrow goes back to the requester (task row locked, active task)."""
+    task.result_summary = {
+        "result_hash": last.result["compute_result"]["result_hash"],
+        "workers": list(
+            Assignment.objects.filter(task=task, state=Assignment.State.ACCEPTED)
+            .order_by("settled_at")
+            .values_list("worker__address", flat=True)
+        ),
+        **{k: v for k, v in metrics.items() if isinstance(v, int | float | str)},
+    }
+    task.progress = 100.0
+    task.save(update_fields=["result_summary", "progress"])
+    if task.status != TaskStatus.VERIFYING:
+        transition_locked(task, TaskStatus.VERIFYING, "Every replica has a result.")
+    transition_locked(task, TaskStatus.COMPLETED, "Verified and paid.")
+    ledger.refund(task.pk, reference=f"refund:{task.pk}")
+
+
+def complete_stragglers() -> int:
+    """Complete active tasks whose replicas are all verified but which never completed.
+
+    Before replicas drove a task's status, a task with replication > 1 went back to open
+    when one replica was verified, and the last acceptance then never completed it (the
+    rest of its escrow stayed locked). Periodic, so such rows settle by themselves."""
+    done = 0
+    for task_id in taskstate.fully_accepted().values_list("pk", flat=True)[:100]:
+        with transaction.atomic():
+            task = Task.objects.select_for_update().get(pk=task_id)
+            last = Assignment.objects.filter(task=task, state=Assignment.State.ACCEPTED).order_by("-settled_at").first()
+            if task.status not in ACTIVE or last is None:
+                continue
+            complete(task, last, dict(last.metrics))
+            done += 1
+    return done
+
+
+def give_up(assignment_id: UUID, reason: str) -> Assignment | None:
+    """The platform cannot judge a submitted result (its own fault, for too long): the job
+    ends without penalty to the worker and is reassigned. None when already settled."""
+    with transaction.atomic():
+        assignment, task = taskstate.lock(assignment_id)
+        if assignment.state != Assignment.State.SUBMITTED:
+            return None
+        _close(assignment, Assignment.State.EXPIRED, reason)
+        taskstate.sync_status(task, f"The result of {assignment.worker.name} could not be verified; reassigning.")
+        transaction.on_commit(lambda: _schedule(task.pk))
     return assignment
 
 

@@ -9,9 +9,12 @@ gone or already done, so a redelivered message is harmless.
 from __future__ import annotations
 
 import logging
+from datetime import timedelta
 
 from celery import shared_task
+from django.conf import settings
 from django.db import OperationalError
+from django.utils import timezone
 
 from workers import jobs, retention, scheduler, settlement, verifiers
 from workers.models import Assignment
@@ -28,13 +31,18 @@ def schedule_task(task_id: str) -> int:
 def schedule_waiting() -> int:
     """Periodic: expire silent or overdue jobs, ask again for stalled verifications, then
     try every waiting task again."""
-    scheduler.expire_overdue()
-    jobs.resend_stalled_verifications()
+    # Each step, and each task in the last, is on its own: one failing row must not stop
+    # expiry, resends and scheduling for every other task.
+    for step in (scheduler.expire_overdue, jobs.resend_stalled_verifications, settlement.complete_stragglers):
+        try:
+            step()
+        except Exception:
+            log.exception("%s failed; the next pass tries again", step.__name__)
     offered = 0
     for task_id in scheduler.open_tasks_waiting():
         try:
             offered += len(scheduler.schedule(task_id))
-        except OperationalError:  # a lock or a lost connection: that task waits for the next pass
+        except Exception:
             log.exception("scheduling task %s failed; the next pass tries again", task_id)
     return offered
 
@@ -62,8 +70,17 @@ def verify_assignment(assignment_id: str) -> str:
         return "skipped"
     try:
         verdict = verifiers.verify(assignment)
-    except (OperationalError, verifiers.PlatformFault):
-        raise  # the platform's database or data, not the worker's result: retried or resent
+    except OperationalError:
+        raise  # the platform's database, not the worker's result: retried above
+    except verifiers.PlatformFault as exc:
+        # The platform's own data, not the worker's result: asked again later
+        # (resend_stalled_verifications), until it has failed for too long.
+        submitted = assignment.submitted_at or timezone.now()
+        if timezone.now() - submitted < timedelta(seconds=settings.VERIFY_GIVE_UP_AFTER):
+            raise
+        log.error("giving up verifying %s: %s", assignment_id, exc)
+        settlement.give_up(assignment.pk, f"The platform could not verify this result: {exc}")
+        return "given-up"
     except Exception as exc:  # a verifier crash on worker data is a rejection, not a lost job
         log.exception("verifier failed on %s", assignment_id)
         verdict = verifiers.Verdict(False, f"verification error: {type(exc).__name__}")

@@ -89,6 +89,15 @@ def needing_workers() -> QuerySet[Task]:
     )
 
 
+def fully_accepted() -> QuerySet[Task]:
+    """Active tasks with as many accepted replicas as their replication (to complete)."""
+    return (
+        Task.objects.filter(status__in=ACTIVE)
+        .annotate(accepted=Count("assignments", filter=Q(assignments__state=Assignment.State.ACCEPTED)))
+        .filter(accepted__gte=F("replication"))
+    )
+
+
 def penalise(worker_id: Any, points: int) -> None:
     """Take reputation points from a worker, never below zero (one clamped update)."""
     Worker.objects.filter(pk=worker_id).update(reputation=Greatest(F("reputation") - points, 0))

@@ -329,3 +329,99 @@ def test_the_verified_benchmark_is_measured_by_the_platform(alice: Any, bob: Any
     assert verify_assignment(str(again.pk)) == "accepted"
     refreshed(alpha.worker)
     assert alpha.worker.benchmark_gflops == 12_345.0
+
+
+def test_a_task_left_open_with_every_replica_paid_completes_on_the_next_pass(
+    alice: Any, bob: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before replicas drove the status, such a task sat open with its escrow locked."""
+    from workers import settlement
+    from workers.tasks import schedule_waiting
+
+    one, two = Provider(alice, "one"), Provider(alice, "two")
+    task = post_task(bob, "synthetic", {"n": 64}, budget=3 * UNITS_PER_CREDIT, replication=2)
+    with monkeypatch.context() as old_code:  # the last acceptance completes nothing, as before
+        old_code.setattr(settlement, "complete", lambda *args: None)
+        for assignment in scheduler.schedule(task.pk):
+            provider = one if assignment.worker_id == one.worker.pk else two
+            body = provider.run_job(assignment, tmp_path / provider.worker.name)
+            assert provider.submit(assignment, body).status_code == 202
+            assert verify_assignment(str(assignment.pk)) == "accepted"
+    Task.objects.filter(pk=task.pk).update(status=TaskStatus.OPEN)
+    left = escrowed(task)
+    assert left > 0
+
+    schedule_waiting()
+    refreshed(task)
+    assert task.status == TaskStatus.COMPLETED
+    assert sorted(task.result_summary["workers"]) == sorted([one.worker.address, two.worker.address])
+    assert escrowed(task) == 0
+    assert not Assignment.objects.filter(task=task).exclude(state=Assignment.State.ACCEPTED).exists()
+
+
+def test_a_replica_submitted_while_an_old_task_sat_open_is_still_paid(alice: Any, bob: Any, tmp_path: Path) -> None:
+    one, two = Provider(alice, "one"), Provider(alice, "two")
+    task = post_task(bob, "synthetic", {"n": 64}, budget=3 * UNITS_PER_CREDIT, replication=2)
+    created = scheduler.schedule(task.pk)
+    first, second = by_worker(created, one), by_worker(created, two)
+    assert one.submit(first, one.run_job(first, tmp_path / "one")).status_code == 202
+    assert verify_assignment(str(first.pk)) == "accepted"
+    Task.objects.filter(pk=task.pk).update(status=TaskStatus.OPEN)  # where the old code left it
+    assert two.submit(second, two.run_job(second, tmp_path / "two")).status_code == 202
+    assert verify_assignment(str(second.pk)) == "accepted"
+    refreshed(task)
+    assert task.status == TaskStatus.COMPLETED
+
+
+def test_one_failing_row_does_not_stop_the_periodic_pass(alice: Any, bob: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from workers import heldout
+    from workers.tasks import schedule_waiting
+
+    broken = post_task(bob, "synthetic", {"n": 64}, budget=UNITS_PER_CREDIT)
+    fine = post_task(bob, "synthetic", {"n": 64}, budget=UNITS_PER_CREDIT)
+    alpha = Provider(alice, "alpha")
+    prepare = heldout.ensure_prepared
+
+    def flaky(task_id: Any) -> bool:
+        if task_id == broken.pk:
+            raise FileNotFoundError("the dataset file went missing")
+        return prepare(task_id)
+
+    monkeypatch.setattr(heldout, "ensure_prepared", flaky)
+    schedule_waiting()
+    assert Assignment.objects.filter(task=fine, worker=alpha.worker).exists()
+    assert not Assignment.objects.filter(task=broken).exists()
+
+
+def test_a_result_the_platform_cannot_judge_is_given_up_without_penalty_in_the_end(
+    alice: Any, bob: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, settings: Any
+) -> None:
+    from datetime import timedelta
+
+    from workers import verifiers
+
+    alpha = Provider(alice, "alpha")
+    task = post_task(bob, "synthetic", {"n": 64}, budget=UNITS_PER_CREDIT, max_attempts=2)
+    (assignment,) = scheduler.schedule(task.pk)
+    assert alpha.submit(assignment, alpha.run_job(assignment, tmp_path)).status_code == 202
+    reputation = Worker.objects.get(pk=alpha.worker.pk).reputation
+
+    def broken(_: Any) -> Any:
+        raise verifiers.PlatformFault("the held-out split is missing")
+
+    monkeypatch.setattr(verifiers, "verify", broken)
+    with pytest.raises(verifiers.PlatformFault):
+        verify_assignment(str(assignment.pk))  # early on: an error, asked again later
+    refreshed(assignment)
+    assert assignment.state == Assignment.State.SUBMITTED
+
+    assert assignment.submitted_at is not None
+    Assignment.objects.filter(pk=assignment.pk).update(
+        submitted_at=assignment.submitted_at - timedelta(seconds=settings.VERIFY_GIVE_UP_AFTER + 1)
+    )
+    assert verify_assignment(str(assignment.pk)) == "given-up"
+    refreshed(assignment, task, alpha.worker)
+    assert assignment.state == Assignment.State.EXPIRED
+    assert "could not verify" in assignment.reason
+    assert alpha.worker.reputation == reputation
+    assert task.status == TaskStatus.OPEN
