@@ -11,8 +11,10 @@ from __future__ import annotations
 import os
 import secrets
 import socket
+import socketserver
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -48,9 +50,22 @@ def child_env(**extra: str) -> dict[str, str]:
 
 
 @contextmanager
-def spawn(args: list[str], log: Path, env: dict[str, str]) -> Iterator[subprocess.Popen[bytes]]:
+def serving(server: socketserver.BaseServer) -> Iterator[None]:
+    """Run a stand-in server (http.server and friends) on a thread for the block."""
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@contextmanager
+def spawn(args: list[str], log: Path, env: dict[str, str], cwd: Path = ROOT) -> Iterator[subprocess.Popen[bytes]]:
+    """Run a child process for the block, its output in ``log``; terminated (then killed) after."""
     with log.open("wb") as out:
-        proc = subprocess.Popen(args, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(args, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT)
         try:
             yield proc
         finally:

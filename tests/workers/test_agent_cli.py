@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import io
 import json
-import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -21,6 +20,7 @@ from typing import Any
 import pytest
 
 from ledger import keys
+from tests.workers.processes import serving
 from workers.agent.cli import main
 from workers.agent.identity import Credentials, init_key, load_key
 from workers.agent.trust import insecure_server
@@ -74,11 +74,8 @@ class Handler(BaseHTTPRequestHandler):
 @pytest.fixture
 def platform() -> Iterator[Platform]:
     server = Platform()
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    yield server
-    server.shutdown()
-    server.server_close()
+    with serving(server):
+        yield server
 
 
 @pytest.fixture

@@ -15,9 +15,7 @@ from __future__ import annotations
 import json
 import os
 import socket
-import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -27,6 +25,7 @@ from typing import Any
 
 import pytest
 
+from tests.workers.processes import serving, spawn
 from workers.agent.identity import Credentials, init_key
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -71,11 +70,8 @@ class Handler(BaseHTTPRequestHandler):
 @pytest.fixture
 def platform() -> Iterator[Platform]:
     server = Platform()
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    yield server
-    server.shutdown()
-    server.server_close()
+    with serving(server):
+        yield server
 
 
 @contextmanager
@@ -90,17 +86,8 @@ def agent(tmp_path: Path, platform: Platform, *broker: str) -> Iterator[Path]:
     env["PYTHONPATH"] = str(ROOT)
     log = tmp_path / "agent.log"
     args = [sys.executable, "-m", "workers.agent", "--key", str(key_path), "run", *broker]
-    with log.open("wb") as out:
-        proc = subprocess.Popen(args, cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT)
-        try:
-            yield log
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+    with spawn(args, log, env, cwd=tmp_path):
+        yield log
 
 
 def wait_for_text(log: Path, text: str, timeout: float) -> None:
