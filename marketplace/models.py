@@ -155,14 +155,14 @@ S = TaskStatus
 # OPEN for reassignment; COMPLETED, FAILED and CANCELLED are final.
 # While work is in hand a task's status follows its replicas (workers/taskstate.py): with
 # replication > 1 one replica may be verified while another runs or waits for a worker, so
-# the four active statuses reach one another. Only a task still without a submitted
-# result can be cancelled.
+# the four active statuses reach one another, and each reaches COMPLETED when the last
+# replica is verified. Only a task still without a submitted result can be cancelled.
 ACTIVE = frozenset({S.OPEN, S.ASSIGNED, S.RUNNING, S.VERIFYING})
 TRANSITIONS: dict[str, frozenset[str]] = {
     S.DRAFT: frozenset({S.OPEN, S.CANCELLED}),
-    S.OPEN: frozenset({S.ASSIGNED, S.RUNNING, S.VERIFYING, S.CANCELLED, S.FAILED}),
-    S.ASSIGNED: frozenset({S.RUNNING, S.OPEN, S.VERIFYING, S.CANCELLED, S.FAILED}),
-    S.RUNNING: frozenset({S.VERIFYING, S.OPEN, S.ASSIGNED, S.CANCELLED, S.FAILED}),
+    S.OPEN: frozenset({S.ASSIGNED, S.RUNNING, S.VERIFYING, S.COMPLETED, S.CANCELLED, S.FAILED}),
+    S.ASSIGNED: frozenset({S.RUNNING, S.OPEN, S.VERIFYING, S.COMPLETED, S.CANCELLED, S.FAILED}),
+    S.RUNNING: frozenset({S.VERIFYING, S.OPEN, S.ASSIGNED, S.COMPLETED, S.CANCELLED, S.FAILED}),
     S.VERIFYING: frozenset({S.COMPLETED, S.FAILED, S.OPEN, S.ASSIGNED, S.RUNNING}),
     S.COMPLETED: frozenset(),
     S.FAILED: frozenset(),

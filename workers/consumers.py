@@ -294,8 +294,9 @@ class WorkerConsumer(LiveConsumer):
         with transaction.atomic():
             # The task row first, then the assignment's (workers.taskstate's lock order), so
             # an expiry or a cancellation at the same moment cannot deadlock with this write.
-            task = Task.objects.select_for_update().filter(pk=assignment.task_id).values_list("owner_id", "status")
-            owner_status = task.first()
+            owner_status = (
+                Task.objects.select_for_update().filter(pk=assignment.task_id).values_list("owner_id", "status").first()
+            )
             row = (
                 Assignment.objects.select_for_update()
                 .filter(pk=assignment.pk, state__in=REPORTABLE)

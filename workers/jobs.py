@@ -139,7 +139,7 @@ def fail(worker: Worker, assignment_id: UUID, reason: Any) -> Assignment:
         transaction.on_commit(partial(uploads.discard, assignment.pk))
         taskstate.penalise(worker.pk, FAIL_PENALTY)
         taskstate.sync_status(task, f"{worker.name} could not finish ({reason[:150]}); reassigning.")
-        transaction.on_commit(partial(_enqueue_schedule, task.pk))
+        transaction.on_commit(partial(taskstate.schedule_later, task.pk))
     return assignment
 
 
@@ -157,12 +157,6 @@ def abandon_running(worker: Worker) -> list[Assignment]:
         except Conflict:
             continue  # settled meanwhile
     return abandoned
-
-
-def _enqueue_schedule(task_id: UUID) -> None:
-    from workers.tasks import schedule_task
-
-    schedule_task.delay(str(task_id))
 
 
 def artifact_path(assignment: Assignment | UUID, name: str) -> str:

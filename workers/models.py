@@ -111,6 +111,8 @@ ASSIGNMENT_TRANSITIONS: dict[str, frozenset[str]] = {
     A.EXPIRED: frozenset(),
 }
 SETTLED = frozenset({A.ACCEPTED, A.REJECTED, A.EXPIRED})
+# A worker holds at most one of these at a time: its SUBMIT_RESULT nonce is then the next one.
+UNSETTLED = (A.OFFERED, A.RUNNING, A.SUBMITTED)
 
 
 class Assignment(models.Model):

@@ -22,14 +22,12 @@ from marketplace.models import ACTIVE, Task, TaskStatus
 from marketplace.services import transition_locked
 from workers import heldout, taskstate, uploads
 from workers.dashboard import worker_changed
-from workers.models import Assignment, Worker
+from workers.models import UNSETTLED, Assignment, Worker
 
 log = logging.getLogger(__name__)
 
 GENESIS_SEED = "0" * 64
 EXPIRE_PENALTY = 5  # reputation points lost when a job expires in a worker's hands
-# A worker holds at most one of these at a time: its SUBMIT_RESULT nonce is then the next one.
-UNSETTLED = (Assignment.State.OFFERED, Assignment.State.RUNNING, Assignment.State.SUBMITTED)
 
 
 def latest_block_hash() -> str:
@@ -117,10 +115,9 @@ def schedule(task_id: UUID) -> list[Assignment]:
         if missing <= 0:
             return []
         workers = _lock_free_workers(eligible_workers(task, exclude={w for w, _ in previous}), missing)
+        short = missing - len(workers)
+        reason = _short_reason(task, short) if short else ""
         if not workers:
-            reason = waiting_reason(task)
-            if missing < task.replication:
-                reason = f"{task.replication - missing}/{task.replication} replicas in hand. {reason}"
             if task.status_reason != reason:
                 task.status_reason = reason
                 task.save(update_fields=["status_reason", "updated_at"])
@@ -134,14 +131,17 @@ def schedule(task_id: UUID) -> list[Assignment]:
             for w in workers
         ]
         names = ", ".join(w.name for w in workers)
-        short = missing - len(workers)
-        held = task.replication - short
-        reason = f"{held}/{task.replication} replicas in hand. {waiting_reason(task)}" if short else ""
         taskstate.sync_status(task, f"Assigned to {names}.", reason=reason)
         for assignment in created:
             transaction.on_commit(partial(dispatch, assignment))
             transaction.on_commit(partial(worker_changed, assignment.worker_id))
     return created
+
+
+def _short_reason(task: Task, short: int) -> str:
+    """Why the task still waits for ``short`` more workers (with how many it has, if any)."""
+    held = task.replication - short
+    return (f"{held}/{task.replication} replicas in hand. " if held else "") + waiting_reason(task)
 
 
 def _after_failure(task: Task) -> None:
@@ -211,13 +211,7 @@ def _expire(assignment_id: UUID, now: datetime, silent: datetime) -> int:
         assignment.save(update_fields=["state", "settled_at", "reason"])
         taskstate.penalise(worker.pk, EXPIRE_PENALTY)
         taskstate.sync_status(task, f"{worker.name} went silent; reassigning.")
-        transaction.on_commit(partial(_enqueue_schedule, task.pk))
+        transaction.on_commit(partial(taskstate.schedule_later, task.pk))
         transaction.on_commit(partial(worker_changed, worker.pk))
         transaction.on_commit(partial(uploads.discard, assignment.pk))
     return 1
-
-
-def _enqueue_schedule(task_id: UUID) -> None:
-    from workers.tasks import schedule_task
-
-    schedule_task.delay(str(task_id))

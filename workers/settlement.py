@@ -87,17 +87,13 @@ def accept(assignment_id: UUID, metrics: dict[str, object]) -> Assignment | None
                 else {}
             ),
         )
-        accepted = list(
-            Assignment.objects.filter(task=task, state=Assignment.State.ACCEPTED).values_list(
-                "worker__address", flat=True
-            )
-        )
-        if len(accepted) >= task.replication:
+        accepted = Assignment.objects.filter(task=task, state=Assignment.State.ACCEPTED).count()
+        if accepted >= task.replication:
             complete(task, assignment, metrics)
         else:
-            message = f"{len(accepted)}/{task.replication} replicas verified."
+            message = f"{accepted}/{task.replication} replicas verified."
             taskstate.sync_status(task, message, reason=message)
-            transaction.on_commit(lambda: _schedule(task.pk))
+            transaction.on_commit(partial(taskstate.schedule_later, task.pk))
     return assignment
 
 
@@ -115,8 +111,6 @@ def complete(task: Task, last: Assignment, metrics: dict[str, object]) -> None:
     }
     task.progress = 100.0
     task.save(update_fields=["result_summary", "progress"])
-    if task.status != TaskStatus.VERIFYING:
-        transition_locked(task, TaskStatus.VERIFYING, "Every replica has a result.")
     transition_locked(task, TaskStatus.COMPLETED, "Verified and paid.")
     ledger.refund(task.pk, reference=f"refund:{task.pk}")
 
@@ -148,7 +142,7 @@ def give_up(assignment_id: UUID, reason: str) -> Assignment | None:
             return None
         _close(assignment, Assignment.State.EXPIRED, reason)
         taskstate.sync_status(task, f"The result of {assignment.worker.name} could not be verified; reassigning.")
-        transaction.on_commit(lambda: _schedule(task.pk))
+        transaction.on_commit(partial(taskstate.schedule_later, task.pk))
     return assignment
 
 
@@ -162,7 +156,7 @@ def reject(assignment_id: UUID, reason: str) -> Assignment | None:
         _close(assignment, Assignment.State.REJECTED, reason)
         taskstate.penalise(assignment.worker_id, REPUTATION_DOWN)
         taskstate.sync_status(task, f"Result of {assignment.worker.name} rejected: {reason[:200]}")
-        transaction.on_commit(lambda: _schedule(task.pk))
+        transaction.on_commit(partial(taskstate.schedule_later, task.pk))
     return assignment
 
 
@@ -178,9 +172,3 @@ def _close(assignment: Assignment, state: str, reason: str = "") -> None:
 def refund_task(task: Task) -> None:
     """Return a failed or cancelled task's whole escrow (within the caller's transaction)."""
     ledger.refund(task.pk, reference=f"refund:{task.pk}")
-
-
-def _schedule(task_id: UUID) -> None:
-    from workers.tasks import schedule_task
-
-    schedule_task.delay(str(task_id))

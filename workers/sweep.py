@@ -28,9 +28,7 @@ from ledger import encoding, gas
 from ledger import services as ledger
 from ledger.models import Transaction, TxStatus
 from workers.jobs import Conflict
-from workers.models import Assignment, Worker
-
-UNSETTLED = (Assignment.State.OFFERED, Assignment.State.RUNNING, Assignment.State.SUBMITTED)
+from workers.models import UNSETTLED, Assignment, Worker
 
 
 @dataclass(frozen=True)

@@ -26,9 +26,9 @@ from marketplace.models import ACTIVE, IllegalTransition, Task, TaskStatus
 from marketplace.services import transition_locked
 from workers import uploads
 from workers.dashboard import worker_changed
-from workers.models import Assignment, Worker
+from workers.models import UNSETTLED, Assignment, Worker
 
-LIVE = (Assignment.State.OFFERED, Assignment.State.RUNNING, Assignment.State.SUBMITTED)
+LIVE = UNSETTLED
 # Replicas that count toward the task's replication: live or already paid.
 HELD = (*LIVE, Assignment.State.ACCEPTED)
 
@@ -96,6 +96,13 @@ def fully_accepted() -> QuerySet[Task]:
         .annotate(accepted=Count("assignments", filter=Q(assignments__state=Assignment.State.ACCEPTED)))
         .filter(accepted__gte=F("replication"))
     )
+
+
+def schedule_later(task_id: Any) -> None:
+    """Queue a scheduling pass for the task (on the control queue); call it on commit."""
+    from workers.tasks import schedule_task
+
+    schedule_task.delay(str(task_id))
 
 
 def penalise(worker_id: Any, points: int) -> None:

@@ -406,19 +406,26 @@ def test_a_recent_write_by_another_web_process_holds_progress_back(
     assert [point["step"] for point in assignment.history] == [4]
 
 
-def test_a_step_short_of_the_last_is_never_shown_as_done(job: dict[str, Any]) -> None:
-    assignment = job["assignment"]
+def one_progress_event(job: dict[str, Any], step: int, total: int) -> float:
+    """Send one progress event on a fresh socket; the percent the task's browsers got."""
+    seen: list[float] = []
 
     async def scenario() -> None:
         layer, channel = await subscribe(job["task"].pk)
         comm = socket(job["token"])
         assert (await comm.connect())[0]
-        await comm.send_json_to(progress(assignment, 99_999, 100_000))
-        assert (await asyncio.wait_for(layer.receive(channel), timeout=5))["percent"] == 99.99
+        await comm.send_json_to(progress(job["assignment"], step, total))
+        seen.append((await asyncio.wait_for(layer.receive(channel), timeout=5))["percent"])
         await barrier(comm)
         await comm.disconnect()
 
     run(scenario)
+    return seen[0]
+
+
+def test_a_step_short_of_the_last_is_never_shown_as_done(job: dict[str, Any]) -> None:
+    assignment = job["assignment"]
+    assert one_progress_event(job, 99_999, 100_000) == 99.99
     assignment.refresh_from_db()
     assert assignment.progress == 99.99
 
@@ -541,17 +548,7 @@ def test_the_last_progress_point_lands_even_after_the_result(job: dict[str, Any]
     wins the race, the point still reaches the row and the browsers."""
     assignment = job["assignment"]
     Assignment.objects.filter(pk=assignment.pk).update(state=Assignment.State.SUBMITTED)
-
-    async def scenario() -> None:
-        layer, channel = await subscribe(job["task"].pk)
-        comm = socket(job["token"])
-        assert (await comm.connect())[0]
-        await comm.send_json_to(progress(assignment, 4, 4))
-        assert (await asyncio.wait_for(layer.receive(channel), timeout=5))["percent"] == 100.0
-        await barrier(comm)
-        await comm.disconnect()
-
-    run(scenario)
+    assert one_progress_event(job, 4, 4) == 100.0
     assignment.refresh_from_db()
     assert assignment.progress == 100.0
     assert [point["step"] for point in assignment.history] == [4]

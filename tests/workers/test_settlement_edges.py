@@ -69,7 +69,8 @@ def test_a_task_with_two_replicas_completes_whatever_order_they_finish_in(alice:
     assert sorted(task.result_summary["workers"]) == sorted([one.worker.address, two.worker.address])
     # Both were paid; what the two rewards did not use went back to bob.
     assert escrowed(task) == 0
-    assert ledger.balance(one.worker.owner) == ledger.balance(alice)  # (both nodes are alice's)
+    assert ledger.address_balance(one.worker.address) > 0
+    assert ledger.address_balance(two.worker.address) > 0
     assert Worker.objects.get(pk=one.worker.pk).jobs_done == 1
     assert Worker.objects.get(pk=two.worker.pk).jobs_done == 1
 
