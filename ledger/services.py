@@ -106,6 +106,27 @@ def _lock_accounts(*addresses: str, fee: bool = False) -> dict[str, Account]:
     return {a.address: a for a in Account.objects.select_for_update().filter(address__in=wanted).order_by("address")}
 
 
+def lock_task_accounts(task_id: uuid.UUID, *addresses: str) -> None:
+    """Lock, in one statement and in address order, every account that settling the task
+    can touch: its escrow, the escrow's owner (a refund), the platform account (fees and
+    REJECT_RESULT) and ``addresses`` (the worker). A caller that moves money in several
+    steps (pay, admit the worker's transaction, refund) calls this first, so the steps
+    re-lock rows it already holds and it never holds one account while waiting for a
+    lower one, which a sealer locking the same accounts in address order would deadlock
+    against. Unseen ``addresses`` get empty accounts first (see ``_ensure_receivers``)."""
+    ensure_system_accounts()
+    escrow = escrow_account(task_id)
+    wanted = [*addresses, context().validator]
+    if escrow is not None:
+        wanted.append(escrow.address)
+        if escrow.user_id is not None:
+            wanted.extend(
+                Account.objects.filter(user_id=escrow.user_id, kind=AccountKind.USER).values_list("address", flat=True)
+            )
+    _ensure_receivers(*addresses)
+    _lock_accounts(*wanted)
+
+
 def ensure_user_account(user: Any) -> Account:
     """The user's custodial account, created with a fresh key pair on first call.
     Call at sign-up; every other service calls it too, so it is never missing."""

@@ -60,7 +60,7 @@ class AssignmentDatasetView(WorkerAPIView):
         assignment = self.assignment(assignment_id)
         if assignment.state not in (Assignment.State.OFFERED, Assignment.State.RUNNING):
             # The job is over: the requester's data goes to a worker only while it works on it.
-            raise jobs.Conflict({"state": [f"This assignment is {assignment.state}; its dataset is closed."]})
+            raise jobs.wrong_state(assignment.state, "its dataset is closed.")
         dataset = assignment.task.dataset
         if dataset is None:
             raise NotFound("This task has no dataset.")

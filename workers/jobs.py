@@ -44,6 +44,13 @@ class Conflict(ValidationError):
     status_code = 409
 
 
+def wrong_state(state: str, consequence: str) -> Conflict:
+    """409 for an assignment in a state that forbids the request. Besides the sentence
+    under ``state``, ``assignment_state`` names the state, so a client (the agent, after a
+    result whose answer was lost) can act on it without parsing prose."""
+    return Conflict({"state": [f"This assignment is {state}; {consequence}"], "assignment_state": state})
+
+
 def describe(assignment: Assignment) -> dict[str, Any]:
     """Everything the node needs to run the job and sign its result.
 
@@ -106,7 +113,7 @@ def start(worker: Worker, assignment_id: UUID) -> Assignment:
         if assignment.state == Assignment.State.RUNNING:
             return assignment
         if assignment.state != Assignment.State.OFFERED:
-            raise Conflict({"state": [f"This assignment is {assignment.state}; it cannot start."]})
+            raise wrong_state(assignment.state, "it cannot start.")
         if assignment.deadline <= timezone.now():
             raise Conflict({"state": ["This assignment's deadline has passed."]})
         assignment.state = Assignment.State.RUNNING
@@ -130,7 +137,7 @@ def fail(worker: Worker, assignment_id: UUID, reason: Any) -> Assignment:
     with transaction.atomic():
         assignment, task = taskstate.lock(assignment_id, worker=worker)
         if assignment.state not in (Assignment.State.OFFERED, Assignment.State.RUNNING):
-            raise Conflict({"state": [f"This assignment is {assignment.state}; it cannot fail now."]})
+            raise wrong_state(assignment.state, "it cannot fail now.")
         assignment.state = Assignment.State.EXPIRED
         assignment.settled_at = timezone.now()
         assignment.reason = f"The worker gave up: {reason}"
@@ -183,7 +190,7 @@ def store_artifact(
             # Read under the lock: a submission or expiry that got there first closed them.
             state = Assignment.objects.filter(pk=assignment.pk).values_list("state", flat=True).get()
             if state != Assignment.State.RUNNING:
-                raise Conflict({"state": [f"This assignment is {state}; artifacts are closed."]})
+                raise wrong_state(state, "artifacts are closed.")
             if part is None:
                 uploads.save_whole(path, upload)
                 return {"name": name, "size_bytes": upload.size, "complete": True}
@@ -223,7 +230,7 @@ def _close_with_result(worker: Worker, assignment_id: UUID, result: Any, tx_body
     with transaction.atomic():
         assignment, task = taskstate.lock(assignment_id, worker=worker)
         if assignment.state != Assignment.State.RUNNING:
-            raise Conflict({"state": [f"This assignment is {assignment.state}; it takes no result."]})
+            raise wrong_state(assignment.state, "it takes no result.")
         if result.task_id != str(assignment.task_id):
             raise ValidationError({"compute_result": ["task_id is not this assignment's task."]})
         if result.worker_address != worker.address:
@@ -334,7 +341,7 @@ def source_model_file(assignment: Assignment, name: str) -> str:
     Anything else is reported missing.
     """
     if assignment.state not in (Assignment.State.OFFERED, Assignment.State.RUNNING):
-        raise Conflict({"state": [f"This assignment is {assignment.state}; its model is closed."]})
+        raise wrong_state(assignment.state, "its model is closed.")
     source_id = assignment.task.spec.get("source_task") if isinstance(assignment.task.spec, dict) else None
     source = (
         Task.objects.filter(pk=source_id, owner_id=assignment.task.owner_id, status=TaskStatus.COMPLETED).first()

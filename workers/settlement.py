@@ -64,6 +64,9 @@ def accept(assignment_id: UUID, metrics: dict[str, object]) -> Assignment | None
         from workers.jobs import tx_from_json
 
         tx, signature = tx_from_json(assignment.result["transaction"])
+        # Every account this settlement touches, locked at once (see lock_task_accounts);
+        # the nonce is read under the worker account's lock, so it cannot move after.
+        ledger.lock_task_accounts(task.pk, worker.address)
         if ledger.next_nonce(worker.address) > tx.nonce:
             raise ResultVoid(f"the worker spent nonce {tx.nonce}, which its result's transaction carries")
         reward = reward_per_replica(task)

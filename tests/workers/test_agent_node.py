@@ -219,19 +219,43 @@ def test_a_result_is_given_up_only_at_the_deadline(
     assert len(platform.paths("/result/")) > 8
 
 
+def _lost(request: httpx.Request) -> httpx.Response:
+    raise httpx.ReadError("connection reset", request=request)
+
+
+@pytest.mark.parametrize(
+    "conflict",
+    [
+        {"state": ["This assignment is submitted; it takes no result."], "assignment_state": "submitted"},
+        {"state": ["This assignment is accepted; it takes no result."], "assignment_state": "accepted"},
+        # A server from before ``assignment_state``: the sentence alone says it.
+        {"state": ["This assignment is submitted; it takes no result."]},
+    ],
+)
 def test_a_409_after_a_lost_answer_is_a_submission(
-    node: Node, platform: Platform, clock: Clock, ran: list[bytes]
+    node: Node, platform: Platform, clock: Clock, ran: list[bytes], conflict: dict[str, Any]
 ) -> None:
     """The first POST went through but its answer was lost; the platform's 409 for the
     retry says so."""
-    conflict = {"state": ["This assignment is submitted; it takes no result."]}
-
-    def lost(request: httpx.Request) -> httpx.Response:
-        raise httpx.ReadError("connection reset", request=request)
-
-    platform.answers["/result/"] = [lost, status(409, conflict)]
+    platform.answers["/result/"] = [_lost, status(409, conflict)]
     assert node.run_assignment(ASSIGNMENT) == "submitted"
     assert platform.paths("/fail/") == []
+
+
+def test_a_409_for_an_expired_job_after_a_lost_answer_is_not_a_submission(
+    node: Node, platform: Platform, clock: Clock, ran: list[bytes]
+) -> None:
+    """The deadline passed while the answer was lost: the job was reassigned and the node
+    must not count it as delivered, even if the sentence were reworded to mention a state
+    that has a result (the field decides, not the prose)."""
+    conflict = {
+        "state": ["This assignment is expired; a result that is submitted now is refused."],
+        "assignment_state": "expired",
+    }
+    platform.answers["/result/"] = [_lost, status(409, conflict)]
+    assert node.run_assignment(ASSIGNMENT) == "refused"
+    (fail,) = platform.bodies["fail"]
+    assert "HTTP 409" in fail["reason"]
 
 
 def test_a_refused_result_is_reported_as_a_failure(

@@ -104,7 +104,10 @@ def test_an_honest_result_is_verified_and_paid_and_a_duplicate_is_harmless(
 
     again = alpha.submit(assignment, body)
     assert again.status_code == 409
-    assert again.json() == {"state": ["This assignment is submitted; it takes no result."]}
+    assert again.json() == {
+        "state": ["This assignment is submitted; it takes no result."],
+        "assignment_state": "submitted",
+    }
 
     assert verify_assignment(str(assignment.pk)) == "accepted"
     assert verify_assignment(str(assignment.pk)) == "skipped"  # a redelivered message changes nothing
@@ -119,7 +122,10 @@ def test_an_honest_result_is_verified_and_paid_and_a_duplicate_is_harmless(
     settled = money()
     late = alpha.submit(assignment, body)
     assert late.status_code == 409
-    assert late.json() == {"state": ["This assignment is accepted; it takes no result."]}
+    assert late.json() == {
+        "state": ["This assignment is accepted; it takes no result."],
+        "assignment_state": "accepted",
+    }
     assert money() == settled
     assert Transaction.objects.filter(type="SUBMIT_RESULT", sender=alpha.worker.address).count() == 1
 
@@ -132,7 +138,10 @@ def test_a_result_for_an_expired_assignment_is_refused(alpha: Provider, assignme
     before = money()
     response = alpha.submit(assignment, body)
     assert response.status_code == 409
-    assert response.json() == {"state": ["This assignment is expired; it takes no result."]}
+    assert response.json() == {
+        "state": ["This assignment is expired; it takes no result."],
+        "assignment_state": "expired",
+    }
     assert money() == before
     assert Assignment.objects.get(pk=assignment.pk).result == {}
 

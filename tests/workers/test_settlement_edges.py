@@ -140,7 +140,7 @@ def test_cancelling_a_running_task_ends_its_job_without_penalty(alice: Any, bob:
     # The node learns it on its next call; nothing is paid, nothing is stranded.
     late = alpha.submit(assignment, body)
     assert late.status_code == 409
-    assert late.json() == {"state": ["This assignment is expired; it takes no result."]}
+    assert late.json() == {"state": ["This assignment is expired; it takes no result."], "assignment_state": "expired"}
     # The worker is free for the next task at once.
     other = post_task(bob, "synthetic", {"n": 64}, budget=UNITS_PER_CREDIT)
     (next_job,) = scheduler.schedule(other.pk)

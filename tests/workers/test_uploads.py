@@ -195,5 +195,8 @@ def test_submitting_closes_the_artifacts(alpha: Provider, bob: Any, tmp_path: Pa
     assert sorted(p.name for p in folder.iterdir()) == ["product.safetensors"]
     late = put(alpha.client, url, b"y" * 100, None)
     assert late.status_code == 409
-    assert late.json() == {"state": ["This assignment is submitted; artifacts are closed."]}
+    assert late.json() == {
+        "state": ["This assignment is submitted; artifacts are closed."],
+        "assignment_state": "submitted",
+    }
     assert stored(assignment) == product

@@ -49,7 +49,9 @@ RETRY_ATTEMPTS = 8  # requests and downloads: 1+2+4+8+16+30+30 s of waiting, abo
 RETRY_MAX_DELAY = 30.0
 DATASET_FORMAT = re.compile(r"[a-z0-9]{1,8}")  # spliced into a file name: nothing else may pass
 ABANDON_PATH = "/api/v1/workers/me/abandon/"
-# The platform's 409 for a result it already has (workers.jobs._close_with_result).
+# The platform's 409 for a result it already has (workers.jobs.wrong_state): the states in
+# its ``assignment_state``, and the sentence servers before that field sent alone.
+_HAS_RESULT = frozenset({"submitted", "accepted", "rejected"})
 _ALREADY_SUBMITTED = re.compile(r"\bis (submitted|accepted|rejected)\b")
 
 
@@ -87,7 +89,11 @@ def _already_submitted(response: httpx.Response) -> bool:
         body = response.json()
     except ValueError:
         return False
-    messages = body.get("state") if isinstance(body, dict) else None
+    if not isinstance(body, dict):
+        return False
+    if "assignment_state" in body:
+        return body["assignment_state"] in _HAS_RESULT
+    messages = body.get("state")
     return isinstance(messages, list) and any(isinstance(m, str) and _ALREADY_SUBMITTED.search(m) for m in messages)
 
 

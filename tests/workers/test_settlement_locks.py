@@ -1,0 +1,87 @@
+"""Settlement against a sealer on real PostgreSQL: accepting a result moves money in three
+steps (pay the worker, admit its SUBMIT_RESULT, refund the rest), and a sealer locks the
+same accounts in address order while it seals them. Neither may deadlock the other."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.db import connection, connections, transaction
+
+from ledger import services as ledger
+from ledger.models import Account, AccountKind
+from marketplace.models import Task, TaskStatus
+from marketplace.units import UNITS_PER_CREDIT
+from tests.factories import post_task
+from tests.workers.test_jobs import Provider
+from workers import scheduler, settlement
+from workers.models import Assignment
+
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.skipif(
+        connection.vendor != "postgresql",
+        reason="row locks and deadlock detection need PostgreSQL (set DATABASE_URL); SQLite serialises every writer",
+    ),
+]
+
+
+def _task_whose_escrow_sorts_after(owner: Any) -> tuple[Task, str, str]:
+    """A funded synthetic task whose escrow address sorts after its owner's: the order in
+    which a sealer takes the owner's account first and then waits for the escrow's."""
+    owner_address = Account.objects.get(user=owner, kind=AccountKind.USER).address
+    for _ in range(64):
+        task = post_task(owner, "synthetic", {"n": 64}, budget=UNITS_PER_CREDIT)
+        escrow = ledger.escrow_account(task.pk)
+        assert escrow is not None
+        if owner_address < escrow.address:
+            return task, owner_address, escrow.address
+    raise AssertionError("64 random escrow addresses all sorted before the owner's")
+
+
+def test_a_result_settles_while_a_sealer_holds_the_requesters_account(alice: Any, bob: Any, tmp_path: Path) -> None:
+    node = Provider(alice, "node")
+    task, first, second = _task_whose_escrow_sorts_after(bob)
+    (assignment,) = scheduler.schedule(task.pk)
+    assert node.submit(assignment, node.run_job(assignment, tmp_path)).status_code == 202
+
+    held = threading.Event()
+    sealer_error: list[BaseException] = []
+
+    def sealer() -> None:
+        # What seal_block does for a block with a transaction of bob's and one of the
+        # escrow's, slowed down between the two rows so settlement runs into it.
+        try:
+            with transaction.atomic():
+                list(Account.objects.select_for_update().filter(address=first))
+                held.set()
+                time.sleep(1.5)
+                list(Account.objects.select_for_update().filter(address=second))
+        except BaseException as exc:  # asserted on below
+            sealer_error.append(exc)
+        finally:
+            held.set()
+            connections.close_all()
+
+    thread = threading.Thread(target=sealer)
+    thread.start()
+    assert held.wait(10)
+    try:
+        # Before the fix: settlement locked the escrow to pay, then waited for bob's
+        # account to refund while the sealer waited for the escrow: "deadlock detected".
+        settled = settlement.accept(assignment.pk, {})
+    finally:
+        thread.join(30)
+    assert sealer_error == []
+    assert settled is not None
+    assert settled.state == Assignment.State.ACCEPTED
+    task.refresh_from_db()
+    assert task.status == TaskStatus.COMPLETED
+    escrow = ledger.escrow_account(task.pk)
+    assert escrow is not None
+    assert escrow.available == 0
+    assert ledger.address_balance(node.worker.address) > 0
