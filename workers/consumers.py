@@ -14,8 +14,12 @@ and the browsers is rate-limited per assignment, whichever of the node's sockets
 - log lines are fanned out like progress and buffered, then written at most once per
   ``LOG_FLUSH_INTERVAL`` and when the socket closes.
 
-A socket sending more than ``MESSAGE_RATE`` messages a second, sustained (a burst of
-``MESSAGE_BURST`` is allowed), is closed with 4429: honest nodes send a few a second.
+A node sending more than ``MESSAGE_RATE`` messages a second, sustained (a burst of
+``MESSAGE_BURST`` is allowed), has the socket that went over closed with 4429: honest
+nodes send a few a second. The budget is the node's, shared by all its sockets in this
+process, and a node may hold at most ``MAX_SOCKETS`` of them here (one is normal; a
+reconnect may overlap the old one for a moment); one more is closed with 4429 too. Both
+limits are per web process, so N processes allow N times as much.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ from marketplace.events import DashboardTaskEvent, dashboard_group, task_group
 from marketplace.models import Task, TaskStatus
 from workers.authentication import token_from_header
 from workers.dashboard import worker_changed
-from workers.live import Coalescer, Throttle, WriteBuffer
+from workers.live import Allowance, Coalescer, Openings, Throttle, WriteBuffer
 from workers.models import Assignment, Worker
 from workers.services import authenticate_worker
 
@@ -52,8 +56,9 @@ MAX_EXACT = 2**53  # the largest integer every JSON reader (and a float) holds e
 # The node's last progress point travels on this socket while its result goes over HTTP,
 # so it may arrive just after the result: a submitted job still takes its reports.
 REPORTABLE = (Assignment.State.OFFERED, Assignment.State.RUNNING, Assignment.State.SUBMITTED)
-MESSAGE_RATE = 50.0  # per second, sustained, per socket
+MESSAGE_RATE = 50.0  # per second, sustained, per worker (all its sockets in this process)
 MESSAGE_BURST = 250
+MAX_SOCKETS = 4  # open at once per worker in this process
 
 
 def worker_group(worker_id: object) -> str:
@@ -145,10 +150,22 @@ def append_log(assignment_id: str, lines: list[str]) -> None:
 fanout = Coalescer(_merge)
 progress_writes = Throttle()
 log_writes = WriteBuffer(database_sync_to_async(append_log), limit=LOG_LINES)
+message_budget = Allowance()
+open_sockets = Openings()
 
 
 class WorkerConsumer(LiveConsumer):
-    worker_id: Any = None
+    worker_id: Any = None  # set once the socket is accepted as one of the worker's
+    _flooded = False
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        """The socket's whole life: its place under ``MAX_SOCKETS`` is given back however it
+        ends, a crash included (``disconnect`` does not run when a handler raises)."""
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            if self.worker_id is not None:
+                open_sockets.close(self.worker_id)
 
     async def connect(self) -> None:
         headers = dict(self.scope.get("headers") or [])
@@ -157,9 +174,12 @@ class WorkerConsumer(LiveConsumer):
         if worker is None:
             await self.close(code=4401)
             return
+        if not open_sockets.open(worker.pk, MAX_SOCKETS):
+            await self.accept()  # then close: a close before accept would hide the reason
+            await self.close(code=4429, reason=f"Too many open sockets: this worker holds {MAX_SOCKETS} already.")
+            return
         self.worker_id = worker.pk
         self._logged: set[str] = set()  # assignments whose buffered lines to write on close
-        self._allowance, self._allowance_at, self._flooded = float(MESSAGE_BURST), time.monotonic(), False
         await self.channel_layer.group_add(worker_group(worker.pk), self.channel_name)
         await self.accept()
         await self._heartbeat()
@@ -174,9 +194,9 @@ class WorkerConsumer(LiveConsumer):
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None, **kwargs: Any) -> None:
         """Budget first, then decode: neither a flood nor an undecodable frame (bad JSON, a
         5,000-digit number, nesting past the recursion limit) costs more than a reply."""
-        if self._flooded:
-            return  # closing; what was already queued is not worth reading
-        if not self._within_budget():
+        if self._flooded or self.worker_id is None:
+            return  # closing (flooded, or refused at connect); what was queued is not worth reading
+        if not message_budget.take(self.worker_id, MESSAGE_RATE, MESSAGE_BURST):
             self._flooded = True
             await self.close(code=4429, reason=f"Too many messages: over {MESSAGE_RATE:.0f} a second, sustained.")
             return
@@ -204,16 +224,6 @@ class WorkerConsumer(LiveConsumer):
     async def worker_close(self, event: dict[str, Any]) -> None:
         """Sent by the platform when the worker is suspended or retired."""
         await self.close(code=4403)
-
-    def _within_budget(self) -> bool:
-        """A token bucket: ``MESSAGE_BURST`` messages at once, refilled at ``MESSAGE_RATE``/s."""
-        now = time.monotonic()
-        self._allowance = min(float(MESSAGE_BURST), self._allowance + (now - self._allowance_at) * MESSAGE_RATE)
-        self._allowance_at = now
-        if self._allowance < 1.0:
-            return False
-        self._allowance -= 1.0
-        return True
 
     @database_sync_to_async
     def _heartbeat(self) -> bool:

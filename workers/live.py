@@ -9,6 +9,11 @@ purpose), so a limit kept per socket multiplies with its sockets. These are kept
 - ``Throttle``: whether a write may run now (once per interval, plus once for a final one);
 - ``WriteBuffer``: items gathered in memory and written at most once per interval.
 
+Per worker rather than per assignment (``/ws/worker/``'s flood guard):
+
+- ``Allowance``: a token bucket, so a node's sockets share one message budget;
+- ``Openings``: how many sockets a node holds open, against a cap.
+
 They hold timers, and a timer belongs to one event loop: daphne runs one per process, the
 tests one per scenario, so state found on another loop is stale and starts afresh. Keys
 idle for ``IDLE_FORGET`` seconds are forgotten; forgetting costs at most one early write
@@ -21,6 +26,7 @@ import asyncio
 import logging
 import math
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any
@@ -177,3 +183,51 @@ class WriteBuffer:
             }
             buffer = self._buffers[key] = _Buffer(loop, asyncio.Lock())
         return buffer
+
+
+class Allowance:
+    """A token bucket per key: ``burst`` messages at once, refilled at ``rate`` a second.
+
+    Kept per worker for the whole process, so a node's sockets draw on one budget: opening
+    more of them buys no more messages, and a socket closed for flooding does not come
+    back with a fresh budget. A bucket that has refilled is the same as a new one, so full
+    ones are dropped now and then (a new key prunes them once the map holds ``PRUNE_AT``).
+    No timers: the state is valid on any event loop.
+    """
+
+    PRUNE_AT = 1024
+
+    def __init__(self) -> None:
+        self._buckets: dict[Hashable, tuple[float, float]] = {}  # key → (allowance, at)
+
+    def take(self, key: Hashable, rate: float, burst: float) -> bool:
+        """Spend one message of ``key``'s budget; False (spending nothing) when it is empty."""
+        now = time.monotonic()
+        if key not in self._buckets and len(self._buckets) >= self.PRUNE_AT:
+            self._buckets = {k: (a, t) for k, (a, t) in self._buckets.items() if a + (now - t) * rate < burst}
+        allowance, at = self._buckets.get(key, (burst, now))
+        allowance = min(burst, allowance + (now - at) * rate)
+        if allowance < 1.0:
+            self._buckets[key] = (allowance, now)
+            return False
+        self._buckets[key] = (allowance - 1.0, now)
+        return True
+
+
+class Openings:
+    """How many sockets each key (a worker) holds open in this process, against a cap."""
+
+    def __init__(self) -> None:
+        self._open: Counter[Hashable] = Counter()
+
+    def open(self, key: Hashable, limit: int) -> bool:
+        """Count one more socket for ``key``; False (counting nothing) at ``limit``."""
+        if self._open[key] >= limit:
+            return False
+        self._open[key] += 1
+        return True
+
+    def close(self, key: Hashable) -> None:
+        self._open[key] -= 1
+        if self._open[key] <= 0:
+            del self._open[key]

@@ -534,7 +534,81 @@ def test_a_flooding_socket_is_closed_with_4429(job: dict[str, Any], monkeypatch:
         assert (output["type"], output["code"]) == ("websocket.close", 4429)
         assert "Too many messages" in output["reason"]
         assert replies < 40
-        # An honest node reconnects and carries on.
+        # The budget is the worker's, not the socket's: a reconnect gets no fresh burst...
+        again = socket(job["token"])
+        assert (await again.connect())[0]
+        await asyncio.sleep(0.4)  # ...but an honest node carries on once it has refilled (5/s)
+        await barrier(again)
+        await again.disconnect()
+
+    run(scenario)
+
+
+def test_a_workers_sockets_share_one_message_budget(job: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """More sockets buy no more messages: the second socket goes over the worker's budget."""
+    monkeypatch.setattr(consumers, "MESSAGE_BURST", 10)
+    monkeypatch.setattr(consumers, "MESSAGE_RATE", 0.01)
+
+    async def scenario() -> None:
+        first, second = socket(job["token"]), socket(job["token"])
+        assert (await first.connect())[0]
+        assert (await second.connect())[0]
+        for _ in range(6):
+            await barrier(first)
+        for _ in range(4):
+            await barrier(second)
+        await second.send_json_to({"type": "ping-barrier"})  # the worker's 11th message
+        output = await second.receive_output(timeout=5)
+        assert (output["type"], output["code"]) == ("websocket.close", 4429)
+        assert "Too many messages" in output["reason"]
+        await first.disconnect()
+
+    run(scenario)
+
+
+def test_a_worker_holds_at_most_max_sockets_and_a_closed_one_frees_its_place(
+    job: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(consumers, "MAX_SOCKETS", 2)
+
+    async def scenario() -> None:
+        first, second, third = socket(job["token"]), socket(job["token"]), socket(job["token"])
+        assert (await first.connect())[0]
+        assert (await second.connect())[0]
+        assert (await third.connect())[0]  # accepted only to say why it is closed
+        output = await third.receive_output(timeout=5)
+        assert (output["type"], output["code"]) == ("websocket.close", 4429)
+        assert output["reason"] == "Too many open sockets: this worker holds 2 already."
+        await third.wait()
+        await first.disconnect()
+        fourth = socket(job["token"])
+        assert (await fourth.connect())[0]
+        await barrier(fourth)
+        await barrier(second)
+        await second.disconnect()
+        await fourth.disconnect()
+
+    run(scenario)
+
+
+def test_a_socket_that_crashes_still_frees_its_place(job: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A handler that raises ends the consumer without ``disconnect``; its place under
+    MAX_SOCKETS must come back all the same, or the node would be locked out."""
+    monkeypatch.setattr(consumers, "MAX_SOCKETS", 1)
+
+    async def broken(self: Any, content: dict[str, Any]) -> None:
+        raise RuntimeError("the database went away")
+
+    working = consumers.WorkerConsumer._log
+
+    async def scenario() -> None:
+        first = socket(job["token"])
+        assert (await first.connect())[0]
+        monkeypatch.setattr(consumers.WorkerConsumer, "_log", broken)
+        await first.send_json_to({"type": "log", "assignment_id": str(job["assignment"].pk), "lines": ["x"]})
+        with pytest.raises(RuntimeError, match="went away"):
+            await first.wait(timeout=5)
+        monkeypatch.setattr(consumers.WorkerConsumer, "_log", working)
         again = socket(job["token"])
         assert (await again.connect())[0]
         await barrier(again)

@@ -128,6 +128,13 @@ class Reporter:
                 if exc.rcvd is not None and exc.rcvd.code in (4401, 4403):
                     log.error("the platform closed the socket (%s): token refused or worker suspended", exc.rcvd.code)
                     self.closed_by_server.set()
+                elif exc.rcvd is not None:
+                    # 4429: over the message budget, or too many sockets for this worker
+                    # (another process running with this node's token?); retrying after
+                    # the backoff is the right answer to both.
+                    log.warning("the platform closed the socket (%s: %s); reconnecting", exc.rcvd.code, exc.rcvd.reason)
+                else:
+                    log.warning("the socket dropped (%s); reconnecting", exc)
             except (TimeoutError, OSError, websockets.WebSocketException) as exc:
                 log.warning("WebSocket unavailable (%s); retrying", exc)
             except Exception:  # a bug here must not silence the node's heartbeats for good
