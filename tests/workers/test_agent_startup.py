@@ -12,16 +12,19 @@ embedded mode, and a Redis URL on which nothing listens.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -152,3 +155,96 @@ def test_a_node_that_cannot_reach_its_broker_never_looks_online(platform: Platfo
         time.sleep(3)  # the old node opened its WebSocket within a second of starting
         seen = list(platform.seen)
     assert seen == []  # no heartbeat, and nothing abandoned by a node that takes no jobs
+
+
+class Cuttable:
+    """A TCP proxy to Redis on a port of its own: ``cut`` drops every connection and stops
+    listening (the node's broker is gone), ``restore`` listens again on the same port."""
+
+    def __init__(self, upstream: tuple[str, int]) -> None:
+        self.upstream = upstream
+        self.port = free_port()
+        self._conns: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self._listener: socket.socket | None = None
+        self.restore()
+
+    def restore(self) -> None:
+        listener = socket.socket()
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", self.port))
+        listener.listen(16)
+        self._listener = listener
+        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
+
+    def cut(self) -> None:
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            listener.close()
+        with self._lock:
+            conns, self._conns = self._conns, []
+        for conn in conns:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+            conn.close()
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return  # cut
+            server = socket.create_connection(self.upstream)
+            with self._lock:
+                self._conns += [client, server]
+            for a, b in ((client, server), (server, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pump(source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+        except OSError:
+            pass
+        for end in (source, sink):
+            with contextlib.suppress(OSError):
+                end.shutdown(socket.SHUT_RDWR)
+
+
+def socket_attempts(platform: Platform) -> int:
+    return sum(1 for s in list(platform.seen) if s.startswith("GET /ws/worker/"))
+
+
+@pytest.mark.slow
+def test_a_node_that_loses_its_broker_stops_looking_online_until_it_is_back(platform: Platform, tmp_path: Path) -> None:
+    """Heartbeats ride on the socket: while the Celery consumer has no broker the node
+    holds no socket (the stand-in counts the attempts to open one), so the platform
+    stops offering it work; once the consumer reconnects, so does the socket."""
+    url = redis_url()
+    if url is None:
+        pytest.skip("no Redis answers")
+    parts = urlsplit(url)
+    proxy = Cuttable((parts.hostname or "127.0.0.1", parts.port or 6379))
+    try:
+        with agent(tmp_path, platform, "--broker", f"redis://127.0.0.1:{proxy.port}{parts.path or '/0'}") as log:
+            deadline = time.monotonic() + 60
+            while socket_attempts(platform) == 0 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert socket_attempts(platform) > 0, log.read_text(errors="replace")[-3000:]
+
+            proxy.cut()
+            wait_for_text(log, "no broker connection: the socket closes", 60)
+            time.sleep(1)  # an attempt already under way may still land
+            attempts = socket_attempts(platform)
+            time.sleep(6)  # the socket retries at least every 5 s while it is wanted
+            assert socket_attempts(platform) == attempts, log.read_text(errors="replace")[-3000:]
+
+            proxy.restore()
+            wait_for_text(log, "the broker connection is back", 90)
+            deadline = time.monotonic() + 15
+            while socket_attempts(platform) == attempts and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert socket_attempts(platform) > attempts, log.read_text(errors="replace")[-3000:]
+    finally:
+        proxy.cut()

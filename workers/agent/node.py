@@ -12,7 +12,8 @@ ComputeResult and the SUBMIT_RESULT transaction with the node's key (after check
 template, ``trust.py``), and submits them. Any way a job ends here is reported.
 
 Heartbeats start only once the Celery consumer is connected to its broker (the
-``worker_ready`` signal): a node that cannot reach its broker never looks online, so the
+``worker_ready`` signal), and stop whenever it loses that connection (a consumer step,
+``broker_presence``): a node that cannot reach its broker never looks online, so the
 platform offers it nothing it would not see.
 """
 
@@ -31,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from celery import Celery
+from celery import Celery, bootsteps
 from celery.signals import worker_ready
 from kombu import Queue
 
@@ -466,6 +467,34 @@ class _Bar:
             self.stream.flush()
 
 
+_BLUEPRINT_RUNNING = bootsteps.RUN  # type: ignore[attr-defined]  # missing from celery-types
+
+
+def broker_presence(reporter: Reporter) -> type[bootsteps.StartStopStep]:
+    """A consumer step that tells ``reporter`` whether the node holds its broker connection.
+
+    Celery starts the consumer's steps once it is connected and consuming (this one after
+    ``Tasks``, the queue's consumer) and stops them all when the connection is lost, before
+    it reconnects; while the broker stays away, the steps are not started again. With the
+    solo pool a running job blocks the consumer, so a loss is seen only between jobs,
+    never in the middle of one (whose progress keeps flowing).
+    """
+
+    class BrokerPresence(bootsteps.StartStopStep):
+        requires = ("celery.worker.consumer.tasks:Tasks",)
+
+        def start(self, consumer: Any) -> None:
+            reporter.broker_back()
+
+        def stop(self, consumer: Any) -> None:
+            # A restart after a lost connection stops the steps with the blueprint still
+            # running; a shutdown closes it first (and run_node stops the reporter then).
+            if consumer.blueprint.state == _BLUEPRINT_RUNNING:
+                reporter.broker_lost()
+
+    return BrokerPresence
+
+
 def make_app(broker: str, queue: str, broker_folder: str | None = None) -> Celery:
     """The node's Celery app: JSON only, its own queue, late acks, one job at a time."""
     app = Celery("proofwork-agent", broker=broker)
@@ -530,6 +559,7 @@ def run_node(
         node.reporter.start()
 
     worker_ready.connect(on_ready)
+    app.steps["consumer"].add(broker_presence(node.reporter))
 
     @app.task(name="agent.run_assignment", bind=True, acks_late=True)
     def run_assignment(self: Any, assignment_id: str) -> str:

@@ -6,6 +6,11 @@ a second leave, always the latest. The socket reconnects with jittered exponenti
 backoff capped at ``RECONNECT_MAX_SECONDS`` and sends a heartbeat the moment it is back:
 the platform expires a worker's jobs after 30 s without one (WORKER_HEARTBEAT_TIMEOUT),
 so a web restart must cost at most one heartbeat interval plus that cap, well below it.
+
+The socket is up only while the node's Celery consumer holds its broker connection
+(``broker_lost`` / ``broker_back``, from the agent's consumer step): a node that cannot
+take jobs must not look online, or the platform would keep offering it work that waits
+in a queue nobody reads. Queued events stay queued and go out once it reconnects.
 """
 
 from __future__ import annotations
@@ -56,10 +61,27 @@ class Reporter:
         self._thread = threading.Thread(target=self._run, name="reporter", daemon=True)
         self.connected = threading.Event()
         self.closed_by_server = threading.Event()
+        self.broker_up = threading.Event()
 
     def start(self) -> Reporter:
+        """Start reporting; the caller's broker connection is up (see ``broker_lost``)."""
+        self.broker_up.set()
         self._thread.start()
         return self
+
+    def broker_lost(self) -> None:
+        """The node's consumer lost its broker: close the socket, so heartbeats stop."""
+        if self.broker_up.is_set():
+            log.warning("no broker connection: the socket closes and heartbeats stop until it is back")
+        self.broker_up.clear()
+        self._poke()
+
+    def broker_back(self) -> None:
+        """The consumer is connected again: reconnect and beat at once."""
+        if not self.broker_up.is_set() and self._thread.ident is not None:
+            log.warning("the broker connection is back: reconnecting the socket")
+        self.broker_up.set()
+        self._poke()
 
     def stop(self) -> None:
         self._stop.set()
@@ -112,6 +134,12 @@ class Reporter:
         self._wake = asyncio.Event()
         failures = 0
         while not self._stop.is_set():
+            if not self.broker_up.is_set():
+                self._wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), timeout=1.0)
+                failures = 0
+                continue
             try:
                 async with websockets.connect(
                     self.url,
@@ -174,6 +202,8 @@ class Reporter:
             self._wake.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=min(self.min_interval, self.heartbeat))
+            if not self.broker_up.is_set():
+                return  # the broker is lost (see broker_lost): closing the socket stops the beats
             # Surface a server-side close promptly instead of at the next send.
             if socket.close_code is not None:
                 state = socket.protocol  # the sans-I/O side knows which close frames went each way
