@@ -257,11 +257,12 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    # Every API's JSON parser answers absurdly nested bodies with a 400, not a 500.
+    # Every API's parsers answer absurdly nested bodies, and strings no column can hold
+    # (U+0000, unpaired surrogates), with a 400 naming the field, not a 500.
     "DEFAULT_PARSER_CLASSES": [
         "marketplace.api.parsers.JSONParser",
-        "rest_framework.parsers.FormParser",
-        "rest_framework.parsers.MultiPartParser",
+        "marketplace.api.parsers.FormParser",
+        "marketplace.api.parsers.MultiPartParser",
     ],
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
     "PAGE_SIZE": 20,

@@ -6,6 +6,8 @@ from decimal import Decimal, InvalidOperation
 
 UNITS_PER_CREDIT = 10**9
 CREDIT_DECIMALS = 9
+# Digits before the point that an amount of credits may have (the API's fields allow 19).
+MAX_CREDIT_DIGITS = 30
 
 
 def credits_to_units(value: Decimal | str | int) -> int:
@@ -16,6 +18,10 @@ def credits_to_units(value: Decimal | str | int) -> int:
         raise ValueError(f"{value!r} is not a number of credits") from None
     if not amount.is_finite():
         raise ValueError("an amount must be a finite number")
+    if amount.adjusted() >= MAX_CREDIT_DIGITS:
+        # '1e999999999' overflowed the decimal context (a 500), and '1e999990' took
+        # 25 s of CPU in int(): no amount anywhere comes near this bound.
+        raise ValueError(f"an amount has at most {MAX_CREDIT_DIGITS} digits before the decimal point")
     units = amount * UNITS_PER_CREDIT
     if units != units.to_integral_value():
         raise ValueError(f"at most {CREDIT_DECIMALS} decimal places")

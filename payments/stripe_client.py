@@ -146,6 +146,10 @@ def construct_event(payload: bytes, signature_header: str | None) -> dict[str, A
         raise SignatureError(str(exc).split(".")[0]) from None
     except ValueError:
         raise SignatureError("The payload is not JSON") from None
+    except (AttributeError, TypeError, RecursionError):
+        # stripe parses the body after checking the signature and assumes an object:
+        # a signed ``[]``, ``null`` or ``[[[…`` raised from inside it (a 500).
+        raise SignatureError("The payload is not a JSON object") from None
     result: dict[str, Any] = event.to_dict()
     return result
 

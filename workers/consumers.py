@@ -34,6 +34,7 @@ from channels.db import database_sync_to_async
 from django.db import transaction
 from django.utils import timezone
 
+from marketplace.api.parsers import text_error
 from marketplace.consumers import LiveConsumer
 from marketplace.events import DashboardTaskEvent, dashboard_group, task_group
 from marketplace.models import Task, TaskStatus
@@ -103,7 +104,7 @@ def clean_metrics(raw: Any) -> dict[str, float] | None:
     out = {}
     for key, value in raw.items():
         cleaned = number(value)
-        if not (isinstance(key, str) and 0 < len(key) <= 64 and cleaned is not None):
+        if not (isinstance(key, str) and 0 < len(key) <= 64 and text_error(key) is None and cleaned is not None):
             return None
         out[key] = cleaned
     return out
@@ -332,7 +333,11 @@ class WorkerConsumer(LiveConsumer):
 
     async def _log(self, content: dict[str, Any]) -> None:
         lines = content.get("lines")
-        sound = isinstance(lines, list) and all(isinstance(line, str) for line in lines[:LOG_BATCH])
+        # A line PostgreSQL cannot store (U+0000, an unpaired surrogate) would fail the
+        # buffered write and lose every line batched with it: refused like a non-string.
+        sound = isinstance(lines, list) and all(
+            isinstance(line, str) and text_error(line) is None for line in lines[:LOG_BATCH]
+        )
         assignment = await self._own_running(content.get("assignment_id")) if sound else None
         if assignment is None or not isinstance(lines, list):
             await self.send_json({"type": "error", "detail": "log needs your assignment_id and a list of strings."})

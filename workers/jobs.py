@@ -276,8 +276,14 @@ def tx_from_json(body: dict[str, Any]) -> tuple[encoding.Tx, bytes]:
 def _check_submit_tx(worker: Worker, tx_body: dict[str, Any], result: Any) -> None:
     """The transaction must be exactly the template plus this result, signed by the worker."""
     template = submit_template(worker)
+    unknown = sorted(str(key)[:40] for key in set(tx_body) - {*template, "payload", "public_key", "signature"})
+    if unknown:
+        # Stored with the result as sent: nothing unchecked may ride along.
+        raise ValidationError({"transaction": [f"Unknown field(s): {', '.join(unknown[:5])}."]})
     for key, value in template.items():
-        if tx_body.get(key) != value:
+        got = tx_body.get(key)
+        # Exact types too: false == 0 and 1.0 == 1 in Python, but not in the template.
+        if type(got) is not type(value) or got != value:
             raise ValidationError({"transaction": [f"{key} must be {value!r}."]})
     if tx_body.get("payload") != {"compute_result": result.to_json()}:
         raise ValidationError({"transaction": ["payload must be {'compute_result': <the ComputeResult>}."]})

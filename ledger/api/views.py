@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from django.db.models import Q, QuerySet
@@ -19,6 +20,7 @@ from ledger.models import Account, AccountKind, Block, Transaction, TxStatus
 from ledger.proofs import build_proof, is_verified, verify_proof
 
 BLOCK_TX_LIMIT = 200
+_TX_HASH = re.compile(r"[0-9a-fA-F]{64}")
 HISTORY_LIMIT = 50
 
 
@@ -32,7 +34,12 @@ def history(address: str, limit: int = HISTORY_LIMIT) -> list[Transaction]:
 
 
 def get_transaction(tx_hash: str) -> Transaction:
-    """The admitted transaction with this hash, else the latest refused one."""
+    """The admitted transaction with this hash, else the latest refused one.
+
+    Anything but 64 hex characters names no transaction: it is not looked up (a NUL in
+    the path was a 500 on PostgreSQL, which refuses it in a text parameter)."""
+    if not _TX_HASH.fullmatch(tx_hash):
+        raise Http404("No such transaction.")
     rows = Transaction.objects.filter(hash=tx_hash.lower()).select_related("block")
     tx = rows.exclude(status=TxStatus.REFUSED).first() or rows.order_by("-id").first()
     if tx is None:

@@ -10,7 +10,7 @@ from django.core.files.storage import default_storage
 from django.db.models import Count, QuerySet
 from django.http import FileResponse
 from drf_spectacular.utils import OpenApiParameter, extend_schema
-from rest_framework import mixins, parsers, permissions, status, viewsets
+from rest_framework import mixins, permissions, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -19,7 +19,7 @@ from rest_framework.views import APIView
 from config.downloads import download
 from marketplace import services
 from marketplace.api import serializers as s
-from marketplace.api.parsers import PARSERS, JSONParser
+from marketplace.api.parsers import PARSERS, FormParser, JSONParser, MultiPartParser
 from marketplace.kinds import KINDS, get_kind
 from marketplace.models import ApiToken, Dataset, Task, TaskStatus
 from marketplace.units import format_credits
@@ -123,7 +123,7 @@ class DatasetViewSet(OwnedViewSet, mixins.ListModelMixin, mixins.RetrieveModelMi
 
     serializer_class = s.DatasetSerializer
     lookup_value_regex = "[0-9a-fA-F-]{32,36}"
-    parser_classes = [parsers.MultiPartParser, parsers.FormParser, JSONParser]
+    parser_classes = [MultiPartParser, FormParser, JSONParser]
     ordering_fields = ["created_at", "name", "size_bytes"]
     ordering = ["-created_at"]
 

@@ -200,3 +200,37 @@ def test_every_platform_type_says_where_it_goes() -> None:
     from ledger.api.serializers import PLATFORM_PATHS, SUBMITTABLE_TYPES
 
     assert set(PLATFORM_PATHS) | SUBMITTABLE_TYPES == set(encoding.TX_TYPES)
+
+
+@pytest.mark.parametrize("bad", ["%00", "a%00" + "b" * 62, "zz", "a" * 65])
+def test_a_malformed_transaction_hash_is_a_404_without_a_lookup(anon_client: APIClient, client: Any, bad: str) -> None:
+    # PostgreSQL refuses a NUL in a text parameter: the lookup itself was a 500.
+    assert anon_client.get(f"/api/v1/ledger/transactions/{bad}/").status_code == 404
+    assert anon_client.get(f"/api/v1/ledger/transactions/{bad}/proof").status_code == 404
+    assert client.get(f"/explorer/tx/{bad}/").status_code == 404
+
+
+def test_a_payload_no_column_can_hold_is_a_400_and_records_nothing(alice_client: APIClient) -> None:
+    # The mempool keeps refused transactions as rows; a NUL in the payload made that
+    # insert a 500 on PostgreSQL's jsonb.
+    pair = worker_keys(5)
+    sub = signed(pair, encoding.TRANSFER, worker_keys(6).address, 1, 0, {})
+    body = {
+        "chain_id": sub.tx.chain_id,
+        "type": sub.tx.type,
+        "from": sub.tx.sender,
+        "to": sub.tx.recipient,
+        "amount": 1,
+        "fee": sub.tx.fee,
+        "nonce": 0,
+        "gas_price": sub.tx.gas_price,
+        "gas_limit": sub.tx.gas_limit,
+        "payload": {"memo": "a\x00b"},
+        "public_key": sub.tx.public_key.hex(),
+        "signature": sub.signature.hex(),
+    }
+    before = Transaction.objects.count()
+    response = alice_client.post("/api/v1/ledger/transactions/", body, format="json")
+    assert response.status_code == 400
+    assert response.json() == {"payload": {"memo": ["Null characters are not allowed."]}}
+    assert Transaction.objects.count() == before

@@ -261,3 +261,41 @@ def test_a_form_encoded_post_works_like_json(alice_client: APIClient) -> None:
     assert "JSON object" in str(errors_of(response)["spec"])
     response = alice_client.post(TASKS, "hello", content_type="text/plain")
     assert response.status_code == 415
+
+
+# Strings no column can hold: PostgreSQL refuses U+0000 in text and jsonb, and a JSON
+# escape of half a surrogate pair parses to a string that cannot be encoded as UTF-8 (a
+# 500 wherever it was stored or echoed back in an error, on SQLite too). The parsers
+# refuse both, naming the field, before any view sees them.
+UNSTORABLE = [
+    ('{"kind": "\\ud800", "budget": "1"}', {"kind": ["Unpaired surrogates"]}),
+    ('{"kind": "synthetic", "budget": "1", "spec": {"gate": "\\udfff"}}', {"spec": {"gate": ["Unpaired"]}}),
+    ('{"kind": "synthetic", "budget": "1", "title": "a\\u0000b"}', {"title": ["Null characters"]}),
+    ('{"kind": "synthetic", "budget": "1", "spec": {"n": ["\\u0000"]}}', {"spec": {"n": ["Null characters"]}}),
+    ('{"kind": "synthetic", "budget": "1", "spec": {"\\u0000": 1}}', {"spec": ["A key: Null characters"]}),
+    ('["\\ud800"]', {"non_field_errors": ["Unpaired surrogates"]}),
+]
+
+
+@pytest.mark.parametrize(("body", "expected"), UNSTORABLE, ids=range(len(UNSTORABLE)))
+@pytest.mark.usefixtures("unchanged")
+def test_unstorable_text_is_a_400_naming_the_field(alice_client: APIClient, body: str, expected: Any) -> None:
+    response = post_raw(alice_client, body)
+    assert response.status_code == 400
+    node, want = errors_of(response), expected
+    while isinstance(want, dict):
+        ((key, want),) = want.items()
+        node = node[key]
+    assert node[0].startswith(want[0]), response.json()
+
+
+@pytest.mark.usefixtures("unchanged")
+def test_a_nul_in_a_form_encoded_body_is_refused_like_in_json(alice_client: APIClient) -> None:
+    response = alice_client.post(
+        TASKS, "kind=synthetic&budget=1&title=a%00b", content_type="application/x-www-form-urlencoded"
+    )
+    assert response.status_code == 400
+    assert errors_of(response) == {"title": ["Null characters are not allowed."]}
+    response = alice_client.post(TASKS, {"kind": "synthetic", "budget": "1", "title": "a\x00b"}, format="multipart")
+    assert response.status_code == 400
+    assert errors_of(response) == {"title": ["Null characters are not allowed."]}

@@ -206,6 +206,13 @@ def test_payout_form_on_the_wallet(alice: Any, client: Any, ls: Any, deliver: An
     assert PayoutRequest.objects.get().units == 75 * UNITS_PER_CREDIT
     page = client.post("/payments/payout/", {"amount": "10"}, follow=True).content.decode()
     assert "smallest payout is 50" in page
+    # Beyond the decimal context ('1e999999999' overflowed: a 500) or merely absurd
+    # ('1e999990' took 25 s of CPU to convert): refused at once, nothing requested.
+    for absurd in ("1e999999999", "1e999990", "-1e999990"):
+        response = client.post("/payments/payout/", {"amount": absurd}, follow=True)
+        assert response.status_code == 200
+        assert "amount: an amount has at most 30 digits before the decimal point" in response.content.decode()
+    assert PayoutRequest.objects.count() == 1
 
 
 def test_connect_return_page_refreshes_the_account(alice: Any, client: Any, ls: Any) -> None:

@@ -145,7 +145,18 @@ def test_a_replayed_request_within_the_tolerance_credits_once(carol: Any, ls: An
 
 @pytest.mark.parametrize(
     "case",
-    ["missing", "forged", "wrong secret", "stale", "replayed with a new timestamp", "body altered", "not json"],
+    [
+        "missing",
+        "forged",
+        "wrong secret",
+        "stale",
+        "replayed with a new timestamp",
+        "body altered",
+        "not json",
+        "signed list",
+        "signed null",
+        "signed nesting",
+    ],
 )
 def test_bad_signatures_are_400_and_credit_nothing(
     carol: Any, ls: Any, client: Any, case: str, caplog: pytest.LogCaptureFixture
@@ -161,11 +172,17 @@ def test_bad_signatures_are_400_and_credit_nothing(
         "replayed with a new timestamp": sign(body, timestamp=now - 400).replace(f"t={now - 400}", f"t={now}"),
         "body altered": sign(body),
         "not json": sign(b"not json"),
+        # Correctly signed, but not an event: stripe parsed them after the check and crashed (a 500).
+        "signed list": sign(b"[]"),
+        "signed null": sign(b"null"),
+        "signed nesting": sign(b"[" * 100_000),
     }[case]
     if case == "body altered":
         body = body.replace(b'"amount": 1000', b'"amount": 100000')
     if case == "not json":
         body = b"not json"
+    if case.startswith("signed"):
+        body = {"signed list": b"[]", "signed null": b"null", "signed nesting": b"[" * 100_000}[case]
     extra = {"HTTP_STRIPE_SIGNATURE": header} if header else {}
     with caplog.at_level(logging.WARNING, logger="payments.webhook"):
         response = client.post(WEBHOOK_PATH, data=body, content_type="application/json", **extra)

@@ -310,6 +310,10 @@ def test_out_of_range_numbers_and_bad_frames_get_an_error_and_the_socket_lives_o
         progress(assignment, 1, 2, sent_at=False),
         progress(assignment, 1, 2, sent_at="yesterday"),
         {"type": "log", "assignment_id": str(assignment.pk), "lines": [{"nested": 1}]},
+        # Text PostgreSQL cannot store would fail the buffered write, losing the batch.
+        {"type": "log", "assignment_id": str(assignment.pk), "lines": ["ok", "a\x00b"]},
+        {"type": "log", "assignment_id": str(assignment.pk), "lines": ["\ud800"]},
+        progress(assignment, 1, 2, metrics={"lo\x00ss": 1.0}),
     ]
     frames: list[dict[str, Any]] = [
         {"text_data": "{not json"},

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -67,3 +68,74 @@ def test_an_operators_suspension_is_not_undone_by_registering_a_new_key(alice: A
     # Once the operators lift it, registering works again.
     services.set_worker_state(alice, alpha.worker.pk, Worker.State.ACTIVE, by_platform=True)
     assert alice_client.post("/api/v1/workers/registration-tokens/").status_code == 201
+
+
+@pytest.mark.parametrize(
+    ("reason", "words"),
+    [("a\x00b", "Null characters"), ("\ud800", "Unpaired surrogates")],
+    ids=["nul", "surrogate"],
+)
+def test_a_failure_reason_no_column_can_hold_is_a_400_and_the_job_stays(
+    alice: Any, bob: Any, reason: str, words: str
+) -> None:
+    # The reason went into the assignment's row as sent: PostgreSQL refused the NUL and
+    # no database could encode the lone surrogate, both a 500. The form body too.
+    alpha = Provider(alice, "alpha")
+    task = post_task(bob, "synthetic", {"n": 64}, budget=UNITS_PER_CREDIT)
+    (assignment,) = scheduler.schedule(task.pk)
+    url = alpha.url(assignment, "fail/")
+    response = alpha.client.post(url, json.dumps({"reason": reason}), content_type="application/json")
+    assert response.status_code == 400
+    assert response.json()["reason"][0].startswith(words)
+    if reason == "a\x00b":
+        form = alpha.client.post(url, "reason=a%00b", content_type="application/x-www-form-urlencoded")
+        assert form.status_code == 400
+        assert form.json() == {"reason": ["Null characters are not allowed."]}
+    assignment.refresh_from_db()
+    assert assignment.state == "offered"
+    assert alpha.client.post(url, {"reason": "out of memory"}, format="json").json()["state"] == "expired"
+
+
+@pytest.mark.parametrize("bad", ["a\x00b", ["synthetic", "\x00"]], ids=["nul", "nul in list"])
+def test_capabilities_no_column_can_hold_are_a_400_naming_them(alice: Any, alice_client: APIClient, bad: Any) -> None:
+    # A correctly signed registration whose capabilities PostgreSQL's jsonb refuses was a
+    # 500 at the worker's insert; nothing may be written, and the token still works.
+    from django.core.cache import cache
+
+    from ledger import keys
+    from tests.workers.test_registration import register
+
+    cache.clear()  # the registration throttle (30/min per address) counts the whole run's registrations
+    raw = alice_client.post("/api/v1/workers/registration-tokens/").json()["token"]
+    key = keys.generate()
+    field = "kinds" if isinstance(bad, list) else "gpu_name"
+    response = register(APIClient(), raw, key, caps={"cpu_cores": 2, field: bad})
+    assert response.status_code == 400
+    assert field in response.json()["capabilities"], response.json()
+    assert not Worker.objects.filter(address=key.address).exists()
+    assert register(APIClient(), raw, key).status_code == 201
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"amount": False}, "amount must be 0."),
+        ({"nonce": 0.0}, "nonce must be 0."),
+        ({"memo": "rides along"}, "Unknown field(s): memo."),
+    ],
+    ids=["false for 0", "float for int", "extra field"],
+)
+def test_a_result_transaction_must_be_the_template_exactly(
+    alice: Any, bob: Any, tmp_path: Any, change: dict[str, Any], message: str
+) -> None:
+    # Python's false == 0 and 0.0 == 0 let such a body through, and unknown keys were
+    # stored with the result unchecked.
+    alpha = Provider(alice, "alpha")
+    task = post_task(bob, "synthetic", {"n": 64}, budget=UNITS_PER_CREDIT)
+    (assignment,) = scheduler.schedule(task.pk)
+    body = alpha.run_job(assignment, tmp_path)
+    bent = {**body, "transaction": {**body["transaction"], **change}}
+    response = alpha.submit(assignment, bent)
+    assert response.status_code == 400
+    assert response.json() == {"transaction": [message]}
+    assert alpha.submit(assignment, body).status_code == 202  # the honest body still goes through
