@@ -8,6 +8,12 @@ block hash. After the last block the replayed state must equal every account's s
 balance and nonce, and replaying the pending transactions on top must give their
 available balance and next nonce. The first divergence raises ``Divergence`` naming
 the block height, the transaction hash and the field.
+
+The audit runs against a live platform, so it reads one snapshot: on PostgreSQL, called
+outside a transaction, all its queries run in one read-only REPEATABLE READ transaction.
+Otherwise each query saw the database as of its own start, and a block sealed (or a
+transaction admitted) between reading the blocks, the accounts and the mempool was a
+"divergence" of a healthy chain. A caller's own transaction keeps its isolation.
 """
 
 from __future__ import annotations
@@ -16,7 +22,10 @@ import hashlib
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+
+from django.db import connection, transaction
 
 from ledger import custody, encoding, keys, merkle
 from ledger.bech32 import address_from_public_key
@@ -95,8 +104,27 @@ def _replay_block(
             raise Divergence(height, t.hash, refusal.field or refusal.code, refusal.detail) from None
 
 
+@contextmanager
+def _snapshot() -> Iterator[None]:
+    """One consistent view of the ledger for the whole replay (see the module docstring).
+    SQLite's IMMEDIATE transactions would hold its write lock for the audit's length, so
+    there each query still reads on its own."""
+    if connection.vendor != "postgresql" or connection.in_atomic_block:
+        yield
+        return
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        yield
+
+
 def verify_chain(progress: Callable[[int, int], None] | None = None) -> Summary:
     """Replay the whole chain; raise Divergence at the first disagreement."""
+    with _snapshot():
+        return _verify_chain(progress)
+
+
+def _verify_chain(progress: Callable[[int, int], None] | None) -> Summary:
     started = time.perf_counter()
     ctx = context()
     validator_key = custody.validator_keys().public_key

@@ -84,12 +84,14 @@ def verify_assignment(assignment_id: str) -> str:
     except Exception as exc:  # a verifier crash on worker data is a rejection, not a lost job
         log.exception("verifier failed on %s", assignment_id)
         verdict = verifiers.Verdict(False, f"verification error: {type(exc).__name__}")
+    # A settle call returns None when another verifier (a redelivered message) or a
+    # give-up settled the result meanwhile: then this run decided nothing.
     if verdict.ok:
         try:
-            settlement.accept(assignment.pk, verdict.metrics)
+            settled = settlement.accept(assignment.pk, verdict.metrics)
         except settlement.ResultVoid as exc:
-            settlement.reject(assignment.pk, f"The result cannot be sealed: {exc}.")
-            return "rejected"
-        return "accepted"
-    settlement.reject(assignment.pk, verdict.reason or "rejected")
-    return "rejected"
+            settled = settlement.reject(assignment.pk, f"The result cannot be sealed: {exc}.")
+            return "skipped" if settled is None else str(settled.state)
+        return "skipped" if settled is None else str(settled.state)  # expired if the task ended meanwhile
+    settled = settlement.reject(assignment.pk, verdict.reason or "rejected")
+    return "skipped" if settled is None else str(settled.state)

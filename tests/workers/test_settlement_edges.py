@@ -426,3 +426,28 @@ def test_a_result_the_platform_cannot_judge_is_given_up_without_penalty_in_the_e
     assert "could not verify" in assignment.reason
     assert alpha.worker.reputation == reputation
     assert task.status == TaskStatus.OPEN
+
+
+def test_a_verifier_that_loses_the_race_reports_that_it_decided_nothing(
+    alice: Any, bob: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two verifications of one result (a redelivered message) run at once: the one that
+    settles second moves nothing and says so, instead of claiming its own verdict."""
+    from workers import settlement, verifiers
+
+    alpha = Provider(alice, "alpha")
+    task = post_task(bob, "synthetic", {"n": 64}, budget=UNITS_PER_CREDIT)
+    (assignment,) = scheduler.schedule(task.pk)
+    assert alpha.submit(assignment, alpha.run_job(assignment, tmp_path)).status_code == 202
+    honest = verifiers.verify
+
+    def overtaken(row: Any) -> Any:
+        verdict = honest(row)
+        settlement.reject(row.pk, "the other verifier's verdict")  # it settled first
+        return verdict
+
+    monkeypatch.setattr(verifiers, "verify", overtaken)
+    assert verify_assignment(str(assignment.pk)) == "skipped"
+    refreshed(assignment)
+    assert assignment.state == Assignment.State.REJECTED
+    assert assignment.reason == "the other verifier's verdict"
