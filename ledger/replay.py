@@ -9,11 +9,13 @@ balance and nonce, and replaying the pending transactions on top must give their
 available balance and next nonce. The first divergence raises ``Divergence`` naming
 the block height, the transaction hash and the field.
 
-The audit runs against a live platform, so it reads one snapshot: on PostgreSQL, called
-outside a transaction, all its queries run in one read-only REPEATABLE READ transaction.
-Otherwise each query saw the database as of its own start, and a block sealed (or a
-transaction admitted) between reading the blocks, the accounts and the mempool was a
-"divergence" of a healthy chain. A caller's own transaction keeps its isolation.
+The audit runs against a live platform, so it reads one snapshot: called outside a
+transaction, all its queries run in one read-only transaction (REPEATABLE READ on
+PostgreSQL; a DEFERRED one on SQLite, whose WAL journal gives a reader a snapshot
+without holding up writers). Otherwise each query saw the database as of its own start,
+and a block sealed (or a transaction admitted) between reading the blocks, the accounts
+and the mempool was a "divergence" of a healthy chain. A caller's own transaction keeps
+its isolation.
 """
 
 from __future__ import annotations
@@ -106,15 +108,28 @@ def _replay_block(
 
 @contextmanager
 def _snapshot() -> Iterator[None]:
-    """One consistent view of the ledger for the whole replay (see the module docstring).
-    SQLite's IMMEDIATE transactions would hold its write lock for the audit's length, so
-    there each query still reads on its own."""
-    if connection.vendor != "postgresql" or connection.in_atomic_block:
+    """One consistent view of the ledger for the whole replay (see the module docstring)."""
+    if connection.in_atomic_block:
         yield
-        return
-    with transaction.atomic():
+    elif connection.vendor == "postgresql":
+        with transaction.atomic():
+            with connection.cursor() as cursor:
+                cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            yield
+    elif connection.vendor == "sqlite":
+        # Not atomic(): this project's SQLite transactions BEGIN IMMEDIATE, taking the write
+        # lock, which would stop the platform for the audit's length. A DEFERRED
+        # transaction that only reads takes no lock in WAL mode; Django is in autocommit
+        # (the driver issues no BEGIN of its own), so the transaction is ours to end.
+        connection.ensure_connection()
         with connection.cursor() as cursor:
-            cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            cursor.execute("BEGIN DEFERRED")
+        try:
+            yield
+        finally:
+            with connection.cursor() as cursor:
+                cursor.execute("COMMIT")  # it only read: committing or rolling back is the same
+    else:
         yield
 
 
