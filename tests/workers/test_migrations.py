@@ -1,0 +1,63 @@
+"""Data migrations, run for real: migrate back to the state before, write rows as the old
+code did, migrate forward, and look at what a user's page would show."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.db.migrations.executor import MigrationExecutor
+from django.utils import timezone
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+BEFORE = [("workers", "0005_reset_self_reported_benchmarks")]
+AFTER = [("workers", "0006_relabel_self_reported_summary_figures")]
+
+
+def migrate(targets: list[tuple[str, str]]) -> Any:
+    executor = MigrationExecutor(connection)
+    executor.loader.build_graph()
+    executor.migrate(targets)
+    return executor.loader.project_state(targets).apps
+
+
+@pytest.fixture
+def old_state() -> Any:
+    apps = migrate(BEFORE)
+    yield apps
+    migrate(MigrationExecutor(connection).loader.graph.leaf_nodes())  # the rest of the suite runs on the latest
+
+
+def test_summaries_from_before_platform_timing_keep_their_figure_as_the_nodes(old_state: Any) -> None:
+    user_model = old_state.get_model("marketplace", "User")
+    task_model = old_state.get_model("marketplace", "Task")
+    owner = user_model.objects.create(username="old-requester")
+    long_ago = timezone.now() - timedelta(days=30)
+
+    def task(summary: dict[str, Any], kind: str = "synthetic", finished: Any = long_ago) -> Any:
+        return task_model.objects.create(
+            owner=owner,
+            title="old",
+            kind=kind,
+            spec={"n": 64},
+            budget=1,
+            price_estimate=1,
+            status="completed" if finished else "running",
+            finished_at=finished,
+            result_summary=summary,
+        )
+
+    old = task({"result_hash": "ab" * 32, "gflops": 55.4})  # the node's own figure, labelled platform-timed
+    new = task({"result_hash": "cd" * 32, "gflops": 0.9, "reported_gflops": 55.4})  # already split
+    other = task({"gflops": 1.0}, kind="cube")  # no such figure to relabel
+    running = task({}, finished=None)
+
+    apps = migrate(AFTER)
+    rows = {t.pk: t.result_summary for t in apps.get_model("marketplace", "Task").objects.all()}
+    assert rows[old.pk] == {"result_hash": "ab" * 32, "reported_gflops": 55.4}
+    assert rows[new.pk] == {"result_hash": "cd" * 32, "gflops": 0.9, "reported_gflops": 55.4}
+    assert rows[other.pk] == {"gflops": 1.0}
+    assert rows[running.pk] == {}
