@@ -17,9 +17,10 @@ and the browsers is rate-limited per assignment, whichever of the node's sockets
 A node sending more than ``MESSAGE_RATE`` messages a second, sustained (a burst of
 ``MESSAGE_BURST`` is allowed), has the socket that went over closed with 4429: honest
 nodes send a few a second. The budget is the node's, shared by all its sockets in this
-process, and a node may hold at most ``MAX_SOCKETS`` of them here (one is normal; a
-reconnect may overlap the old one for a moment); one more is closed with 4429 too. Both
-limits are per web process, so N processes allow N times as much.
+process, and a node holds at most ``MAX_SOCKETS`` of them here (one is normal; a
+reconnect may overlap the old one for a moment): a newer one closes the oldest with 4429
+(see ``workers.live.Openings``). Both limits are per web process, so N processes allow
+N times as much.
 """
 
 from __future__ import annotations
@@ -166,7 +167,7 @@ class WorkerConsumer(LiveConsumer):
             await super().__call__(scope, receive, send)
         finally:
             if self.worker_id is not None:
-                open_sockets.close(self.worker_id)
+                open_sockets.close(self.worker_id, self.channel_name)
 
     async def connect(self) -> None:
         headers = dict(self.scope.get("headers") or [])
@@ -175,11 +176,9 @@ class WorkerConsumer(LiveConsumer):
         if worker is None:
             await self.close(code=4401)
             return
-        if not open_sockets.open(worker.pk, MAX_SOCKETS):
-            await self.accept()  # then close: a close before accept would hide the reason
-            await self.close(code=4429, reason=f"Too many open sockets: this worker holds {MAX_SOCKETS} already.")
-            return
         self.worker_id = worker.pk
+        for oldest in open_sockets.open(worker.pk, self.channel_name, MAX_SOCKETS):
+            await self.channel_layer.send(oldest, {"type": "worker.displaced"})
         self._logged: set[str] = set()  # assignments whose buffered lines to write on close
         await self.channel_layer.group_add(worker_group(worker.pk), self.channel_name)
         await self.accept()
@@ -196,7 +195,7 @@ class WorkerConsumer(LiveConsumer):
         """Budget first, then decode: neither a flood nor an undecodable frame (bad JSON, a
         5,000-digit number, nesting past the recursion limit) costs more than a reply."""
         if self._flooded or self.worker_id is None:
-            return  # closing (flooded, or refused at connect); what was queued is not worth reading
+            return  # closing (flooded, or refused at connect): what was queued is not worth reading
         if not message_budget.take(self.worker_id, MESSAGE_RATE, MESSAGE_BURST):
             self._flooded = True
             await self.close(code=4429, reason=f"Too many messages: over {MESSAGE_RATE:.0f} a second, sustained.")
@@ -225,6 +224,10 @@ class WorkerConsumer(LiveConsumer):
     async def worker_close(self, event: dict[str, Any]) -> None:
         """Sent by the platform when the worker is suspended or retired."""
         await self.close(code=4403)
+
+    async def worker_displaced(self, event: dict[str, Any]) -> None:
+        """Sent by a newer socket of the same worker that took this one's place."""
+        await self.close(code=4429, reason=f"Too many open sockets: over {MAX_SOCKETS}, the oldest is closed.")
 
     @database_sync_to_async
     def _heartbeat(self) -> bool:

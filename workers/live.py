@@ -12,7 +12,7 @@ purpose), so a limit kept per socket multiplies with its sockets. These are kept
 Per worker rather than per assignment (``/ws/worker/``'s flood guard):
 
 - ``Allowance``: a token bucket, so a node's sockets share one message budget;
-- ``Openings``: how many sockets a node holds open, against a cap.
+- ``Openings``: which sockets a node holds open, the oldest displaced past a cap.
 
 They hold timers, and a timer belongs to one event loop: daphne runs one per process, the
 tests one per scenario, so state found on another loop is stale and starts afresh. Keys
@@ -26,7 +26,6 @@ import asyncio
 import logging
 import math
 import time
-from collections import Counter
 from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any
@@ -215,19 +214,31 @@ class Allowance:
 
 
 class Openings:
-    """How many sockets each key (a worker) holds open in this process, against a cap."""
+    """The sockets each key (a worker) holds open in this process, oldest first, under a cap.
+
+    Past the cap the oldest are displaced rather than the newest refused: a node whose
+    network drops without a FIN leaves sockets the server still counts until their pings
+    time out, and refusing its live reconnection meanwhile would silence its heartbeats.
+    """
 
     def __init__(self) -> None:
-        self._open: Counter[Hashable] = Counter()
+        self._open: dict[Hashable, list[str]] = {}
 
-    def open(self, key: Hashable, limit: int) -> bool:
-        """Count one more socket for ``key``; False (counting nothing) at ``limit``."""
-        if self._open[key] >= limit:
-            return False
-        self._open[key] += 1
-        return True
+    def open(self, key: Hashable, name: str, limit: int) -> list[str]:
+        """Count socket ``name`` for ``key``; return the oldest ones it displaces to stay
+        within ``limit`` (no longer counted: the caller closes them)."""
+        names = self._open.setdefault(key, [])
+        names.append(name)
+        displaced = names[: max(0, len(names) - limit)]
+        del names[: len(displaced)]
+        return displaced
 
-    def close(self, key: Hashable) -> None:
-        self._open[key] -= 1
-        if self._open[key] <= 0:
-            del self._open[key]
+    def close(self, key: Hashable, name: str) -> None:
+        names = self._open.get(key, [])
+        if name in names:
+            names.remove(name)
+        if not names:
+            self._open.pop(key, None)
+
+    def count(self, key: Hashable) -> int:
+        return len(self._open.get(key, ()))
