@@ -20,6 +20,7 @@ its isolation.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import time
 from collections import defaultdict
@@ -127,8 +128,12 @@ def _snapshot() -> Iterator[None]:
         try:
             yield
         finally:
-            with connection.cursor() as cursor:
-                cursor.execute("COMMIT")  # it only read: committing or rolling back is the same
+            # It only read, so ending it either way is the same. Only if it is still open
+            # (a reset connection has none), and never hiding the audit's own exception.
+            raw = connection.connection
+            if raw is not None and raw.in_transaction:
+                with contextlib.suppress(Exception), connection.cursor() as cursor:
+                    cursor.execute("ROLLBACK")
     else:
         yield
 

@@ -25,6 +25,7 @@ N times as much.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import time
@@ -32,6 +33,7 @@ from datetime import timedelta
 from typing import Any, TypeGuard
 
 from channels.db import database_sync_to_async
+from channels.exceptions import ChannelFull
 from django.db import transaction
 from django.utils import timezone
 
@@ -178,7 +180,9 @@ class WorkerConsumer(LiveConsumer):
             return
         self.worker_id = worker.pk
         for oldest in open_sockets.open(worker.pk, self.channel_name, MAX_SOCKETS):
-            await self.channel_layer.send(oldest, {"type": "worker.displaced"})
+            # Its inbox may be full (it is stuck): it is no longer counted either way.
+            with contextlib.suppress(ChannelFull):
+                await self.channel_layer.send(oldest, {"type": "worker.displaced"})
         self._logged: set[str] = set()  # assignments whose buffered lines to write on close
         await self.channel_layer.group_add(worker_group(worker.pk), self.channel_name)
         await self.accept()

@@ -285,7 +285,15 @@ def _check_submit_tx(worker: Worker, tx_body: dict[str, Any], result: Any) -> No
         # Exact types too: false == 0 and 1.0 == 1 in Python, but not in the template.
         if type(got) is not type(value) or got != value:
             raise ValidationError({"transaction": [f"{key} must be {value!r}."]})
-    if tx_body.get("payload") != {"compute_result": result.to_json()}:
+    # Compared as canonical JSON, not with ==: in Python true == 1, so a payload signed
+    # with "nonce": true passed here and was refused only at settlement, for good.
+    try:
+        same = encoding.canonical_json(tx_body.get("payload")) == encoding.canonical_json(
+            {"compute_result": result.to_json()}
+        )
+    except EncodingError:
+        same = False
+    if not same:
         raise ValidationError({"transaction": ["payload must be {'compute_result': <the ComputeResult>}."]})
     tx, signature = tx_from_json(tx_body)
     try:

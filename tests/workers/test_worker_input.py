@@ -139,3 +139,30 @@ def test_a_result_transaction_must_be_the_template_exactly(
     assert response.status_code == 400
     assert response.json() == {"transaction": [message]}
     assert alpha.submit(assignment, body).status_code == 202  # the honest body still goes through
+
+
+def test_a_payload_signed_with_a_bool_for_a_number_is_refused_at_submission(
+    alice: Any, bob: Any, tmp_path: Any
+) -> None:
+    # {"nonce": false} == {"nonce": 0} in Python: such a payload, signed as sent, passed the
+    # template check and was refused only when settlement admitted it, leaving the task
+    # "verifying" for hours. It is refused at once now, naming the payload.
+    import dataclasses
+
+    from ledger.signing import sign_tx
+    from workers.jobs import tx_from_json
+
+    alpha = Provider(alice, "alpha")
+    task = post_task(bob, "synthetic", {"n": 64}, budget=UNITS_PER_CREDIT)
+    (assignment,) = scheduler.schedule(task.pk)
+    body = alpha.run_job(assignment, tmp_path)
+    compute = body["transaction"]["payload"]["compute_result"]
+    assert compute["nonce"] == 0
+    payload = {"compute_result": {**compute, "nonce": False}}
+    tx, _ = tx_from_json(body["transaction"])
+    _, signature = sign_tx(dataclasses.replace(tx, payload=payload), alpha.key)
+    bent = {**body, "transaction": {**body["transaction"], "payload": payload, "signature": signature.hex()}}
+    response = alpha.submit(assignment, bent)
+    assert response.status_code == 400
+    assert response.json() == {"transaction": ["payload must be {'compute_result': <the ComputeResult>}."]}
+    assert alpha.submit(assignment, body).status_code == 202

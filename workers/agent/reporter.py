@@ -178,6 +178,8 @@ class Reporter:
         next_beat = 0.0  # a new connection beats at once: the platform may be counting since the last one
         last_progress = 0.0
         while not self._stop.is_set():
+            if not self.broker_up.is_set():
+                return  # the broker is lost (see broker_lost): closing the socket stops the beats
             now = time.monotonic()
             if now >= next_beat:
                 await socket.send(json.dumps({"type": "heartbeat"}))
@@ -202,8 +204,6 @@ class Reporter:
             self._wake.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=min(self.min_interval, self.heartbeat))
-            if not self.broker_up.is_set():
-                return  # the broker is lost (see broker_lost): closing the socket stops the beats
             # Surface a server-side close promptly instead of at the next send.
             if socket.close_code is not None:
                 state = socket.protocol  # the sans-I/O side knows which close frames went each way
