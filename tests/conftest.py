@@ -53,6 +53,16 @@ def _media_root(settings: Any, tmp_path: Any) -> None:
     settings.MEDIA_ROOT = tmp_path / "media"
 
 
+@pytest.fixture(autouse=True)
+def _fresh_cache() -> None:
+    """Every test starts with an empty cache: the throttles' counters (registration: 30 a
+    minute per client address) live there, and one test's requests must not throttle the
+    next one's, whatever order they run in."""
+    from django.core.cache import cache
+
+    cache.clear()
+
+
 @pytest.fixture
 def alice_token(alice: Any) -> str:
     """A raw API token of alice's, created through the real service."""

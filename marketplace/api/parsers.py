@@ -58,9 +58,22 @@ def _raise_at(path: tuple[Any, ...], message: str) -> None:
     raise ValidationError(detail)
 
 
-class JSONParser(parsers.JSONParser):
+class _StorableText(parsers.BaseParser):
+    """Mixed into a DRF parser: what it parsed is refused at the first string no column
+    or response can hold (``refuse_unstorable_text``); of a multipart body, the fields
+    (not the files' bytes)."""
+
+    def parse(
+        self, stream: IO[Any], media_type: str | None = None, parser_context: Mapping[str, Any] | None = None
+    ) -> Any:
+        data = super().parse(stream, media_type, parser_context)
+        refuse_unstorable_text(data.data if isinstance(data, parsers.DataAndFiles) else data)
+        return data
+
+
+class JSONParser(_StorableText, parsers.JSONParser):
     """DRF's strict JSON parser, plus a 400 for absurdly nested bodies and for strings no
-    column or response can hold (``refuse_unstorable_text``).
+    column or response can hold.
 
     ``json`` raises RecursionError (not ValueError) on deep nesting such as ``[[[[…``,
     which DRF does not catch, so a 2 MB body of brackets was a 500.
@@ -70,33 +83,17 @@ class JSONParser(parsers.JSONParser):
         self, stream: IO[Any], media_type: str | None = None, parser_context: Mapping[str, Any] | None = None
     ) -> Any:
         try:
-            data = super().parse(stream, media_type, parser_context)
+            return super().parse(stream, media_type, parser_context)
         except RecursionError:
             raise ParseError("JSON parse error - the body is nested too deeply.") from None
-        refuse_unstorable_text(data)
-        return data
 
 
-class FormParser(parsers.FormParser):
+class FormParser(_StorableText, parsers.FormParser):
     """DRF's form parser; ``reason=a%00b`` is refused as in JSON."""
 
-    def parse(
-        self, stream: IO[Any], media_type: str | None = None, parser_context: Mapping[str, Any] | None = None
-    ) -> Any:
-        data = super().parse(stream, media_type, parser_context)
-        refuse_unstorable_text(data)
-        return data
 
-
-class MultiPartParser(parsers.MultiPartParser):
-    """DRF's multipart parser; its fields (not its files' bytes) are checked as in JSON."""
-
-    def parse(
-        self, stream: IO[Any], media_type: str | None = None, parser_context: Mapping[str, Any] | None = None
-    ) -> Any:
-        data = super().parse(stream, media_type, parser_context)
-        refuse_unstorable_text(data.data)
-        return data
+class MultiPartParser(_StorableText, parsers.MultiPartParser):
+    """DRF's multipart parser; its fields are checked as in JSON."""
 
 
 PARSERS = [JSONParser, FormParser, MultiPartParser]

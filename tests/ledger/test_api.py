@@ -95,10 +95,9 @@ def test_wallet_shows_balance_escrow_and_history(chain: dict[str, Any], anon_cli
     assert anon_client.get("/api/v1/ledger/wallet/").status_code in (401, 403)
 
 
-def test_submitting_a_signed_transfer(chain: dict[str, Any], alice_client: APIClient) -> None:
-    worker = chain["worker"]
-    sub = signed(worker, encoding.TRANSFER, worker_keys(77).address, 1000, 1, {})
-    body = {
+def tx_body(sub: Any) -> dict[str, Any]:
+    """A signed transaction as the submission endpoint takes it."""
+    return {
         "chain_id": sub.tx.chain_id,
         "type": sub.tx.type,
         "from": sub.tx.sender,
@@ -108,10 +107,16 @@ def test_submitting_a_signed_transfer(chain: dict[str, Any], alice_client: APICl
         "nonce": sub.tx.nonce,
         "gas_price": sub.tx.gas_price,
         "gas_limit": sub.tx.gas_limit,
-        "payload": {},
+        "payload": sub.tx.payload,
         "public_key": sub.tx.public_key.hex(),
         "signature": sub.signature.hex(),
     }
+
+
+def test_submitting_a_signed_transfer(chain: dict[str, Any], alice_client: APIClient) -> None:
+    worker = chain["worker"]
+    sub = signed(worker, encoding.TRANSFER, worker_keys(77).address, 1000, 1, {})
+    body = tx_body(sub)
     res = alice_client.post("/api/v1/ledger/transactions/", body, format="json")
     assert res.status_code == 202, res.json()
     assert res.json()["status"] == "pending"
@@ -215,20 +220,7 @@ def test_a_payload_no_column_can_hold_is_a_400_and_records_nothing(alice_client:
     # insert a 500 on PostgreSQL's jsonb.
     pair = worker_keys(5)
     sub = signed(pair, encoding.TRANSFER, worker_keys(6).address, 1, 0, {})
-    body = {
-        "chain_id": sub.tx.chain_id,
-        "type": sub.tx.type,
-        "from": sub.tx.sender,
-        "to": sub.tx.recipient,
-        "amount": 1,
-        "fee": sub.tx.fee,
-        "nonce": 0,
-        "gas_price": sub.tx.gas_price,
-        "gas_limit": sub.tx.gas_limit,
-        "payload": {"memo": "a\x00b"},
-        "public_key": sub.tx.public_key.hex(),
-        "signature": sub.signature.hex(),
-    }
+    body = {**tx_body(sub), "payload": {"memo": "a\x00b"}}
     before = Transaction.objects.count()
     response = alice_client.post("/api/v1/ledger/transactions/", body, format="json")
     assert response.status_code == 400

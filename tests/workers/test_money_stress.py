@@ -47,9 +47,8 @@ from training.poc import runner as _poc_runner  # noqa: F401 (imported here: tor
 from training.poc import verifier as _poc_verifier  # noqa: F401
 from workers import jobs, scheduler, settlement, sweep, taskstate
 from workers.agent import runners
-from workers.agent.identity import Credentials
-from workers.agent.node import Node
 from workers.models import UNSETTLED, Assignment, Worker
+from workers.protocol import template_tx
 from workers.tasks import verify_assignment
 
 pytestmark = [
@@ -178,13 +177,7 @@ def _work(run: Run, node: Provider, workdir: Path, rng: random.Random) -> None:
         _expect(response, (201, 409), "upload")
         if response.status_code == 409:
             return
-    creds = Credentials(server="http://testserver", worker_id=str(node.worker.pk), address=node.key.address, token="")
-    signer = Node(node.key, creds, "http://testserver")
-    try:
-        body = signer.sign_result(spec, outcome)
-    finally:
-        signer.http.close()
-    submitted = node.client.post(node.url(job, "result/"), body, format="json")
+    submitted = node.client.post(node.url(job, "result/"), node.sign(spec, outcome), format="json")
     _expect(submitted, (202, 409), "submit")
     run.count("provider: submitted tampered" if tamper else "provider: submitted")
 
@@ -192,19 +185,7 @@ def _work(run: Run, node: Provider, workdir: Path, rng: random.Random) -> None:
 def _sweep(run: Run, node: Provider) -> None:
     """What ``python -m workers.agent sweep`` does: sign the platform's template."""
     template = sweep.sweep_template(node.worker)  # Conflict / ValidationError when it cannot
-    tx = encoding.Tx(
-        chain_id=template["chain_id"],
-        type=template["type"],
-        sender=template["from"],
-        recipient=template["to"],
-        amount=template["amount"],
-        fee=template["fee"],
-        nonce=template["nonce"],
-        gas_price=template["gas_price"],
-        gas_limit=template["gas_limit"],
-        payload=template["payload"],
-    )
-    signed, signature = sign_tx(tx, node.key)
+    signed, signature = sign_tx(template_tx(template), node.key)
     row, _ = sweep.submit_sweep(node.worker, signed, signature)
     if row.status != TxStatus.REFUSED:
         run.add(run.sweeps, row)
