@@ -69,8 +69,8 @@ def recompute(spec: dict[str, Any], artifact: Path, claimed: str) -> tuple[bool,
     ok = True
     with exact_float32():
         for p, c in enumerate(products):
-            a = to_device(poc.generate_matrix(seed, "A", p, params.n, params.entry_bound), cpu)
-            b = to_device(poc.generate_matrix(seed, "B", p, params.n, params.entry_bound), cpu)
+            a = to_device(poc.generate_matrix(seed, "A", p, params.n, params.entry_bound, params.generator), cpu)
+            b = to_device(poc.generate_matrix(seed, "B", p, params.n, params.entry_bound, params.generator), cpu)
             product, seconds = multiply(a, b, params)
             matmul_seconds += seconds
             ok = ok and bool(np.array_equal(product.to(torch.int32).numpy(), c))

@@ -201,8 +201,11 @@ class TaskForm(ServiceErrorsMixin, forms.Form):
         super().__init__(*args, **kwargs)
         self.kind = kind
         self.owner = owner
-        self.spec_names = list(kind.spec_serializer().fields)
-        for name, field in kind.spec_serializer().fields.items():
+        # A spec field styled {"form": False} is a protocol detail, settable over the API: the
+        # form leaves it out, so the serializer's default applies.
+        shown = {name: f for name, f in kind.spec_serializer().fields.items() if f.style.get("form", True)}
+        self.spec_names = list(shown)
+        for name, field in shown.items():
             self.fields[SPEC_PREFIX + name] = spec_form_field(field, owner, kind)
         if kind.dataset_formats:
             dataset_field: forms.ModelChoiceField = self.fields["dataset"]  # type: ignore[assignment]

@@ -10,6 +10,8 @@ from typing import Any
 from django.conf import settings
 from rest_framework import serializers
 
+from training.poc import spec as poc_spec
+
 
 class FiniteFloatField(serializers.FloatField):
     """A float that refuses NaN and ±Infinity (JSON forbids them, strings can carry them)."""
@@ -68,6 +70,15 @@ class SyntheticSpec(SpecSerializer):
     n = Int(1024, 64, 16384, "Matrix edge n: A and B are n×n.")
     count = Int(1, 1, 64, "Number of (A, B) pairs to multiply.")
     entry_bound = Int(8, 1, 8, "Entries are integers in [-entry_bound, entry_bound].")
+    generator = serializers.ChoiceField(
+        choices=list(poc_spec.GENERATORS),
+        default=poc_spec.DEFAULT_GENERATOR,
+        help_text=(
+            "How A and B are drawn from the seed: aes256ctr (AES-256 in counter mode, the fast default) "
+            "or shake128 (the first generator, several times slower to check; kept for tasks posted with it)."
+        ),
+        style={"form": False},
+    )
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         # Exactness in float32 needs every partial sum below 2**24.

@@ -112,7 +112,7 @@ def test_new_user_signs_up_posts_and_cancels_a_task(page: Any) -> None:
         expect()(page.locator("#task-reason")).to_contain_text("No provider runs Synthetic proof of compute tasks yet")
     expect()(page.locator("#live-state")).to_have_text("Live updates on")
     task = Task.objects.get(owner__username="dora")
-    assert task.spec == {"n": 16384, "count": 1, "entry_bound": 8}
+    assert task.spec == {"n": 16384, "count": 1, "entry_bound": 8, "generator": "aes256ctr"}
     assert task.status == Task.Status.OPEN
     page.screenshot(path="/tmp/e2e-task-detail.png", full_page=True)
 

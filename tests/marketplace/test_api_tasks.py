@@ -28,7 +28,7 @@ def test_post_a_synthetic_task(alice: Any, alice_client: APIClient) -> None:
     assert data["title"] == "matmul"
     assert data["status"] == "open"
     # Omitted spec fields take the serializer's defaults.
-    assert data["spec"] == {"n": 256, "count": 2, "entry_bound": 8}
+    assert data["spec"] == {"n": 256, "count": 2, "entry_bound": 8, "generator": "aes256ctr"}
     assert data["budget"] == "1.5"
     assert [e["status"] for e in data["events"]] == ["draft", "open"]
     task = Task.objects.get(pk=data["id"])

@@ -167,8 +167,9 @@ def test_every_kind_has_a_form_built_from_its_spec(alice_web: Client, kind: str)
     from marketplace.kinds import get_kind
 
     body = text(alice_web.get(reverse("task-post", args=[kind])))
-    for name in get_kind(kind).spec_serializer().fields:
-        assert f'name="spec_{name}"' in body
+    for name, field in get_kind(kind).spec_serializer().fields.items():
+        # Protocol details ({"form": False}) stay out of the form and take their default.
+        assert (f'name="spec_{name}"' in body) == field.style.get("form", True)
 
 
 def test_form_field_types_bounds_and_defaults_come_from_the_serializer(alice_web: Client) -> None:
@@ -325,7 +326,7 @@ def test_post_task_form_creates_the_task(alice_web: Client, alice: Any, no_synth
     assert response.status_code == 302
     assert response["Location"] == reverse("task-detail", args=[task.pk])
     assert task.title == "Matmul from the form"
-    assert task.spec == {"n": 2048, "count": 2, "entry_bound": 4}
+    assert task.spec == {"n": 2048, "count": 2, "entry_bound": 4, "generator": "aes256ctr"}
     assert task.budget == 1_500_000_000
     assert task.min_reputation == 10
     assert task.status == Task.Status.OPEN

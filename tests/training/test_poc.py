@@ -20,13 +20,14 @@ from typing import Any, Literal
 import numpy as np
 import pytest
 import torch
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from safetensors.numpy import load_file, save_file
 
 from ledger import merkle
 from training import poc
 from training.poc import runner
 from training.poc.commit import ArtifactWriter, row_leaf_hashes
-from training.poc.generate import DOMAIN
+from training.poc.generate import DOMAIN, DOMAIN_AES
 from training.poc.verifier import random_vectors
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,9 +37,10 @@ SEED = {
     "task_id": "3f2b8c1e-6a4d-4e0b-9c57-2d1f0a9b8e71",
 }
 SPEC = {"n": 64, "count": 2, "entry_bound": 8}
-# sha256 of A (pair 0, n = 64, bound 8) for SEED; test_generator_follows_its_documented_definition
-# checks the same generator against a byte-by-byte reading of its definition.
+# sha256 of A (pair 0, n = 64, bound 8) for SEED under each generator;
+# test_generator_follows_its_documented_definition checks both against their definitions.
 PINNED_A = "469d6c1d49f0ae353c30ce5e17ae3737422c86a85367e5d64649555301ef7ec5"
+PINNED_A_AES = "725d2b4b091ca6081723e19d100522e0127a06529a5d5094e6462a21c16635fa"
 
 
 @pytest.fixture(scope="module")
@@ -322,9 +324,11 @@ def test_rounds_reach_2_to_the_minus_60_within_exact_float64() -> None:
 
 # --- the generator -----------------------------------------------------------------
 
+GENERATORS: tuple[poc.Generator, ...] = ("aes256ctr", "shake128")
 
-def _reference_rows(seed: bytes, matrix: str, pair: int, n: int, bound: int) -> np.ndarray:
-    """The documented stream, read one byte at a time (slow, independent of the numpy code)."""
+
+def _reference_shake_rows(seed: bytes, matrix: str, pair: int, n: int, bound: int) -> np.ndarray:
+    """The documented SHAKE128 stream, read one byte at a time (independent of the numpy code)."""
     m = 2 * bound + 1
     rows = []
     for i in range(n):
@@ -333,13 +337,36 @@ def _reference_rows(seed: bytes, matrix: str, pair: int, n: int, bound: int) -> 
     return np.array(rows, dtype=np.int8)
 
 
+def _reference_aes_rows(seed: bytes, matrix: str, pair: int, n: int, bound: int) -> np.ndarray:
+    """The documented AES-256-CTR keystream, built block by block with AES itself (no CTR mode)."""
+    key = hashlib.sha256(DOMAIN_AES + seed + matrix.encode() + struct.pack("<I", pair)).digest()
+    blocks = b"".join(i.to_bytes(16, "big") for i in range(-(-n * n // 16)))
+    encryptor = Cipher(algorithms.AES(key), modes.ECB()).encryptor()  # noqa: S305 - raw AES blocks: the reference for CTR
+    stream = np.frombuffer(encryptor.update(blocks) + encryptor.finalize(), dtype=np.uint8)[: n * n]
+    m = 2 * bound + 1
+    return (stream.astype(np.int64) * m // 256 - bound).astype(np.int8).reshape(n, n)
+
+
+_REFERENCES = {"aes256ctr": _reference_aes_rows, "shake128": _reference_shake_rows}
+
+
+@pytest.mark.parametrize("generator", GENERATORS)
 @pytest.mark.parametrize("bound", [1, 3, 6, 8])
-def test_generator_follows_its_documented_definition(bound: int) -> None:
+def test_generator_follows_its_documented_definition(generator: poc.Generator, bound: int) -> None:
     seed = poc.parse_seed_material(SEED).seed
     pairs: tuple[tuple[Literal["A", "B"], int], ...] = (("A", 0), ("B", 3))
     for matrix, pair in pairs:
-        got = poc.generate_matrix(seed, matrix, pair, 48, bound)
-        np.testing.assert_array_equal(got, _reference_rows(seed, matrix, pair, 48, bound))
+        got = poc.generate_matrix(seed, matrix, pair, 48, bound, generator)
+        np.testing.assert_array_equal(got, _REFERENCES[generator](seed, matrix, pair, 48, bound))
+
+
+def test_aes_rows_start_mid_block_and_span_chunks() -> None:
+    # n = 1100: rows start at offsets that are not multiples of the 16-byte AES block, and
+    # the matrix is generated in two chunks (about 1 MiB each) on separate threads.
+    seed = poc.parse_seed_material(SEED).seed
+    reference = _reference_aes_rows(seed, "B", 1, 1100, 8)
+    np.testing.assert_array_equal(poc.generate_matrix(seed, "B", 1, 1100, 8), reference)
+    np.testing.assert_array_equal(poc.generate_rows(seed, "B", 1, 1100, 8, 951, 958), reference[951:958])
 
 
 def test_seed_is_sha256_of_the_documented_bytes() -> None:
@@ -349,26 +376,27 @@ def test_seed_is_sha256_of_the_documented_bytes() -> None:
     assert poc.parse_seed_material(upper).seed == hashlib.sha256(raw).digest()
 
 
-def test_generator_is_pinned() -> None:
-    # Pins the bytes of A: a change in hashlib, numpy or this code that alters them would
-    # make every verifier reject every honest worker, so it must fail loudly here.
-    a = poc.generate_matrix(poc.parse_seed_material(SEED).seed, "A", 0, 64, 8)
-    assert hashlib.sha256(a.tobytes()).hexdigest() == PINNED_A
+@pytest.mark.parametrize(("generator", "pinned"), [("aes256ctr", PINNED_A_AES), ("shake128", PINNED_A)])
+def test_generator_is_pinned(generator: poc.Generator, pinned: str) -> None:
+    # Pins the bytes of A: a change in hashlib, OpenSSL, numpy or this code that alters
+    # them would make every verifier reject every honest worker, so it must fail loudly.
+    a = poc.generate_matrix(poc.parse_seed_material(SEED).seed, "A", 0, 64, 8, generator)
+    assert hashlib.sha256(a.tobytes()).hexdigest() == pinned
 
 
-def test_generation_is_deterministic_and_seed_dependent() -> None:
+@pytest.mark.parametrize("generator", GENERATORS)
+def test_generation_is_deterministic_and_seed_dependent(generator: poc.Generator) -> None:
     seed = poc.parse_seed_material(SEED).seed
-    a = poc.generate_matrix(seed, "A", 0, 128, 8)
-    assert a.tobytes() == poc.generate_matrix(seed, "A", 0, 128, 8).tobytes()
+    a = poc.generate_matrix(seed, "A", 0, 128, 8, generator)
+    assert a.tobytes() == poc.generate_matrix(seed, "A", 0, 128, 8, generator).tobytes()
     assert a.dtype == np.int8
-    assert a.min() == -8
-    assert a.max() == 8
     assert set(np.unique(a).tolist()) == set(range(-8, 9))
     others = [
-        poc.generate_matrix(seed, "B", 0, 128, 8),
-        poc.generate_matrix(seed, "A", 1, 128, 8),
+        poc.generate_matrix(seed, "B", 0, 128, 8, generator),
+        poc.generate_matrix(seed, "A", 1, 128, 8, generator),
+        poc.generate_matrix(seed, "A", 0, 128, 8, next(g for g in GENERATORS if g != generator)),
         *(
-            poc.generate_matrix(poc.parse_seed_material(_seed(**change)).seed, "A", 0, 128, 8)
+            poc.generate_matrix(poc.parse_seed_material(_seed(**change)).seed, "A", 0, 128, 8, generator)
             for change in ({"block_hash": "00" * 32}, {"worker_address": "cpc1x"}, {"task_id": str(uuid.UUID(int=1))})
         ),
     ]
@@ -376,12 +404,39 @@ def test_generation_is_deterministic_and_seed_dependent() -> None:
         assert np.mean(other != a) > 0.9
 
 
-def test_rows_regenerate_alone_and_short_streams_read_further() -> None:
+@pytest.mark.parametrize("generator", GENERATORS)
+def test_rows_regenerate_alone(generator: poc.Generator) -> None:
     seed = poc.parse_seed_material(SEED).seed
-    whole = poc.generate_matrix(seed, "B", 2, 96, 6)
-    np.testing.assert_array_equal(poc.generate_rows(seed, "B", 2, 96, 6, 40, 41), whole[40:41])
+    whole = poc.generate_matrix(seed, "B", 2, 96, 6, generator)
+    np.testing.assert_array_equal(poc.generate_rows(seed, "B", 2, 96, 6, 40, 41, generator=generator), whole[40:41])
+    np.testing.assert_array_equal(poc.generate_rows(seed, "B", 2, 96, 6, 90, 96, generator=generator), whole[90:])
+
+
+def test_short_shake_streams_read_further() -> None:
+    seed = poc.parse_seed_material(SEED).seed
+    whole = poc.generate_matrix(seed, "B", 2, 96, 6, "shake128")
     # With no spare bytes nearly every row comes up short and is read again, further.
-    np.testing.assert_array_equal(poc.generate_rows(seed, "B", 2, 96, 6, 0, 96, margin=0), whole)
+    np.testing.assert_array_equal(poc.generate_rows(seed, "B", 2, 96, 6, 0, 96, margin=0, generator="shake128"), whole)
+
+
+def test_a_task_is_verified_with_the_generator_its_spec_names(tmp_path: Path) -> None:
+    # A task stored before the spec named a generator says shake128 (marketplace migration
+    # 0003); its node's product passes under that spec and fails under the default.
+    old = {**SPEC, "count": 1, "generator": "shake128"}
+    out = poc.run(old, SEED, tmp_path, device="cpu")
+    assert poc.verify(old, SEED, tmp_path / out["artifact"], out["result_hash"]).ok
+    wrong = poc.verify({**old, "generator": "aes256ctr"}, SEED, tmp_path / out["artifact"], out["result_hash"])
+    assert (wrong.ok, wrong.code) == (False, "product_mismatch")
+    assert poc.expected_row(old, SEED, 0, 5) == load_file(str(tmp_path / out["artifact"]))["c0"][5].tolist()
+
+
+def test_an_unknown_generator_stops_the_run_and_the_verifier(tmp_path: Path) -> None:
+    spec = {**SPEC, "generator": "mt19937"}
+    with pytest.raises(poc.PocError, match="generator: must be one of aes256ctr, shake128"):
+        poc.run(spec, SEED, tmp_path, device="cpu")
+    verdict = poc.verify(spec, SEED, tmp_path / "missing.safetensors", "ab" * 32)
+    assert (verdict.ok, verdict.code) == (False, "spec")
+    assert not list(tmp_path.iterdir())
 
 
 # --- row proofs --------------------------------------------------------------------

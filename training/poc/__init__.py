@@ -22,12 +22,23 @@ from training.poc.commit import (
 )
 from training.poc.generate import generate_matrix, generate_rows
 from training.poc.runner import InexactProductError, run
-from training.poc.spec import PocError, PocSpec, SeedMaterial, derive_seed, parse_seed_material, parse_spec
+from training.poc.spec import (
+    GENERATORS,
+    Generator,
+    PocError,
+    PocSpec,
+    SeedMaterial,
+    derive_seed,
+    parse_seed_material,
+    parse_spec,
+)
 from training.poc.verifier import VerificationResult, expected_row, freivalds_bits, rounds_for, verify
 
 __all__ = [
     "ARTIFACT_NAME",
+    "GENERATORS",
     "ArtifactProblem",
+    "Generator",
     "InexactProductError",
     "PocError",
     "PocSpec",

@@ -1,19 +1,34 @@
-"""A and B from the seed: SHAKE128 in counter mode, one stream per matrix row.
+"""A and B from the seed. Two generators, named by the spec's ``generator`` field.
 
-Row ``i`` of matrix ``M`` ("A" or "B") of pair ``p`` is read from the stream
+``aes256ctr`` (the default). Matrix ``M`` ("A" or "B") of pair ``p`` is the keystream of
+AES-256 in counter mode under the key
+
+    key = SHA-256(DOMAIN_AES ‖ seed ‖ M ‖ u32le(p))
+
+with the 128-bit big-endian counter starting at zero. Byte ``i·n + j`` of the keystream,
+x, gives entry (i, j) as ((x · m) >> 8) − entry_bound, with m = 2·entry_bound + 1: one
+byte per entry, so row ``i`` starts at a known offset and any row can be regenerated in
+O(n) by starting the counter at that offset's block. The map from bytes to values is
+close to uniform, not exactly so (for m = 17 one value takes 16 of the 256 bytes and the
+others 15); proof of compute needs matrices nobody can know before the seed is fixed,
+and bias this small gives no shortcut through the product. AES runs on the CPU's AES
+instructions through ``cryptography`` (OpenSSL), several GB/s on one core, so
+generating A and B costs about a millisecond per 2048² matrix: next to the O(n²)
+verification, not just the O(n³) product.
+
+``shake128`` (tasks posted before ``aes256ctr`` existed; their stored specs say so). Row
+``i`` of matrix ``M`` of pair ``p`` is read from the stream
 
     SHAKE128(DOMAIN ‖ seed ‖ M ‖ u32le(p) ‖ u32le(i))
 
 byte by byte: with m = 2·entry_bound + 1 values to draw from, a byte x is accepted when
 x < 256 − (256 mod m) (a multiple of m, so x mod m is exactly uniform) and becomes
 (x mod m) − entry_bound; rejected bytes are skipped. The row is the first n accepted
-values. SHAKE128 is a standard extendable-output function (FIPS 202), so the bytes are
-the same on every platform and library version; a stream per row lets any single row be
-regenerated in O(n) and keeps memory bounded by a chunk of rows.
+values. SHAKE128 runs at about 0.6 GB/s on one core, and the rejection step costs a few
+more passes, which made generation the largest part of verifying a result.
 
-Speed: the bytes come out of hashlib at C speed (~0.6 GB/s on one core), and the
-acceptance step is vectorised with numpy, so generating A and B costs a few passes over
-n² bytes, far below the n³ of the product it feeds.
+Both are standard primitives (FIPS 197, FIPS 202) fed fixed-layout inputs, so the bytes
+are the same on every platform and library version.
 """
 
 from __future__ import annotations
@@ -26,11 +41,15 @@ from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
 from training.poc.pool import parallel_map
+from training.poc.spec import DEFAULT_GENERATOR, GENERATORS, Generator
 
 DOMAIN = b"proofwork/poc/v1/matrix"
+DOMAIN_AES = b"proofwork/poc/v2/matrix-aes256ctr"
 Matrix = Literal["A", "B"]
+_AES_BLOCK = 16
 # Rows per chunk are chosen so that one chunk of raw bytes stays around 1 MiB: small
 # enough to spread over threads, large enough that per-chunk overhead is noise.
 _CHUNK_BYTES = 1024 * 1024
@@ -118,15 +137,58 @@ def generate_rows(
     start: int,
     stop: int,
     margin: int | None = None,
+    generator: Generator = DEFAULT_GENERATOR,
 ) -> npt.NDArray[np.int8]:
     """Rows ``start:stop`` of matrix ``matrix`` of pair ``pair`` as int8 (see module docstring).
 
-    ``margin`` (spare stream bytes per row) only changes speed, never the values.
+    ``margin`` (spare SHAKE bytes per row, ``shake128`` only) changes speed, never values.
     """
     if not 0 <= start <= stop <= n:
         raise ValueError(f"rows {start}:{stop} are outside an {n}×{n} matrix")
     if not 1 <= bound <= 127:
         raise ValueError("entry_bound must be between 1 and 127 to fit int8")
+    if generator == "aes256ctr":
+        return _aes_rows(seed, matrix, pair, n, bound, start, stop)
+    if generator != "shake128":
+        raise ValueError(f"generator must be one of {', '.join(GENERATORS)}, got {generator!r}")
+    return _shake_rows(seed, matrix, pair, n, bound, start, stop, margin)
+
+
+def _aes_key(seed: bytes, matrix: Matrix, pair: int) -> bytes:
+    if matrix not in ("A", "B"):
+        raise ValueError(f"matrix must be 'A' or 'B', got {matrix!r}")
+    return hashlib.sha256(DOMAIN_AES + seed + matrix.encode("ascii") + struct.pack("<I", pair)).digest()
+
+
+def _aes_rows(
+    seed: bytes, matrix: Matrix, pair: int, n: int, bound: int, start: int, stop: int
+) -> npt.NDArray[np.int8]:
+    cipher = algorithms.AES(_aes_key(seed, matrix, pair))
+    m = 2 * bound + 1
+    out = np.empty((stop - start, n), dtype=np.int8)
+    chunk = max(1, _CHUNK_BYTES // n)
+
+    def fill(lo: int) -> None:
+        hi = min(stop, lo + chunk)
+        block, skip = divmod(lo * n, _AES_BLOCK)
+        encryptor = Cipher(cipher, modes.CTR(block.to_bytes(_AES_BLOCK, "big"))).encryptor()
+        stream = np.frombuffer(encryptor.update(bytes(skip + (hi - lo) * n)), dtype=np.uint8)[skip:]
+        # (x·m) >> 8 < m ≤ 255 for every byte x, and x·m < 2^16, so uint16 never wraps.
+        wide = stream.astype(np.uint16)
+        wide *= np.uint16(m)
+        wide >>= np.uint16(8)
+        values = wide.astype(np.uint8).view(np.int8)
+        values -= np.int8(bound)
+        out[lo - start : hi - start] = values.reshape(hi - lo, n)
+
+    # Chunks write disjoint rows, so the thread schedule cannot change the result.
+    parallel_map(fill, range(start, stop, chunk))
+    return out
+
+
+def _shake_rows(
+    seed: bytes, matrix: Matrix, pair: int, n: int, bound: int, start: int, stop: int, margin: int | None
+) -> npt.NDArray[np.int8]:
     prefix = _stream_prefix(seed, matrix, pair)
     extra = _margin(n, 2 * bound + 1) if margin is None else margin
     out = np.empty((stop - start, n), dtype=np.int8)
@@ -155,6 +217,8 @@ def _long_row(prefix: Any, row: int, n: int, bound: int, length: int) -> npt.NDA
         length *= 2
 
 
-def generate_matrix(seed: bytes, matrix: Matrix, pair: int, n: int, bound: int) -> npt.NDArray[np.int8]:
+def generate_matrix(
+    seed: bytes, matrix: Matrix, pair: int, n: int, bound: int, generator: Generator = DEFAULT_GENERATOR
+) -> npt.NDArray[np.int8]:
     """The whole n×n matrix ``matrix`` of pair ``pair`` as int8."""
-    return generate_rows(seed, matrix, pair, n, bound, 0, n)
+    return generate_rows(seed, matrix, pair, n, bound, 0, n, generator=generator)

@@ -133,13 +133,13 @@ def run(
     out_dir = Path(out_dir)
     leaves: list[bytes] = []
     matmul_seconds = generate_seconds = 0.0
-    metadata = {"n": str(n), "count": str(count), "entry_bound": str(bound)}
+    metadata = {"n": str(n), "count": str(count), "entry_bound": str(bound), "generator": params.generator}
     with exact_float32(), ArtifactWriter(out_dir / ARTIFACT_NAME, n, count, metadata) as writer:
         warm_up(dev)
         for pair in range(count):
             tick = time.perf_counter()
-            a_host = generate_matrix(seed, "A", pair, n, bound)
-            b_host = generate_matrix(seed, "B", pair, n, bound)
+            a_host = generate_matrix(seed, "A", pair, n, bound, params.generator)
+            b_host = generate_matrix(seed, "B", pair, n, bound, params.generator)
             generate_seconds += time.perf_counter() - tick
             a, b = to_device(a_host, dev), to_device(b_host, dev)
             del a_host, b_host

@@ -18,7 +18,7 @@ import hashlib
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 MAX_N = 16_384
 MAX_COUNT = 64
@@ -27,6 +27,11 @@ MAX_ENTRY_BOUND = 8
 FLOAT32_EXACT_LIMIT = 2**24
 DEFAULTS: dict[str, int] = {"n": 1024, "count": 1, "entry_bound": 8}
 MAX_ADDRESS_LENGTH = 90
+# How A and B are drawn from the seed (training.poc.generate). A task's stored spec names
+# its generator, so one posted before a faster generator existed is verified as it ran.
+Generator = Literal["aes256ctr", "shake128"]
+GENERATORS: tuple[Generator, ...] = ("aes256ctr", "shake128")
+DEFAULT_GENERATOR: Generator = "aes256ctr"
 
 
 class PocError(ValueError):
@@ -49,6 +54,7 @@ class PocSpec:
     n: int
     count: int
     entry_bound: int
+    generator: Generator = DEFAULT_GENERATOR
 
     @property
     def max_abs_entry(self) -> int:
@@ -98,7 +104,11 @@ def parse_spec(spec: Mapping[str, Any]) -> PocSpec:
     bound = _int_field(spec, "entry_bound", 1, MAX_ENTRY_BOUND)
     if n * bound**2 >= FLOAT32_EXACT_LIMIT:
         raise PocError("entry_bound", "n × entry_bound² must stay below 2^24 so float32 products are exact.")
-    return PocSpec(n=n, count=count, entry_bound=bound)
+    generator = spec.get("generator", DEFAULT_GENERATOR)
+    if generator not in GENERATORS:
+        # Text an older library does not know must stop the job, never be computed wrongly.
+        raise PocError("generator", f"must be one of {', '.join(GENERATORS)}, got {str(generator)[:40]!r}.")
+    return PocSpec(n=n, count=count, entry_bound=bound, generator=generator)
 
 
 def derive_seed(block_hash: bytes, worker_address: str, task_id: uuid.UUID) -> bytes:

@@ -126,6 +126,33 @@ def freivalds(
     return bool(torch.equal(left, right))
 
 
+def _check_product(
+    pair: int,
+    c: npt.NDArray[np.int32],
+    seed: bytes,
+    params: PocSpec,
+    rounds: int,
+    bits: int,
+    timings: dict[str, float],
+) -> str | None:
+    """Freivalds' check of one in-range product; None when it passes, else the reason."""
+    vectors = random_vectors(params.n, rounds, bits)
+    columns = torch.from_numpy(np.ascontiguousarray(vectors.T, dtype=np.float64))
+    tick = time.perf_counter()
+    right = _exact_products(c, columns)  # exact because the range check passed
+    timings["freivalds"] += time.perf_counter() - tick
+    tick = time.perf_counter()
+    a = generate_matrix(seed, "A", pair, params.n, params.entry_bound, params.generator)
+    b = generate_matrix(seed, "B", pair, params.n, params.entry_bound, params.generator)
+    mid = time.perf_counter()
+    left = _exact_products(a, _exact_products(b, columns))
+    timings["generate"] += mid - tick
+    timings["freivalds"] += time.perf_counter() - mid
+    if torch.equal(left, right):
+        return None
+    return f"Product c{pair} is not A·B for this task's seed (Freivalds' check failed)."
+
+
 def _fail(code: str, reason: str, started: float, timings: Mapping[str, float] | None = None) -> VerificationResult:
     return VerificationResult(False, reason, time.perf_counter() - started, code, dict(timings or {}))
 
@@ -150,7 +177,9 @@ def verify(
         params = parse_spec(spec)
         seed = parse_seed_material(seed_material).seed
     except PocError as exc:
-        return _fail("spec" if exc.field in ("spec", "n", "count", "entry_bound") else "seed", str(exc), started)
+        return _fail(
+            "spec" if exc.field in ("spec", "n", "count", "entry_bound", "generator") else "seed", str(exc), started
+        )
     if rounds is not None and (type(rounds) is not int or rounds < 1):
         raise ValueError("rounds must be a positive integer")
     claimed = claimed_result_hash.lower() if isinstance(claimed_result_hash, str) else ""
@@ -164,14 +193,13 @@ def verify(
     leaves: list[bytes] = []
     out_of_range: str | None = None
     mismatch: str | None = None
-    # One pass per product, reading it once: SHA-256 of C's rows, the range check and C·r,
-    # then A and B regenerated and A·(B·r). (Hashing on a second thread while generating
-    # was slower: each row's hash has to re-take the GIL that SHAKE's output holds.)
+    # One pass per product, reading it once: SHA-256 of C's rows and the range check, then
+    # Freivalds' check against A and B regenerated from the seed. (Hashing on a thread of
+    # its own beside the product check measured no faster on two cores: both already use
+    # every core, and each row's digest re-takes the GIL.)
     keep_freed_memory()
     try:
         for pair, c in enumerate(iter_products(Path(artifact_path), n, count)):
-            vectors = random_vectors(n, vectors_per_pair, bits)
-            columns = torch.from_numpy(np.ascontiguousarray(vectors.T, dtype=np.float64))
             tick = time.perf_counter()
             leaves.extend(row_leaf_hashes(pair, c))
             in_range = bool(int(c.max()) <= limit and int(c.min()) >= -limit)
@@ -180,21 +208,9 @@ def verify(
                 break  # one product: the root is known now, and it decides (below)
             if out_of_range is None and not in_range:
                 out_of_range = f"product c{pair} has an entry beyond ±{limit}, which no product of these matrices has."
-            if out_of_range is not None or mismatch is not None:
-                continue  # the verdict no longer depends on a product check; only the root can change it
-            tick = time.perf_counter()
-            right = _exact_products(c, columns)  # exact only within the range; checked below
-            timings["freivalds"] += time.perf_counter() - tick
-            tick = time.perf_counter()
-            a = generate_matrix(seed, "A", pair, n, params.entry_bound)
-            b = generate_matrix(seed, "B", pair, n, params.entry_bound)
-            mid = time.perf_counter()
-            left = _exact_products(a, _exact_products(b, columns))
-            timings["generate"] += mid - tick
-            timings["freivalds"] += time.perf_counter() - mid
-            # Freivalds' exactness needs the range check, which this product passed.
-            if not torch.equal(left, right):
-                mismatch = f"Product c{pair} is not A·B for this task's seed (Freivalds' check failed)."
+            if out_of_range is None and mismatch is None:
+                # Once a product fails, the verdict no longer depends on a product check.
+                mismatch = _check_product(pair, c, seed, params, vectors_per_pair, bits, timings)
     except ArtifactProblem as exc:
         return _fail(exc.code, str(exc), started, timings)
     if result_hash(leaves) != claimed:
@@ -229,7 +245,9 @@ def expected_row(spec: Mapping[str, Any], seed_material: Mapping[str, Any], pair
     seed = parse_seed_material(seed_material).seed
     if not (0 <= pair < params.count and 0 <= row < params.n):
         raise IndexError(f"row {row} of product {pair} is outside {params.count} product(s) of {params.n}×{params.n}")
-    a_row = generate_rows(seed, "A", pair, params.n, params.entry_bound, row, row + 1)[0].astype(np.int64)
-    b = generate_matrix(seed, "B", pair, params.n, params.entry_bound)
+    a_row = generate_rows(seed, "A", pair, params.n, params.entry_bound, row, row + 1, generator=params.generator)[
+        0
+    ].astype(np.int64)
+    b = generate_matrix(seed, "B", pair, params.n, params.entry_bound, params.generator)
     # |Σ_k a_k·B_kj| ≤ n·b² < 2^24: no overflow in int64.
     return [int(v) for v in matvecs(b.T, a_row[None, :])[0]]
