@@ -17,6 +17,7 @@ from django.conf import settings
 from rest_framework import serializers
 
 from marketplace import specs
+from training.poc import spec as poc_spec
 
 GIB = 1024**3
 
@@ -53,6 +54,9 @@ class Kind:
     prepare: str | None = None
     # The artifacts that make up the trained model, served to inference tasks built on it.
     model_files: tuple[str, ...] = ()
+    # Protocol features a worker must list in its capabilities to run this spec (for a
+    # change a node cannot follow silently, such as how the synthetic matrices are drawn).
+    features: Callable[[dict[str, Any]], tuple[str, ...]] = lambda spec: ()
 
     @property
     def available(self) -> bool:
@@ -125,6 +129,16 @@ def _asl_training_resources(spec: dict[str, Any]) -> Resources:
     return Resources(memory_bytes=max(activations + 512 * 1024**2, GIB))
 
 
+def _synthetic_features(spec: dict[str, Any]) -> tuple[str, ...]:
+    # An agent that draws A and B another way computes a product the verifier rejects.
+    return (poc_feature(spec.get("generator", poc_spec.DEFAULT_GENERATOR)),)
+
+
+def poc_feature(generator: str) -> str:
+    """The capability feature of an agent that draws synthetic matrices with ``generator``."""
+    return f"poc:{generator}"
+
+
 def _inference_flops(spec: dict[str, Any]) -> float:
     return 5e11
 
@@ -142,6 +156,7 @@ KINDS: dict[str, Kind] = {
             runner="training.poc.run",
             verifier="workers.verifiers.verify_synthetic",
             artifacts=("product.safetensors",),
+            features=_synthetic_features,
         ),
         Kind(
             name="cube_training",

@@ -41,6 +41,7 @@ def eligible_workers(task: Task, exclude: set[UUID]) -> list[Worker]:
     """Online, active workers that offer the kind, have the memory and the reputation."""
     kind = KINDS[task.kind]
     need = kind.resources(task.spec).memory_bytes
+    required = set(kind.features(task.spec))
     candidates = (
         Worker.objects.online()
         .filter(reputation__gte=task.min_reputation)
@@ -53,7 +54,9 @@ def eligible_workers(task: Task, exclude: set[UUID]) -> list[Worker]:
     for worker in candidates:
         caps = worker.capabilities
         memory = max(int(caps.get("gpu_memory_bytes") or 0), int(caps.get("ram_bytes") or 0))
-        if task.kind in caps.get("kinds", []) and memory >= need:
+        features = caps.get("features")
+        offered = set(features) if isinstance(features, list) else set()
+        if task.kind in caps.get("kinds", []) and memory >= need and required <= offered:
             chosen.append(worker)
     return chosen
 
@@ -61,8 +64,10 @@ def eligible_workers(task: Task, exclude: set[UUID]) -> list[Worker]:
 def waiting_reason(task: Task) -> str:
     kind = KINDS[task.kind]
     gib = kind.resources(task.spec).memory_bytes / 2**30
+    features = kind.features(task.spec)
+    supporting = f" (agent supporting {', '.join(features)})" if features else ""
     return (
-        f"Waiting for a worker: none online offers {kind.label} with {gib:.1f} GiB of memory"
+        f"Waiting for a worker: none online offers {kind.label}{supporting} with {gib:.1f} GiB of memory"
         f" and reputation ≥ {task.min_reputation}."
     )
 

@@ -30,6 +30,8 @@ from workers.protocol import registration_message
 
 REGISTRATION_PREFIX = "pwr_"
 WORKER_TOKEN_PREFIX = "pww_"  # noqa: S105 (a public prefix, not a secret)
+# What agents from before capability features (agent < 0.2.0) run: SHAKE128 matrices.
+LEGACY_FEATURES = ("poc:shake128",)
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _HEX128 = re.compile(r"^[0-9a-f]{128}$")
 log = logging.getLogger(__name__)
@@ -131,6 +133,14 @@ def clean_capabilities(raw: Any) -> dict[str, Any]:
     kinds = raw.get("kinds", [])
     if not isinstance(kinds, list) or not all(isinstance(k, str) and len(k) <= 32 for k in kinds):
         raise ValidationError({"capabilities": {"kinds": ["Expected a list of kind names."]}})
+    # An agent from before the field lists none, and runs what that agent ran.
+    features = raw.get("features", list(LEGACY_FEATURES))
+    if (
+        not isinstance(features, list)
+        or len(features) > 32
+        or not all(isinstance(f, str) and 0 < len(f) <= 64 for f in features)
+    ):
+        raise ValidationError({"capabilities": {"features": ["Expected a list of at most 32 feature names."]}})
     return {
         "cpu_cores": integer("cpu_cores", 4096),
         "ram_bytes": integer("ram_bytes", 2**50),
@@ -138,6 +148,7 @@ def clean_capabilities(raw: Any) -> dict[str, Any]:
         "gpu_memory_bytes": integer("gpu_memory_bytes", 2**46),
         "cuda_version": text("cuda_version"),
         "kinds": sorted(set(kinds)),
+        "features": sorted(set(features)),
         "agent_version": text("agent_version"),
     }
 

@@ -99,6 +99,8 @@ def capability_rows(caps: Any) -> list[tuple[str, str]]:
         rows.append(("CUDA", str(caps["cuda_version"])))
     if caps.get("kinds"):
         rows.append(("Kinds", ", ".join(str(k) for k in caps["kinds"])))
+    if caps.get("features"):
+        rows.append(("Features", ", ".join(str(f) for f in caps["features"])))
     if caps.get("agent_version"):
         rows.append(("Agent", str(caps["agent_version"])))
     return rows

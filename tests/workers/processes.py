@@ -136,7 +136,14 @@ def wait_for(
 
 # --- Rows for in-process tests (no processes involved) ---------------------------------
 
-CAPS = {"cpu_cores": 2, "ram_bytes": 8 * 2**30, "gpu_memory_bytes": 0, "kinds": ["synthetic"], "agent_version": "test"}
+CAPS = {
+    "cpu_cores": 2,
+    "ram_bytes": 8 * 2**30,
+    "gpu_memory_bytes": 0,
+    "kinds": ["synthetic"],
+    "features": ["poc:aes256ctr", "poc:shake128"],
+    "agent_version": "test",
+}
 
 
 def make_worker(

@@ -61,3 +61,31 @@ def test_summaries_from_before_platform_timing_keep_their_figure_as_the_nodes(ol
     assert rows[new.pk] == {"result_hash": "cd" * 32, "gflops": 0.9, "reported_gflops": 55.4}
     assert rows[other.pk] == {"gflops": 1.0}
     assert rows[running.pk] == {}
+
+
+def test_workers_registered_before_features_are_offered_only_what_their_agent_runs(alice: Any, bob: Any) -> None:
+    apps = migrate([("workers", "0006_relabel_self_reported_summary_figures")])
+    try:
+        worker_model = apps.get_model("workers", "Worker")
+        user_model = apps.get_model("marketplace", "User")
+        owner = user_model.objects.get(pk=alice.pk)
+        caps = {"cpu_cores": 2, "ram_bytes": 8 * 2**30, "gpu_memory_bytes": 0, "kinds": ["synthetic"]}
+        old = worker_model.objects.create(
+            owner=owner, address="cpc1old", public_key="ab" * 32, token_hash="x" * 64, capabilities=caps, reputation=90
+        )
+        apps = migrate([("workers", "0007_capabilities_list_features")])
+    finally:
+        migrate(MigrationExecutor(connection).loader.graph.leaf_nodes())
+
+    from marketplace.units import UNITS_PER_CREDIT
+    from tests.factories import post_task
+    from workers import scheduler
+    from workers.models import Worker
+
+    worker = Worker.objects.get(pk=old.pk)
+    assert worker.capabilities == {**caps, "features": ["poc:shake128"]}
+    Worker.objects.filter(pk=worker.pk).update(last_heartbeat_at=timezone.now())
+    new_task = post_task(bob, "synthetic", {"n": 64}, budget=UNITS_PER_CREDIT)
+    assert scheduler.eligible_workers(new_task, exclude=set()) == []
+    legacy = post_task(bob, "synthetic", {"n": 64, "generator": "shake128"}, budget=UNITS_PER_CREDIT)
+    assert scheduler.eligible_workers(legacy, exclude=set()) == [worker]

@@ -29,6 +29,7 @@ CAPS = {
     "gpu_memory_bytes": 80 * 2**30,
     "cuda_version": "12.4",
     "kinds": ["synthetic", "cube_training"],
+    "features": ["poc:aes256ctr", "poc:shake128"],
     "agent_version": "0.1",
 }
 
@@ -167,6 +168,7 @@ def test_my_workers_lists_status_capabilities_and_record(alice: Any, bob: Any) -
     for shown in ("16 cores", "64.0 GiB", "CUDA 12.4"):
         assert shown in body
     assert "synthetic, cube_training" in body
+    assert "poc:aes256ctr, poc:shake128" in body
     assert "51234.5" in body
     assert "12.5" in body
     assert f'title="{online.address}"' in html

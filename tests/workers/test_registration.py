@@ -117,6 +117,20 @@ def test_registering_the_same_key_again_is_idempotent(alice, alice_client, alice
 
 
 @pytest.mark.django_db
+def test_an_agent_that_lists_no_features_runs_what_old_agents_ran(
+    alice, alice_client, alice_reg_token, anon_client
+) -> None:
+    # Agents before 0.2.0 sent no "features": they draw synthetic matrices with SHAKE128.
+    key = keys.generate()
+    register(anon_client, alice_reg_token, key)
+    assert Worker.objects.get().capabilities["features"] == ["poc:shake128"]
+    # The upgraded agent registers the same key again and lists what it offers now.
+    again = alice_client.post("/api/v1/workers/registration-tokens/").json()["token"]
+    register(anon_client, again, key, caps={**CAPS, "features": ["poc:shake128", "poc:aes256ctr"]})
+    assert Worker.objects.get().capabilities["features"] == ["poc:aes256ctr", "poc:shake128"]
+
+
+@pytest.mark.django_db
 def test_another_account_cannot_claim_a_registered_key(alice_reg_token, bob_client, anon_client) -> None:
     key = keys.generate()
     register(anon_client, alice_reg_token, key)
@@ -129,7 +143,14 @@ def test_another_account_cannot_claim_a_registered_key(alice_reg_token, bob_clie
 @pytest.mark.django_db
 @pytest.mark.parametrize(
     ("caps", "field"),
-    [("nope", "capabilities"), ({"cpu_cores": -1}, "cpu_cores"), ({"kinds": "synthetic"}, "kinds")],
+    [
+        ("nope", "capabilities"),
+        ({"cpu_cores": -1}, "cpu_cores"),
+        ({"kinds": "synthetic"}, "kinds"),
+        ({"features": "poc:aes256ctr"}, "features"),
+        ({"features": [""]}, "features"),
+        ({"features": ["x" * 65]}, "features"),
+    ],
 )
 def test_bad_capabilities_are_named(alice_reg_token, anon_client, caps, field) -> None:
     response = register(anon_client, alice_reg_token, keys.generate(), caps=caps)
@@ -183,6 +204,8 @@ def test_the_cli_registers_against_a_live_server(live_server, alice, tmp_path: P
     worker = Worker.objects.get(name="rig-1")
     assert worker.owner == alice
     assert worker.capabilities["cpu_cores"] >= 1
+    # The agent lists the generators it draws the synthetic matrices with.
+    assert worker.capabilities["features"] == ["poc:aes256ctr", "poc:shake128"]
     creds = tmp_path / "worker.json"
     assert stat.S_IMODE(creds.stat().st_mode) == 0o600
     # A spent token gives a clear message, not a traceback.

@@ -60,6 +60,24 @@ def test_with_no_eligible_worker_the_task_waits_and_says_why(alice: Any, bob: An
     assert not Assignment.objects.filter(task=task).exists()
 
 
+def test_a_synthetic_task_goes_only_to_agents_that_draw_its_matrices_its_way(alice: Any, bob: Any) -> None:
+    # An agent from before the generator field (features: SHAKE128 only) would compute an
+    # AES task's product from other matrices, and be rejected for it: it is not offered one.
+    old, _, _ = make_worker(alice, name="old-agent", reputation=90, caps={**CAPS, "features": ["poc:shake128"]})
+    task = post_task(bob, "synthetic", {"n": 64}, budget=UNITS_PER_CREDIT)
+    assert scheduler.schedule(task.pk) == []
+    task.refresh_from_db()
+    assert "agent supporting poc:aes256ctr" in task.status_reason
+    # It still runs the tasks stored with SHAKE128 (marketplace migration 0003).
+    legacy = post_task(bob, "synthetic", {"n": 64, "generator": "shake128"}, budget=UNITS_PER_CREDIT)
+    (assignment,) = scheduler.schedule(legacy.pk)
+    assert assignment.worker == old
+    # A current agent takes the AES task.
+    new, _, _ = make_worker(alice, name="new-agent", reputation=50)
+    (assignment,) = scheduler.schedule(task.pk)
+    assert assignment.worker == new
+
+
 def test_replication_gives_the_job_to_different_workers(alice: Any, bob: Any) -> None:
     for i in range(3):
         make_worker(alice, name=f"w{i}")

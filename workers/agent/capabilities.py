@@ -5,11 +5,15 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from training.poc.spec import GENERATORS
 from workers.agent import AGENT_VERSION
 from workers.agent.runners import RUNNERS
 
 # Only what this agent has a runner for: the scheduler offers a worker nothing else.
 SUPPORTED_KINDS = list(RUNNERS)
+# Protocol features the scheduler matches against a task's needs (marketplace.kinds):
+# the ways this agent can draw the synthetic kind's matrices.
+FEATURES = [f"poc:{generator}" for generator in GENERATORS]
 
 
 def detect() -> dict[str, Any]:
@@ -21,6 +25,7 @@ def detect() -> dict[str, Any]:
         "gpu_memory_bytes": 0,
         "cuda_version": "",
         "kinds": list(SUPPORTED_KINDS),
+        "features": list(FEATURES),
         "agent_version": AGENT_VERSION,
     }
     try:
