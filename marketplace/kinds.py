@@ -131,7 +131,7 @@ def _asl_training_resources(spec: dict[str, Any]) -> Resources:
 
 def _synthetic_features(spec: dict[str, Any]) -> tuple[str, ...]:
     # An agent that draws A and B another way computes a product the verifier rejects.
-    return (poc_feature(spec.get("generator", poc_spec.DEFAULT_GENERATOR)),)
+    return (poc_feature(spec.get("generator", poc_spec.UNNAMED_GENERATOR)),)
 
 
 def poc_feature(generator: str) -> str:

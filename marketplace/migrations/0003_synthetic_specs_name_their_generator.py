@@ -1,6 +1,6 @@
 """Synthetic tasks posted before the spec had a ``generator`` were computed, and must be
-verified, with the first generator (SHAKE128). Their stored spec now says so, since a spec
-without the field means the new default (AES-256-CTR).
+verified, with the first generator (SHAKE128). Their stored spec now says so explicitly
+(training.poc reads a spec without the field the same way, for jobs already in flight).
 
 Reverse is a no-op: code from before the field ignores it, and generates with SHAKE128,
 which is right for every task this migration touched."""

@@ -38,6 +38,18 @@ def test_post_a_synthetic_task(alice: Any, alice_client: APIClient) -> None:
     assert data["price_estimate"] == str(task.price_estimate / UNITS_PER_CREDIT).rstrip("0").rstrip(".")
 
 
+def test_the_synthetic_generator_is_one_the_platform_verifies(alice_client: APIClient) -> None:
+    bad = alice_client.post(TASKS, {"kind": "synthetic", "budget": 1, "spec": {"generator": "mt19937"}}, format="json")
+    assert bad.status_code == 400
+    assert bad.json() == {"spec": {"generator": ['"mt19937" is not a valid choice.']}}
+    assert not Task.objects.exists()
+    legacy = alice_client.post(
+        TASKS, {"kind": "synthetic", "budget": 1, "spec": {"generator": "shake128"}}, format="json"
+    )
+    assert legacy.status_code == 201
+    assert legacy.json()["spec"]["generator"] == "shake128"
+
+
 def test_a_task_without_a_title_is_named_after_its_kind(alice_client: APIClient) -> None:
     response = alice_client.post(TASKS, {"kind": "synthetic", "budget": 1}, format="json")
     assert response.status_code == 201

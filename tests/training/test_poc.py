@@ -36,7 +36,7 @@ SEED = {
     "worker_address": "cpc1qf0ewqq7ut3kq4n6cxw9j0w6d8pd8rz3k2s5jkm",
     "task_id": "3f2b8c1e-6a4d-4e0b-9c57-2d1f0a9b8e71",
 }
-SPEC = {"n": 64, "count": 2, "entry_bound": 8}
+SPEC = {"n": 64, "count": 2, "entry_bound": 8, "generator": "aes256ctr"}
 # sha256 of A (pair 0, n = 64, bound 8) for SEED under each generator;
 # test_generator_follows_its_documented_definition checks both against their definitions.
 PINNED_A = "469d6c1d49f0ae353c30ce5e17ae3737422c86a85367e5d64649555301ef7ec5"
@@ -96,12 +96,12 @@ def test_run_reports_each_pair_and_its_figures(honest: dict[str, Any]) -> None:
 
 
 def test_product_is_exact_and_committed_row_by_row(tmp_path: Path) -> None:
-    spec = {"n": 256, "count": 1, "entry_bound": 8}
+    spec = {"n": 256, "count": 1, "entry_bound": 8, "generator": "aes256ctr"}
     out = poc.run(spec, SEED, tmp_path)
     (c,) = _products(tmp_path / out["artifact"])
     seed = poc.parse_seed_material(SEED).seed
-    a = poc.generate_matrix(seed, "A", 0, 256, 8).astype(np.int64)
-    b = poc.generate_matrix(seed, "B", 0, 256, 8).astype(np.int64)
+    a = poc.generate_matrix(seed, "A", 0, 256, 8, generator="aes256ctr").astype(np.int64)
+    b = poc.generate_matrix(seed, "B", 0, 256, 8, generator="aes256ctr").astype(np.int64)
     assert c.dtype == np.int32
     assert c.shape == (256, 256)
     np.testing.assert_array_equal(c, a @ b)
@@ -356,7 +356,7 @@ def test_generator_follows_its_documented_definition(generator: poc.Generator, b
     seed = poc.parse_seed_material(SEED).seed
     pairs: tuple[tuple[Literal["A", "B"], int], ...] = (("A", 0), ("B", 3))
     for matrix, pair in pairs:
-        got = poc.generate_matrix(seed, matrix, pair, 48, bound, generator)
+        got = poc.generate_matrix(seed, matrix, pair, 48, bound, generator=generator)
         np.testing.assert_array_equal(got, _REFERENCES[generator](seed, matrix, pair, 48, bound))
 
 
@@ -365,8 +365,10 @@ def test_aes_rows_start_mid_block_and_span_chunks() -> None:
     # the matrix is generated in two chunks (about 1 MiB each) on separate threads.
     seed = poc.parse_seed_material(SEED).seed
     reference = _reference_aes_rows(seed, "B", 1, 1100, 8)
-    np.testing.assert_array_equal(poc.generate_matrix(seed, "B", 1, 1100, 8), reference)
-    np.testing.assert_array_equal(poc.generate_rows(seed, "B", 1, 1100, 8, 951, 958), reference[951:958])
+    np.testing.assert_array_equal(poc.generate_matrix(seed, "B", 1, 1100, 8, generator="aes256ctr"), reference)
+    np.testing.assert_array_equal(
+        poc.generate_rows(seed, "B", 1, 1100, 8, 951, 958, generator="aes256ctr"), reference[951:958]
+    )
 
 
 def test_seed_is_sha256_of_the_documented_bytes() -> None:
@@ -380,23 +382,23 @@ def test_seed_is_sha256_of_the_documented_bytes() -> None:
 def test_generator_is_pinned(generator: poc.Generator, pinned: str) -> None:
     # Pins the bytes of A: a change in hashlib, OpenSSL, numpy or this code that alters
     # them would make every verifier reject every honest worker, so it must fail loudly.
-    a = poc.generate_matrix(poc.parse_seed_material(SEED).seed, "A", 0, 64, 8, generator)
+    a = poc.generate_matrix(poc.parse_seed_material(SEED).seed, "A", 0, 64, 8, generator=generator)
     assert hashlib.sha256(a.tobytes()).hexdigest() == pinned
 
 
 @pytest.mark.parametrize("generator", GENERATORS)
 def test_generation_is_deterministic_and_seed_dependent(generator: poc.Generator) -> None:
     seed = poc.parse_seed_material(SEED).seed
-    a = poc.generate_matrix(seed, "A", 0, 128, 8, generator)
-    assert a.tobytes() == poc.generate_matrix(seed, "A", 0, 128, 8, generator).tobytes()
+    a = poc.generate_matrix(seed, "A", 0, 128, 8, generator=generator)
+    assert a.tobytes() == poc.generate_matrix(seed, "A", 0, 128, 8, generator=generator).tobytes()
     assert a.dtype == np.int8
     assert set(np.unique(a).tolist()) == set(range(-8, 9))
     others = [
-        poc.generate_matrix(seed, "B", 0, 128, 8, generator),
-        poc.generate_matrix(seed, "A", 1, 128, 8, generator),
-        poc.generate_matrix(seed, "A", 0, 128, 8, next(g for g in GENERATORS if g != generator)),
+        poc.generate_matrix(seed, "B", 0, 128, 8, generator=generator),
+        poc.generate_matrix(seed, "A", 1, 128, 8, generator=generator),
+        poc.generate_matrix(seed, "A", 0, 128, 8, generator=next(g for g in GENERATORS if g != generator)),
         *(
-            poc.generate_matrix(poc.parse_seed_material(_seed(**change)).seed, "A", 0, 128, 8, generator)
+            poc.generate_matrix(poc.parse_seed_material(_seed(**change)).seed, "A", 0, 128, 8, generator=generator)
             for change in ({"block_hash": "00" * 32}, {"worker_address": "cpc1x"}, {"task_id": str(uuid.UUID(int=1))})
         ),
     ]
@@ -407,21 +409,27 @@ def test_generation_is_deterministic_and_seed_dependent(generator: poc.Generator
 @pytest.mark.parametrize("generator", GENERATORS)
 def test_rows_regenerate_alone(generator: poc.Generator) -> None:
     seed = poc.parse_seed_material(SEED).seed
-    whole = poc.generate_matrix(seed, "B", 2, 96, 6, generator)
+    whole = poc.generate_matrix(seed, "B", 2, 96, 6, generator=generator)
     np.testing.assert_array_equal(poc.generate_rows(seed, "B", 2, 96, 6, 40, 41, generator=generator), whole[40:41])
     np.testing.assert_array_equal(poc.generate_rows(seed, "B", 2, 96, 6, 90, 96, generator=generator), whole[90:])
 
 
 def test_short_shake_streams_read_further() -> None:
     seed = poc.parse_seed_material(SEED).seed
-    whole = poc.generate_matrix(seed, "B", 2, 96, 6, "shake128")
+    whole = poc.generate_matrix(seed, "B", 2, 96, 6, generator="shake128")
     # With no spare bytes nearly every row comes up short and is read again, further.
     np.testing.assert_array_equal(poc.generate_rows(seed, "B", 2, 96, 6, 0, 96, margin=0, generator="shake128"), whole)
 
 
+def test_a_spec_without_a_generator_is_one_from_before_the_field() -> None:
+    # Whichever side was upgraded first, a spec the old code wrote means SHAKE128.
+    assert poc.parse_spec({"n": 64}).generator == "shake128"
+    assert poc.parse_spec({"n": 64, "generator": "aes256ctr"}).generator == "aes256ctr"
+
+
 def test_a_task_is_verified_with_the_generator_its_spec_names(tmp_path: Path) -> None:
     # A task stored before the spec named a generator says shake128 (marketplace migration
-    # 0003); its node's product passes under that spec and fails under the default.
+    # 0003); its node's product passes under that spec and fails under aes256ctr.
     old = {**SPEC, "count": 1, "generator": "shake128"}
     out = poc.run(old, SEED, tmp_path, device="cpu")
     assert poc.verify(old, SEED, tmp_path / out["artifact"], out["result_hash"]).ok

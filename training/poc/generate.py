@@ -1,6 +1,6 @@
 """A and B from the seed. Two generators, named by the spec's ``generator`` field.
 
-``aes256ctr`` (the default). Matrix ``M`` ("A" or "B") of pair ``p`` is the keystream of
+``aes256ctr`` (new tasks; the marketplace writes it into their spec). Matrix ``M`` ("A" or "B") of pair ``p`` is the keystream of
 AES-256 in counter mode under the key
 
     key = SHA-256(DOMAIN_AES ‖ seed ‖ M ‖ u32le(p))
@@ -16,8 +16,8 @@ instructions through ``cryptography`` (OpenSSL), several GB/s on one core, so
 generating A and B costs about a millisecond per 2048² matrix: next to the O(n²)
 verification, not just the O(n³) product.
 
-``shake128`` (tasks posted before ``aes256ctr`` existed; their stored specs say so). Row
-``i`` of matrix ``M`` of pair ``p`` is read from the stream
+``shake128`` (tasks posted before ``aes256ctr`` existed, and any spec without the
+field). Row ``i`` of matrix ``M`` of pair ``p`` is read from the stream
 
     SHAKE128(DOMAIN ‖ seed ‖ M ‖ u32le(p) ‖ u32le(i))
 
@@ -44,7 +44,7 @@ import numpy.typing as npt
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
 from training.poc.pool import parallel_map
-from training.poc.spec import DEFAULT_GENERATOR, GENERATORS, Generator
+from training.poc.spec import GENERATORS, Generator
 
 DOMAIN = b"proofwork/poc/v1/matrix"
 DOMAIN_AES = b"proofwork/poc/v2/matrix-aes256ctr"
@@ -136,8 +136,9 @@ def generate_rows(
     bound: int,
     start: int,
     stop: int,
+    *,
+    generator: Generator,
     margin: int | None = None,
-    generator: Generator = DEFAULT_GENERATOR,
 ) -> npt.NDArray[np.int8]:
     """Rows ``start:stop`` of matrix ``matrix`` of pair ``pair`` as int8 (see module docstring).
 
@@ -218,7 +219,7 @@ def _long_row(prefix: Any, row: int, n: int, bound: int, length: int) -> npt.NDA
 
 
 def generate_matrix(
-    seed: bytes, matrix: Matrix, pair: int, n: int, bound: int, generator: Generator = DEFAULT_GENERATOR
+    seed: bytes, matrix: Matrix, pair: int, n: int, bound: int, *, generator: Generator
 ) -> npt.NDArray[np.int8]:
     """The whole n×n matrix ``matrix`` of pair ``pair`` as int8."""
     return generate_rows(seed, matrix, pair, n, bound, 0, n, generator=generator)

@@ -138,8 +138,8 @@ def run(
         warm_up(dev)
         for pair in range(count):
             tick = time.perf_counter()
-            a_host = generate_matrix(seed, "A", pair, n, bound, params.generator)
-            b_host = generate_matrix(seed, "B", pair, n, bound, params.generator)
+            a_host = generate_matrix(seed, "A", pair, n, bound, generator=params.generator)
+            b_host = generate_matrix(seed, "B", pair, n, bound, generator=params.generator)
             generate_seconds += time.perf_counter() - tick
             a, b = to_device(a_host, dev), to_device(b_host, dev)
             del a_host, b_host

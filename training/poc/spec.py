@@ -27,11 +27,14 @@ MAX_ENTRY_BOUND = 8
 FLOAT32_EXACT_LIMIT = 2**24
 DEFAULTS: dict[str, int] = {"n": 1024, "count": 1, "entry_bound": 8}
 MAX_ADDRESS_LENGTH = 90
-# How A and B are drawn from the seed (training.poc.generate). A task's stored spec names
-# its generator, so one posted before a faster generator existed is verified as it ran.
+# How A and B are drawn from the seed (training.poc.generate). New tasks name
+# DEFAULT_GENERATOR (the marketplace writes it into every spec); a spec without the field
+# is one from before it existed, computed and verified with UNNAMED_GENERATOR, whichever
+# side (agent or platform) was upgraded first.
 Generator = Literal["aes256ctr", "shake128"]
 GENERATORS: tuple[Generator, ...] = ("aes256ctr", "shake128")
 DEFAULT_GENERATOR: Generator = "aes256ctr"
+UNNAMED_GENERATOR: Generator = "shake128"
 
 
 class PocError(ValueError):
@@ -54,7 +57,7 @@ class PocSpec:
     n: int
     count: int
     entry_bound: int
-    generator: Generator = DEFAULT_GENERATOR
+    generator: Generator = UNNAMED_GENERATOR
 
     @property
     def max_abs_entry(self) -> int:
@@ -104,7 +107,7 @@ def parse_spec(spec: Mapping[str, Any]) -> PocSpec:
     bound = _int_field(spec, "entry_bound", 1, MAX_ENTRY_BOUND)
     if n * bound**2 >= FLOAT32_EXACT_LIMIT:
         raise PocError("entry_bound", "n × entry_bound² must stay below 2^24 so float32 products are exact.")
-    generator = spec.get("generator", DEFAULT_GENERATOR)
+    generator = spec.get("generator", UNNAMED_GENERATOR)
     if generator not in GENERATORS:
         # Text an older library does not know must stop the job, never be computed wrongly.
         raise PocError("generator", f"must be one of {', '.join(GENERATORS)}, got {str(generator)[:40]!r}.")

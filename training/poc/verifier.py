@@ -142,8 +142,8 @@ def _check_product(
     right = _exact_products(c, columns)  # exact because the range check passed
     timings["freivalds"] += time.perf_counter() - tick
     tick = time.perf_counter()
-    a = generate_matrix(seed, "A", pair, params.n, params.entry_bound, params.generator)
-    b = generate_matrix(seed, "B", pair, params.n, params.entry_bound, params.generator)
+    a = generate_matrix(seed, "A", pair, params.n, params.entry_bound, generator=params.generator)
+    b = generate_matrix(seed, "B", pair, params.n, params.entry_bound, generator=params.generator)
     mid = time.perf_counter()
     left = _exact_products(a, _exact_products(b, columns))
     timings["generate"] += mid - tick
@@ -248,6 +248,6 @@ def expected_row(spec: Mapping[str, Any], seed_material: Mapping[str, Any], pair
     a_row = generate_rows(seed, "A", pair, params.n, params.entry_bound, row, row + 1, generator=params.generator)[
         0
     ].astype(np.int64)
-    b = generate_matrix(seed, "B", pair, params.n, params.entry_bound, params.generator)
+    b = generate_matrix(seed, "B", pair, params.n, params.entry_bound, generator=params.generator)
     # |Σ_k a_k·B_kj| ≤ n·b² < 2^24: no overflow in int64.
     return [int(v) for v in matvecs(b.T, a_row[None, :])[0]]
