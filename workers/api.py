@@ -156,6 +156,20 @@ class AbandonView(APIView):
         return Response({"abandoned": [str(a.pk) for a in abandoned]})
 
 
+class CapabilitiesView(APIView):
+    """A node starting up reports its capabilities (as at registration), so an upgraded
+    agent is offered what it now supports without registering again. 200 with them as
+    stored; 400 naming a bad field."""
+
+    authentication_classes = [WorkerTokenAuthentication]
+    permission_classes = [IsWorker]
+
+    @extend_schema(request=dict, responses={200: dict})
+    def post(self, request: Request) -> Response:
+        assert isinstance(request.auth, Worker)
+        return Response({"capabilities": services.update_capabilities(request.auth, request.data)})
+
+
 class SweepView(APIView):
     """Move this worker's earnings to its owner's account, signed by the node's own key.
 

@@ -153,6 +153,18 @@ def clean_capabilities(raw: Any) -> dict[str, Any]:
     }
 
 
+def update_capabilities(worker: Worker, raw: Any) -> dict[str, Any]:
+    """A running node reports what it offers now (an upgraded agent lists new features).
+
+    Validated as at registration; a bad report is a ValidationError naming the field and
+    changes nothing.
+    """
+    caps = clean_capabilities(raw)
+    Worker.objects.filter(pk=worker.pk).update(capabilities=caps)
+    worker.capabilities = caps
+    return caps
+
+
 def register_worker(
     raw_token: Any, public_key: Any, signature: Any, capabilities: Any, name: Any = "", register_tx_signature: Any = ""
 ) -> tuple[Worker, str, bool]:

@@ -16,5 +16,6 @@ urlpatterns = [
     path("register/", api.RegisterView.as_view(), name="worker-register"),
     path("me/sweep/", api.SweepView.as_view(), name="worker-sweep"),
     path("me/abandon/", api.AbandonView.as_view(), name="worker-abandon"),
+    path("me/capabilities/", api.CapabilitiesView.as_view(), name="worker-capabilities"),
     path("", include(router.urls)),
 ]

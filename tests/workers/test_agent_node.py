@@ -417,5 +417,17 @@ def test_start_up_abandons_what_an_earlier_run_left_running(
     assert f"abandoned 1 job(s) an earlier run of this node left running: {ASSIGNMENT}" in caplog.text
 
 
+def test_start_up_reports_the_nodes_capabilities(node: Node, platform: Platform) -> None:
+    caps = {"kinds": ["synthetic"], "features": ["poc:aes256ctr", "poc:shake128"]}
+    platform.answers["/workers/me/capabilities/"] = [status(200, {"capabilities": caps})]
+    assert node.report_capabilities(caps) is True
+    assert platform.calls == [("POST", f"{SERVER}/api/v1/workers/me/capabilities/")]
+    assert platform.bodies["capabilities"] == [caps]
+
+
+def test_an_older_platform_keeps_the_registered_capabilities(node: Node, platform: Platform) -> None:
+    assert node.report_capabilities({"kinds": []}) is False  # the stand-in's default answer is 404
+
+
 def test_an_older_platform_without_abandon_is_nothing_to_do(node: Node, platform: Platform) -> None:
     assert node.abandon_running() == []  # the stand-in's default answer is 404

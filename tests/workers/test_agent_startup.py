@@ -133,7 +133,12 @@ def test_the_node_abandons_earlier_jobs_then_reports_once_its_consumer_is_ready(
         while not any(s.startswith("GET /ws/worker/") for s in platform.seen) and time.monotonic() < deadline:
             time.sleep(0.05)
         text = log.read_text(errors="replace")
-    assert platform.seen[:2] == [
+    # What the node offers now (an upgraded agent's features), then its earlier jobs given
+    # up, and only then the socket that makes it look online.
+    reported, *rest = platform.seen[:3]
+    assert reported.startswith("POST /api/v1/workers/me/capabilities/ {"), text
+    assert '"features": ["poc:aes256ctr", "poc:shake128"]' in reported
+    assert rest == [
         "POST /api/v1/workers/me/abandon/ {} Worker pww_test",
         "GET /ws/worker/ websocket",
     ], text

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from django.utils import timezone
+from rest_framework.test import APIClient
 
 from ledger import keys
 from ledger.models import Transaction
@@ -128,6 +129,31 @@ def test_an_agent_that_lists_no_features_runs_what_old_agents_ran(
     again = alice_client.post("/api/v1/workers/registration-tokens/").json()["token"]
     register(anon_client, again, key, caps={**CAPS, "features": ["poc:shake128", "poc:aes256ctr"]})
     assert Worker.objects.get().capabilities["features"] == ["poc:aes256ctr", "poc:shake128"]
+
+
+@pytest.mark.django_db
+def test_a_running_node_reports_what_its_upgraded_agent_offers(alice_reg_token, anon_client) -> None:
+    # Registered by an agent from before features: offered SHAKE128 tasks only.
+    body = register(anon_client, alice_reg_token, keys.generate()).json()
+    worker = Worker.objects.get()
+    assert worker.capabilities["features"] == ["poc:shake128"]
+    node = APIClient()
+    node.credentials(HTTP_AUTHORIZATION=f"Worker {body['token']}")
+    # The upgraded agent, starting up, reports its capabilities without registering again.
+    response = node.post(
+        "/api/v1/workers/me/capabilities/", {**CAPS, "features": ["poc:aes256ctr", "poc:shake128"]}, format="json"
+    )
+    assert response.status_code == 200, response.json()
+    worker.refresh_from_db()
+    assert worker.capabilities["features"] == ["poc:aes256ctr", "poc:shake128"]
+    # A bad report names the field and changes nothing.
+    bad = node.post("/api/v1/workers/me/capabilities/", {**CAPS, "features": "poc:aes256ctr"}, format="json")
+    assert bad.status_code == 400
+    assert "features" in str(bad.json())
+    worker.refresh_from_db()
+    assert worker.capabilities["features"] == ["poc:aes256ctr", "poc:shake128"]
+    # Only a worker's own token may report.
+    assert anon_client.post("/api/v1/workers/me/capabilities/", CAPS, format="json").status_code in (401, 403)
 
 
 @pytest.mark.django_db

@@ -39,7 +39,7 @@ from kombu import Queue
 from ledger.encoding import ComputeResult, Tx
 from ledger.keys import KeyPair
 from ledger.signing import sign_compute_result, sign_tx
-from workers.agent import fsbroker, runners, trust
+from workers.agent import capabilities, fsbroker, runners, trust
 from workers.agent.identity import Credentials, credentials_path, load_key
 from workers.agent.reporter import Reporter
 
@@ -50,6 +50,7 @@ RETRY_ATTEMPTS = 8  # requests and downloads: 1+2+4+8+16+30+30 s of waiting, abo
 RETRY_MAX_DELAY = 30.0
 DATASET_FORMAT = re.compile(r"[a-z0-9]{1,8}")  # spliced into a file name: nothing else may pass
 ABANDON_PATH = "/api/v1/workers/me/abandon/"
+CAPABILITIES_PATH = "/api/v1/workers/me/capabilities/"
 # The platform's 409 for a result it already has (workers.jobs.wrong_state): the states in
 # its ``assignment_state``, and the sentence servers before that field sent alone.
 _HAS_RESULT = frozenset({"submitted", "accepted", "rejected"})
@@ -144,6 +145,27 @@ class Node:
                 time.sleep(delay)
                 delay = min(delay * 2, RETRY_MAX_DELAY)
         raise RuntimeError(f"{method} {url}: the platform is unreachable")
+
+    def report_capabilities(self, caps: dict[str, Any]) -> bool:
+        """Tell the platform what this node offers now (at start-up); True when it took them.
+
+        Registration recorded what the agent offered then; an upgraded agent lists new
+        features here, so it is offered the tasks that need them without registering again.
+        A platform without the endpoint (404) keeps the registered ones.
+        """
+        try:
+            response = self._request("POST", CAPABILITIES_PATH, json=caps)
+        except RuntimeError as exc:
+            log.error("could not report this node's capabilities: %s", exc)
+            return False
+        if response.status_code == 404:
+            return False
+        if response.status_code != 200:
+            log.error(
+                "the platform refused this node's capabilities: HTTP %s %s", response.status_code, response.text[:300]
+            )
+            return False
+        return True
 
     def abandon_running(self) -> list[str]:
         """Ask the platform to fail whatever this worker still had running (at start-up).
@@ -555,6 +577,7 @@ def run_node(
         # Celery sends this once the consumer is connected to the broker and subscribed to
         # the queue, before its loop takes the first message: only now may the node look
         # online, and anything an earlier run left running is given up first.
+        node.report_capabilities(capabilities.detect())
         node.abandon_running()
         node.reporter.start()
 

@@ -1,7 +1,7 @@
 """Workers registered before capability features ran agents (< 0.2.0) that draw the
 synthetic kind's matrices with SHAKE128 only. Their capabilities now say so, so the
-scheduler offers them only tasks they compute correctly; a provider who upgrades the
-agent registers the node again (the same key) to list what the new one offers."""
+scheduler offers them only tasks they compute correctly; an upgraded agent reports what
+it offers when it starts (``/workers/me/capabilities/``)."""
 
 from django.db import migrations
 
