@@ -131,12 +131,7 @@ def _asl_training_resources(spec: dict[str, Any]) -> Resources:
 
 def _synthetic_features(spec: dict[str, Any]) -> tuple[str, ...]:
     # An agent that draws A and B another way computes a product the verifier rejects.
-    return (poc_feature(spec.get("generator", poc_spec.UNNAMED_GENERATOR)),)
-
-
-def poc_feature(generator: str) -> str:
-    """The capability feature of an agent that draws synthetic matrices with ``generator``."""
-    return f"poc:{generator}"
+    return (poc_spec.feature(spec.get("generator", poc_spec.UNNAMED_GENERATOR)),)
 
 
 def _inference_flops(spec: dict[str, Any]) -> float:

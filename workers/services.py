@@ -24,6 +24,7 @@ from ledger import encoding, gas, keys
 from ledger import services as ledger
 from ledger.bech32 import address_from_public_key
 from marketplace.models import User
+from training.poc import spec as poc_spec
 from workers.dashboard import worker_changed
 from workers.models import RegistrationToken, Worker
 from workers.protocol import registration_message
@@ -31,7 +32,7 @@ from workers.protocol import registration_message
 REGISTRATION_PREFIX = "pwr_"
 WORKER_TOKEN_PREFIX = "pww_"  # noqa: S105 (a public prefix, not a secret)
 # What agents from before capability features (agent < 0.2.0) run: SHAKE128 matrices.
-LEGACY_FEATURES = ("poc:shake128",)
+LEGACY_FEATURES = (poc_spec.feature(poc_spec.UNNAMED_GENERATOR),)
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _HEX128 = re.compile(r"^[0-9a-f]{128}$")
 log = logging.getLogger(__name__)

@@ -7,9 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from django.db import connection
-from django.db.migrations.executor import MigrationExecutor
 
+from tests.migrating import migrate, migrated_back
 from training import poc
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -23,18 +22,10 @@ SEED = {
 }
 
 
-def migrate(targets: list[tuple[str, str]]) -> Any:
-    executor = MigrationExecutor(connection)
-    executor.loader.build_graph()
-    executor.migrate(targets)
-    return executor.loader.project_state(targets).apps
-
-
 @pytest.fixture
 def old_state() -> Any:
-    apps = migrate(BEFORE)
-    yield apps
-    migrate(MigrationExecutor(connection).loader.graph.leaf_nodes())  # the rest of the suite runs on the latest
+    with migrated_back(BEFORE) as apps:
+        yield apps
 
 
 def test_synthetic_tasks_from_before_the_generator_field_keep_verifying(old_state: Any, tmp_path: Path) -> None:

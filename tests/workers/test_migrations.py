@@ -7,9 +7,13 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.db import connection
-from django.db.migrations.executor import MigrationExecutor
 from django.utils import timezone
+
+from marketplace.units import UNITS_PER_CREDIT
+from tests.factories import post_task
+from tests.migrating import migrate, migrated_back
+from workers import scheduler
+from workers.models import Worker
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -17,18 +21,10 @@ BEFORE = [("workers", "0005_reset_self_reported_benchmarks")]
 AFTER = [("workers", "0006_relabel_self_reported_summary_figures")]
 
 
-def migrate(targets: list[tuple[str, str]]) -> Any:
-    executor = MigrationExecutor(connection)
-    executor.loader.build_graph()
-    executor.migrate(targets)
-    return executor.loader.project_state(targets).apps
-
-
 @pytest.fixture
 def old_state() -> Any:
-    apps = migrate(BEFORE)
-    yield apps
-    migrate(MigrationExecutor(connection).loader.graph.leaf_nodes())  # the rest of the suite runs on the latest
+    with migrated_back(BEFORE) as apps:
+        yield apps
 
 
 def test_summaries_from_before_platform_timing_keep_their_figure_as_the_nodes(old_state: Any) -> None:
@@ -64,23 +60,13 @@ def test_summaries_from_before_platform_timing_keep_their_figure_as_the_nodes(ol
 
 
 def test_workers_registered_before_features_are_offered_only_what_their_agent_runs(alice: Any, bob: Any) -> None:
-    apps = migrate([("workers", "0006_relabel_self_reported_summary_figures")])
-    try:
-        worker_model = apps.get_model("workers", "Worker")
-        user_model = apps.get_model("marketplace", "User")
-        owner = user_model.objects.get(pk=alice.pk)
+    # Registered by an agent from before features; leaving the block applies 0007.
+    with migrated_back([("workers", "0006_relabel_self_reported_summary_figures")]) as apps:
+        owner = apps.get_model("marketplace", "User").objects.get(pk=alice.pk)
         caps = {"cpu_cores": 2, "ram_bytes": 8 * 2**30, "gpu_memory_bytes": 0, "kinds": ["synthetic"]}
-        old = worker_model.objects.create(
+        old = apps.get_model("workers", "Worker").objects.create(
             owner=owner, address="cpc1old", public_key="ab" * 32, token_hash="x" * 64, capabilities=caps, reputation=90
         )
-        apps = migrate([("workers", "0007_capabilities_list_features")])
-    finally:
-        migrate(MigrationExecutor(connection).loader.graph.leaf_nodes())
-
-    from marketplace.units import UNITS_PER_CREDIT
-    from tests.factories import post_task
-    from workers import scheduler
-    from workers.models import Worker
 
     worker = Worker.objects.get(pk=old.pk)
     assert worker.capabilities == {**caps, "features": ["poc:shake128"]}

@@ -1,7 +1,7 @@
 """A and B from the seed. Two generators, named by the spec's ``generator`` field.
 
-``aes256ctr`` (new tasks; the marketplace writes it into their spec). Matrix ``M`` ("A" or "B") of pair ``p`` is the keystream of
-AES-256 in counter mode under the key
+``aes256ctr`` (new tasks; the marketplace writes it into their spec). Matrix ``M`` ("A"
+or "B") of pair ``p`` is the keystream of AES-256 in counter mode under the key
 
     key = SHA-256(DOMAIN_AES ‖ seed ‖ M ‖ u32le(p))
 

@@ -37,6 +37,12 @@ DEFAULT_GENERATOR: Generator = "aes256ctr"
 UNNAMED_GENERATOR: Generator = "shake128"
 
 
+def feature(generator: str) -> str:
+    """The capability feature of an agent that draws the matrices with ``generator``: what
+    agents report and the scheduler matches (marketplace.kinds, workers.agent.capabilities)."""
+    return f"poc:{generator}"
+
+
 class PocError(ValueError):
     """A spec or seed material the synthetic kind cannot use; ``field`` names the culprit."""
 

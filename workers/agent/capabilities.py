@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from training.poc.spec import GENERATORS
+from training.poc.spec import GENERATORS, feature
 from workers.agent import AGENT_VERSION
 from workers.agent.runners import RUNNERS
 
@@ -13,7 +13,7 @@ from workers.agent.runners import RUNNERS
 SUPPORTED_KINDS = list(RUNNERS)
 # Protocol features the scheduler matches against a task's needs (marketplace.kinds):
 # the ways this agent can draw the synthetic kind's matrices.
-FEATURES = [f"poc:{generator}" for generator in GENERATORS]
+FEATURES = [feature(generator) for generator in GENERATORS]
 
 
 def detect() -> dict[str, Any]:
