@@ -8,6 +8,9 @@ A trainer supplies a model, two DataLoaders and two callables:
   moved to the device (tensors, and tensors inside tuples, lists and dicts).
 - ``eval_fn(model, loader) -> metrics``: called once per epoch in eval mode under
   ``torch.no_grad()`` and full precision; must return ``config.monitor`` (``"val_loss"`` by default).
+  It gets the validation loader as it is and moves each batch to the model's device itself
+  (``to_device(batch, next(model.parameters()).device)``), since only it knows which parts
+  of a batch the model reads.
 
 ``fit`` owns everything else: the optimizer (AdamW, or RAdam wrapped in Lookahead), the
 schedule (cosine with linear warm-up, one-cycle, or constant), gradient clipping and

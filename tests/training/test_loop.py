@@ -33,8 +33,9 @@ def _step(model: nn.Module, batch: Any) -> tuple[torch.Tensor, dict[str, float]]
 
 
 def _eval(model: nn.Module, loader: Any) -> dict[str, float]:
+    device = next(model.parameters()).device  # fit hands eval_fn the loader as it is
     with torch.no_grad():
-        losses = [float(nn.functional.mse_loss(model(x), y)) for x, y in loader]
+        losses = [float(nn.functional.mse_loss(model(x.to(device)), y.to(device))) for x, y in loader]
     return {"val_loss": sum(losses) / len(losses)}
 
 

@@ -43,7 +43,9 @@ def test_database_url() -> str:
 
 
 def child_env(**extra: str) -> dict[str, str]:
-    env = {**os.environ, "DATABASE_URL": test_database_url(), "PYTHONPATH": str(ROOT), "PROOFWORK_LOG_LEVEL": "INFO"}
+    # The checkout first; an existing PYTHONPATH (packages installed outside the venv) after it.
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    env = {**os.environ, "DATABASE_URL": test_database_url(), "PYTHONPATH": path, "PROOFWORK_LOG_LEVEL": "INFO"}
     env.pop("DJANGO_SETTINGS_MODULE", None)
     env.update(extra)
     return env

@@ -1,8 +1,9 @@
 """Chunked work on a few threads: hashlib and numpy release the GIL on large buffers.
 
-The verifier's O(n²) passes (SHAKE output, SHA-256 of rows, int64 matrix-vector
-products) are memory-bound loops in C; running disjoint chunks on several cores is what
-keeps them small next to a multi-threaded BLAS product.
+The generators' output (AES-CTR and SHAKE) and the int64 matrix-vector products are
+memory-bound loops in C; running disjoint chunks on several cores is what keeps them small
+next to a multi-threaded BLAS product. (Hashing C's rows stays on one thread: each row's
+digest re-takes the GIL, see ``commit.row_leaf_hashes``.)
 """
 
 from __future__ import annotations
