@@ -35,6 +35,10 @@ class PlatformFault(Exception):
     """
 
 
+# Failure codes of ``training.poc.verifier.verify`` that describe the platform's own data.
+PLATFORM_CODES = frozenset({"spec", "seed"})
+
+
 @dataclass(frozen=True)
 class Verdict:
     ok: bool
@@ -63,6 +67,9 @@ def verify_synthetic(assignment: Assignment, artifacts: dict[str, Path]) -> Verd
         "task_id": str(assignment.task_id),
     }
     outcome = poc.verify(assignment.task.spec, seed, artifacts["product.safetensors"], compute_result["result_hash"])
+    if not outcome.ok and outcome.code in PLATFORM_CODES:
+        # The task's stored spec or the assignment's seed material: the platform's records.
+        raise PlatformFault(f"task {assignment.task_id}: {outcome.reason}")
     proof = compute_result.get("proof") or {}
     metrics: dict[str, Any] = {"verify_seconds": round(outcome.seconds, 4)}
     if isinstance(proof, dict) and type(proof.get("mflops")) is int and proof["mflops"] >= 0:

@@ -428,6 +428,31 @@ def test_a_result_the_platform_cannot_judge_is_given_up_without_penalty_in_the_e
     assert task.status == TaskStatus.OPEN
 
 
+def test_a_synthetic_task_whose_stored_spec_the_verifier_cannot_read_never_blames_the_worker(
+    alice: Any, bob: Any, tmp_path: Path
+) -> None:
+    """An honest result checked against a stored spec the platform's verifier does not
+    understand (say, a generator a newer release wrote before a rollback) is the
+    platform's fault: asked again later, never a rejection of the node."""
+    from workers import verifiers
+
+    alpha = Provider(alice, "alpha")
+    task = post_task(bob, "synthetic", {"n": 64}, budget=UNITS_PER_CREDIT)
+    (assignment,) = scheduler.schedule(task.pk)
+    assert alpha.submit(assignment, alpha.run_job(assignment, tmp_path)).status_code == 202
+    reputation = Worker.objects.get(pk=alpha.worker.pk).reputation
+    Task.objects.filter(pk=task.pk).update(spec={**task.spec, "generator": "mt19937"})
+
+    with pytest.raises(verifiers.PlatformFault, match="generator"):
+        verify_assignment(str(assignment.pk))
+    refreshed(assignment, alpha.worker)
+    assert assignment.state == Assignment.State.SUBMITTED
+    assert alpha.worker.reputation == reputation
+
+    Task.objects.filter(pk=task.pk).update(spec=task.spec)  # repaired: the next try settles it
+    assert verify_assignment(str(assignment.pk)) == "accepted"
+
+
 def test_a_verifier_that_loses_the_race_reports_that_it_decided_nothing(
     alice: Any, bob: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
