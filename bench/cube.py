@@ -184,10 +184,11 @@ def main() -> None:
         results.append(_run_child(edge, args, reference))
     load_after = os.getloadavg()
 
+    peak_label = "peak CUDA GiB" if args.device.startswith("cuda") else "peak RSS GiB"
     print(f"cube trainer, batch {BATCH}, forward+backward, {args.threads} thread(s), device {args.device}")
     print(f"load average before/after: {load_before[0]:.2f} / {load_after[0]:.2f} (other work on this machine)")
     print(
-        f"{'lattice':>8} {'params':>10} {'step s (median)':>16} {'step s (min)':>13} {'peak RSS GiB':>13} "
+        f"{'lattice':>8} {'params':>10} {'step s (median)':>16} {'step s (min)':>13} {peak_label:>13} "
         f"{'mixed precision s (median)':>27}"
     )
     by_edge = {r["edge"]: r for r in results}
