@@ -1,8 +1,10 @@
-"""ASL benchmark on CPU: the reader's sequences/s, and training samples/s at dim 192 for the
-model alone and end to end (reading, augmentation and training together).
+"""ASL benchmark: the reader's sequences/s, and training samples/s at dim 192 for the model
+alone and end to end (reading, augmentation and training together), on the CPU by default.
 
-Run: .venv/bin/python bench/asl.py [--sequences 800] [--threads 2]
+Run: .venv/bin/python bench/asl.py [--sequences 800] [--threads 2] [--device cuda]
 Targets on two cores: reader >= 500 sequences/s; end to end >= 80 % of model alone.
+On CUDA the model trains on the GPU (fp16 autocast unless --fp32) while reading and
+augmentation stay on the CPU, so the ratio shows whether the input pipeline keeps up.
 The last line is one JSON object with the headline figures and targets.
 """
 
@@ -23,14 +25,16 @@ import torch.nn.functional as F  # noqa: N812
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from training.asl.augment import Augmenter
-from training.asl.data import SequenceDataset, collate, make_loader
+from training.asl.data import SequenceDataset, collate, loader_settings, make_loader
 from training.asl.dataset import load_dataset
 from training.asl.model import ModelConfig, SignModel
 from training.asl.synthetic import generate
+from training.device import autocast_dtype, select_device
 from training.loop import LoopConfig, fit
 
 READER_TARGET = 500.0
 E2E_TARGET = 0.8
+SHORT_DTYPE = {torch.bfloat16: "bf16", torch.float16: "fp16"}
 
 
 def step_fn(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, Any]]:
@@ -51,7 +55,7 @@ def train_seconds(loader: Any, classes: int, batches: int, args: argparse.Namesp
         mixed_precision=not args.fp32,
         max_steps_per_epoch=batches // 4,
         restore_best=False,
-        device="cpu",
+        device=args.device,
     )
     started = time.perf_counter()
     fit(model, loader, [], step_fn, no_eval, config)
@@ -65,10 +69,15 @@ def main() -> None:
     )
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--batch", type=int, default=12)
-    parser.add_argument("--fp32", action="store_true", help="train without bf16 autocast")
+    parser.add_argument("--fp32", action="store_true", help="train without autocast (bf16 on CPU, fp16 on CUDA)")
+    parser.add_argument("--device", default="cpu", help="where the model trains: cpu (default) or cuda")
     parser.add_argument("--loader-workers", type=int, default=None, help="override the DataLoader workers")
     parser.add_argument("--repeats", type=int, default=3, help="reader measurements per thread count (median)")
     args = parser.parse_args()
+    try:
+        select_device(args.device)
+    except ValueError as exc:
+        parser.error(str(exc))
     torch.set_num_threads(args.threads)
     per = max(1, args.sequences // 160)
     with tempfile.TemporaryDirectory(prefix="asl-bench-") as tmp:
@@ -113,7 +122,7 @@ def main() -> None:
                 live,
                 args.batch,
                 shuffle=True,
-                device=torch.device("cpu"),
+                device=torch.device(args.device),
                 drop_last=True,
                 num_workers=args.loader_workers,
             )
@@ -152,8 +161,13 @@ def main() -> None:
                 "end_to_end_target": E2E_TARGET,
                 "end_to_end_ok": ratio >= E2E_TARGET,
                 "dim": 192,
-                "mixed_precision": "fp32" if args.fp32 else "bf16",
-                "loader_workers": 0 if args.loader_workers is None else args.loader_workers,
+                "device": args.device,
+                "mixed_precision": "fp32" if args.fp32 else SHORT_DTYPE[autocast_dtype(torch.device(args.device))],
+                "loader_workers": (
+                    loader_settings(torch.device(args.device))["num_workers"]
+                    if args.loader_workers is None
+                    else args.loader_workers
+                ),
             }
         )
     )
