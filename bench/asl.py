@@ -75,7 +75,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="reader measurements per thread count (median)")
     args = parser.parse_args()
     try:
-        select_device(args.device)
+        device = select_device(args.device)
     except ValueError as exc:
         parser.error(str(exc))
     torch.set_num_threads(args.threads)
@@ -122,7 +122,7 @@ def main() -> None:
                 live,
                 args.batch,
                 shuffle=True,
-                device=torch.device(args.device),
+                device=device,
                 drop_last=True,
                 num_workers=args.loader_workers,
             )
@@ -162,11 +162,9 @@ def main() -> None:
                 "end_to_end_ok": ratio >= E2E_TARGET,
                 "dim": 192,
                 "device": args.device,
-                "mixed_precision": "fp32" if args.fp32 else SHORT_DTYPE[autocast_dtype(torch.device(args.device))],
+                "mixed_precision": "fp32" if args.fp32 else SHORT_DTYPE[autocast_dtype(device)],
                 "loader_workers": (
-                    loader_settings(torch.device(args.device))["num_workers"]
-                    if args.loader_workers is None
-                    else args.loader_workers
+                    loader_settings(device)["num_workers"] if args.loader_workers is None else args.loader_workers
                 ),
             }
         )
