@@ -20,7 +20,7 @@ from django.utils import timezone
 from marketplace.kinds import KINDS
 from marketplace.models import ACTIVE, Task, TaskStatus
 from marketplace.services import transition_locked
-from workers import heldout, taskstate, uploads
+from workers import heldout, supply, taskstate, uploads
 from workers.dashboard import worker_changed
 from workers.models import UNSETTLED, Assignment, Worker
 
@@ -38,10 +38,12 @@ def latest_block_hash() -> str:
 
 
 def eligible_workers(task: Task, exclude: set[UUID]) -> list[Worker]:
-    """Online, active workers that offer the kind, have the memory and the reputation."""
-    kind = KINDS[task.kind]
-    need = kind.resources(task.spec).memory_bytes
-    required = set(kind.features(task.spec))
+    """Online, active, free workers whose registered capabilities fit the task, best first.
+
+    The same check as ``supply.survey``, with what SQL can filter filtered there: this runs
+    for every task scheduled, the survey only for one that waits.
+    """
+    need = supply.Need.of(task.kind, task.spec, task.min_reputation)
     candidates = (
         Worker.objects.online()
         .filter(reputation__gte=task.min_reputation)
@@ -50,26 +52,13 @@ def eligible_workers(task: Task, exclude: set[UUID]) -> list[Worker]:
         .exclude(assignments__state__in=UNSETTLED)
         .order_by("-reputation", "last_heartbeat_at")
     )
-    chosen = []
-    for worker in candidates:
-        caps = worker.capabilities
-        memory = max(int(caps.get("gpu_memory_bytes") or 0), int(caps.get("ram_bytes") or 0))
-        features = caps.get("features")
-        offered = set(features) if isinstance(features, list) else set()
-        if task.kind in caps.get("kinds", []) and memory >= need and required <= offered:
-            chosen.append(worker)
-    return chosen
+    return [worker for worker in candidates if supply.misfit(worker, need) is None]
 
 
-def waiting_reason(task: Task) -> str:
-    kind = KINDS[task.kind]
-    gib = kind.resources(task.spec).memory_bytes / 2**30
-    features = kind.features(task.spec)
-    supporting = f" (agent supporting {', '.join(features)})" if features else ""
-    return (
-        f"Waiting for a worker: none online offers {kind.label}{supporting} with {gib:.1f} GiB of memory"
-        f" and reputation ≥ {task.min_reputation}."
-    )
+def waiting_reason(task: Task, exclude: set[UUID] | None = None, taken: int = 0) -> str:
+    """Why the task waits: the online workers, by the first requirement each one misses."""
+    need = supply.Need.of(task.kind, task.spec, task.min_reputation)
+    return supply.survey(need, exclude or set()).reason(taken)
 
 
 def _lock_free_workers(candidates: list[Worker], wanted: int) -> list[Worker]:
@@ -119,9 +108,10 @@ def schedule(task_id: UUID) -> list[Assignment]:
         missing = taskstate.missing_replicas(task)
         if missing <= 0:
             return []
-        workers = _lock_free_workers(eligible_workers(task, exclude={w for w, _ in previous}), missing)
+        exclude = {w for w, _ in previous}
+        workers = _lock_free_workers(eligible_workers(task, exclude), missing)
         short = missing - len(workers)
-        reason = _short_reason(task, short) if short else ""
+        reason = _short_reason(task, short, exclude, len(workers)) if short else ""
         if not workers:
             if task.status_reason != reason:
                 task.status_reason = reason
@@ -143,10 +133,11 @@ def schedule(task_id: UUID) -> list[Assignment]:
     return created
 
 
-def _short_reason(task: Task, short: int) -> str:
-    """Why the task still waits for ``short`` more workers (with how many it has, if any)."""
+def _short_reason(task: Task, short: int, exclude: set[UUID], taken: int) -> str:
+    """Why the task still waits for ``short`` more workers (with how many it has, if any),
+    ``taken`` of them having just been chosen."""
     held = task.replication - short
-    return (f"{held}/{task.replication} replicas in hand. " if held else "") + waiting_reason(task)
+    return (f"{held}/{task.replication} replicas in hand. " if held else "") + waiting_reason(task, exclude, taken)
 
 
 def _after_failure(task: Task) -> None:

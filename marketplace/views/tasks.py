@@ -24,7 +24,7 @@ from marketplace.kinds import KINDS, Kind
 from marketplace.models import CANCELLABLE, Task, TaskStatus, User
 from marketplace.units import format_credits
 from marketplace.views.common import current_user
-from workers import jobs
+from workers import jobs, supply
 from workers.jobs import Conflict
 from workers.views import task_live_state
 
@@ -130,7 +130,16 @@ def _estimate(form: TaskForm) -> dict[str, Any] | None:
         clean = form.kind.validate_spec(spec)
     except ValidationError:
         return None
-    return {"price": format_credits(form.kind.estimate_price(clean)), "resources": form.kind.resources(clean)}
+    data = getattr(form, "cleaned_data", {})
+    min_reputation = data.get("min_reputation", form.fields["min_reputation"].initial) or 0
+    survey = supply.survey(supply.Need.of(form.kind.name, clean, min_reputation))
+    return {
+        "price": format_credits(form.kind.estimate_price(clean)),
+        "resources": form.kind.resources(clean),
+        "supply": survey,
+        # With no worker able to take it, the post page says why before the money is held.
+        "warning": survey.warning() if not survey.fitting else "",
+    }
 
 
 def _own_task(request: HttpRequest, pk: UUID) -> Task:

@@ -418,6 +418,28 @@ def test_check_endpoint_returns_errors_and_estimate(alice_web: Client, settings:
     assert not Task.objects.exists()
 
 
+def test_the_estimate_says_whether_an_online_worker_can_take_the_task(alice_web: Client, alice: Any, bob: Any) -> None:
+    """Before the budget is held: how many online workers fit, or why none does."""
+    from tests.workers.processes import CAPS, make_worker
+
+    url = reverse("task-check", args=["synthetic"])
+    none = text(alice_web.post(url, synthetic_form(), HTTP_HX_REQUEST="true"))
+    assert "No worker can take this task now: none is online. It needs one offering Synthetic" in none
+    assert "A task you post waits, its budget in escrow, until one does" in none
+    make_worker(bob, name="old-agent", caps={**CAPS, "features": ["poc:shake128"]})
+    old = text(alice_web.post(url, synthetic_form(), HTTP_HX_REQUEST="true"))
+    assert "No worker can take this task now: of the 1 online, 1 runs an agent without poc:aes256ctr." in old
+    make_worker(bob, name="current", reputation=70)
+    fits = text(alice_web.post(url, synthetic_form(), HTTP_HX_REQUEST="true"))
+    assert "Online now: 1 of 2 workers fits, 1 free." in fits
+    assert "No worker can take" not in fits
+    # The form's minimum reputation counts too.
+    picky = text(alice_web.post(url, synthetic_form(min_reputation="80"), HTTP_HX_REQUEST="true"))
+    assert "1 has reputation below 80" in picky
+    # The full page shows the same on first paint.
+    assert "Online now: 1 of 2 workers fits, 1 free." in text(alice_web.get(reverse("task-post", args=["synthetic"])))
+
+
 def test_draft_then_publish(alice_web: Client, alice: Any) -> None:
     alice_web.post(reverse("task-post", args=["synthetic"]), synthetic_form(draft="on"))
     task = Task.objects.get(owner=alice)

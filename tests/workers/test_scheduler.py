@@ -10,6 +10,7 @@ import pytest
 from django.utils import timezone
 
 from ledger import services as ledger
+from marketplace.kinds import KINDS
 from marketplace.models import Task, TaskStatus
 from marketplace.units import UNITS_PER_CREDIT
 from tests.factories import post_task
@@ -45,7 +46,12 @@ def test_only_online_active_capable_reputable_workers_are_chosen(alice: Any, bob
     # A busy worker takes no second job: its next SUBMIT_RESULT nonce must stay predictable.
     other = post_task(bob, "synthetic", {"n": 64}, budget=UNITS_PER_CREDIT, min_reputation=60)
     assert scheduler.schedule(other.pk) == []
-    assert "Waiting for a worker" in Task.objects.get(pk=other.pk).status_reason
+    assert Task.objects.get(pk=other.pk).status_reason == (
+        "Waiting for a worker: of the 4 online, 1 does not offer Synthetic proof of compute;"
+        " 1 has less than 1 MiB of memory; 1 has reputation below 60; 1 fits but is busy with another job."
+        " It needs one offering Synthetic proof of compute (agent supporting poc:aes256ctr)"
+        " with 1 MiB of memory and reputation ≥ 60."
+    )
 
 
 def test_with_no_eligible_worker_the_task_waits_and_says_why(alice: Any, bob: Any) -> None:
@@ -54,10 +60,42 @@ def test_with_no_eligible_worker_the_task_waits_and_says_why(alice: Any, bob: An
     assert scheduler.schedule(task.pk) == []
     task.refresh_from_db()
     assert task.status == TaskStatus.OPEN
-    assert task.status_reason.startswith("Waiting for a worker: none online offers")
-    assert "reputation ≥ 40" in task.status_reason
-    assert "GiB of memory" in task.status_reason
+    assert task.status_reason.startswith("Waiting for a worker: of the 1 online, 1 has reputation below 40. ")
+    assert task.status_reason.endswith(" with 1 MiB of memory and reputation ≥ 40.")
     assert not Assignment.objects.filter(task=task).exists()
+
+
+def test_a_waiting_task_says_which_requirement_each_online_worker_misses(alice: Any, bob: Any) -> None:
+    """Each online worker counts once, under the first requirement it fails (kind, agent
+    features, memory, reputation, then: already had the task, busy); offline ones not at all."""
+    make_worker(alice, name="cube-only", caps={**CAPS, "kinds": ["cube_training"]})
+    make_worker(alice, name="cube-only-2", caps={**CAPS, "kinds": ["cube_training"]})
+    make_worker(alice, name="old-agent", caps={**CAPS, "features": ["poc:shake128"]})
+    make_worker(alice, name="small", caps={**CAPS, "ram_bytes": 1024, "gpu_memory_bytes": 0})
+    make_worker(alice, name="new", reputation=10)
+    make_worker(alice, name="asleep", online=False)
+    task = post_task(bob, "synthetic", {"n": 4096}, budget=100 * UNITS_PER_CREDIT, min_reputation=20)
+    assert scheduler.schedule(task.pk) == []
+    task.refresh_from_db()
+    assert task.status_reason == (
+        "Waiting for a worker: of the 5 online, 2 do not offer Synthetic proof of compute;"
+        " 1 runs an agent without poc:aes256ctr; 1 has less than 240 MiB of memory;"
+        " 1 has reputation below 20."
+        " It needs one offering Synthetic proof of compute (agent supporting poc:aes256ctr)"
+        " with 240 MiB of memory and reputation ≥ 20."
+    )
+    # A worker that fits takes it; when it comes back expired, the task says so.
+    good, _, _ = make_worker(alice, name="good")
+    (assignment,) = scheduler.schedule(task.pk)
+    assert assignment.worker == good
+    Assignment.objects.filter(pk=assignment.pk).update(state=Assignment.State.EXPIRED)
+    assert scheduler.schedule(task.pk) == []
+    task.refresh_from_db()
+    assert "; 1 already worked on this task." in task.status_reason
+    Worker.objects.update(last_heartbeat_at=None)
+    assert scheduler.schedule(task.pk) == []
+    task.refresh_from_db()
+    assert task.status_reason.startswith("Waiting for a worker: none is online. It needs one offering")
 
 
 def test_a_synthetic_task_goes_only_to_agents_that_draw_its_matrices_its_way(alice: Any, bob: Any) -> None:
@@ -185,3 +223,17 @@ def test_tasks_scheduled_at_once_never_give_one_worker_two_jobs(
     assert errors == []
     assert Assignment.objects.filter(worker=worker).count() == 1
     assert Task.objects.filter(pk__in=[t.pk for t in tasks], status=TaskStatus.ASSIGNED).count() == 1
+
+
+def test_the_longest_waiting_reason_fits_the_task_row() -> None:
+    """Every requirement missed by thousands of workers, with replicas in hand: still stored whole."""
+    from collections import Counter
+
+    from workers import supply
+
+    longest_kind = max(KINDS.values(), key=lambda kind: len(kind.label))
+    need = supply.Need(longest_kind, 1000 * 2**40, frozenset({"poc:aes256ctr", "poc:shake128"}), 100)
+    survey = supply.Survey(need, short=Counter({reason: 123_456 for reason in supply.REASONS}))
+    reason = "4/5 replicas in hand. " + survey.reason(taken=0)
+    assert "123456 fit but are busy with another job" in reason
+    assert len(reason) <= Task._meta.get_field("status_reason").max_length

@@ -1,0 +1,144 @@
+"""Which online workers could take a task, and why each of the others cannot.
+
+One check (``misfit``) decides both what the scheduler hands out and what a requester is
+told: the post page's estimate ("2 of the 3 online workers fit, 1 free now") and a
+waiting task's reason ("of the 3 online, 2 run an agent without poc:aes256ctr; ...").
+Only capabilities the worker registered count, never what it says later.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Collection
+from dataclasses import dataclass, field
+from typing import Any
+from uuid import UUID
+
+from django.db.models import Exists, OuterRef
+
+from marketplace.kinds import KINDS, Kind
+from workers.models import UNSETTLED, Assignment, Worker
+
+# Why an online worker cannot take a task, in the order they are checked: a worker counts
+# once, under the first requirement it fails.
+KIND, FEATURES, MEMORY, REPUTATION, TOOK_PART, BUSY = "kind", "features", "memory", "reputation", "took_part", "busy"
+REASONS = (KIND, FEATURES, MEMORY, REPUTATION, TOOK_PART, BUSY)
+
+
+@dataclass(frozen=True)
+class Need:
+    """What a task asks of a worker."""
+
+    kind: Kind
+    memory_bytes: int
+    features: frozenset[str]
+    min_reputation: int
+
+    @classmethod
+    def of(cls, kind_name: str, spec: dict[str, Any], min_reputation: int) -> Need:
+        kind = KINDS[kind_name]
+        return cls(kind, kind.resources(spec).memory_bytes, frozenset(kind.features(spec)), min_reputation)
+
+    def sentence(self) -> str:
+        supporting = f" (agent supporting {', '.join(sorted(self.features))})" if self.features else ""
+        return (
+            f"It needs one offering {self.kind.label}{supporting} with {memory(self.memory_bytes)}"
+            f" of memory and reputation ≥ {self.min_reputation}."
+        )
+
+
+def memory(size: int) -> str:
+    """A memory size as a requester reads it: GiB to one decimal, MiB (rounded up) below 1 GiB."""
+    if size >= 2**30:
+        return f"{size / 2**30:.1f} GiB"
+    return f"{-(-size // 2**20)} MiB"
+
+
+def misfit(worker: Worker, need: Need) -> str | None:
+    """The first of the task's requirements the worker's registered capabilities fail."""
+    caps = worker.capabilities if isinstance(worker.capabilities, dict) else {}
+    kinds = caps.get("kinds")
+    if not isinstance(kinds, list) or need.kind.name not in kinds:
+        return KIND
+    features = caps.get("features")
+    if not need.features <= (set(features) if isinstance(features, list) else set()):
+        return FEATURES
+    try:
+        memory = max(int(caps.get("gpu_memory_bytes") or 0), int(caps.get("ram_bytes") or 0))
+    except (TypeError, ValueError):
+        memory = 0
+    if memory < need.memory_bytes:
+        return MEMORY
+    if worker.reputation < need.min_reputation:
+        return REPUTATION
+    return None
+
+
+@dataclass
+class Survey:
+    """The online workers, by whether they could take the task now."""
+
+    need: Need
+    free: list[Worker] = field(default_factory=list)  # fit and hold no unsettled job, best first
+    short: Counter[str] = field(default_factory=Counter)  # the others, by reason (REASONS)
+
+    @property
+    def online(self) -> int:
+        return len(self.free) + sum(self.short.values())
+
+    @property
+    def fitting(self) -> int:
+        """Workers that meet the requirements, free or busy."""
+        return len(self.free) + self.short[BUSY]
+
+    def reason(self, taken: int = 0) -> str:
+        """Why the task waits, when ``taken`` of the free workers were just given its job
+        (the rest of them were taken by another task meanwhile: they count as busy)."""
+        return f"Waiting for a worker: {self._state(taken)}. {self.need.sentence()}"
+
+    def warning(self) -> str:
+        """For a task not posted yet, when no online worker fits it."""
+        return f"No worker can take this task now: {self._state(0)}. {self.need.sentence()}"
+
+    def _state(self, taken: int) -> str:
+        counts = Counter(self.short)
+        counts[BUSY] += len(self.free) - taken
+        online = self.online - taken
+        if online <= 0:
+            return "no other is online" if taken else "none is online"
+        parts = [_describe(reason, counts[reason], self.need) for reason in REASONS if counts[reason]]
+        return f"of the {online}{' other' if taken else ''} online, " + "; ".join(parts)
+
+
+def _describe(reason: str, count: int, need: Need) -> str:
+    one = count == 1
+    if reason == KIND:
+        return f"{count} {'does' if one else 'do'} not offer {need.kind.label}"
+    if reason == FEATURES:
+        return f"{count} {'runs an agent' if one else 'run agents'} without {', '.join(sorted(need.features))}"
+    if reason == MEMORY:
+        return f"{count} {'has' if one else 'have'} less than {memory(need.memory_bytes)} of memory"
+    if reason == REPUTATION:
+        return f"{count} {'has' if one else 'have'} reputation below {need.min_reputation}"
+    if reason == TOOK_PART:
+        return f"{count} already worked on this task"
+    return f"{count} {'fits but is' if one else 'fit but are'} busy with another job"
+
+
+def survey(need: Need, exclude: Collection[UUID] = ()) -> Survey:
+    """Sort every online worker: free and fitting (best reputation, then longest idle, first),
+    or the first requirement it misses; ``exclude`` (workers that already had the task)
+    are never offered it again."""
+    busy = Exists(Assignment.objects.filter(worker=OuterRef("pk"), state__in=UNSETTLED))
+    result = Survey(need)
+    for worker in Worker.objects.online().annotate(busy=busy).order_by("-reputation", "last_heartbeat_at"):
+        reason = misfit(worker, need)
+        if reason is None and worker.pk in exclude:
+            reason = TOOK_PART
+        if reason is None and worker.busy:
+            reason = BUSY
+        if reason is None:
+            result.free.append(worker)
+        else:
+            result.short[reason] += 1
+    return result
