@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, RandomSampler, Sampler, SequentialSampler
 
 from training.asl.augment import Augmenter
 from training.asl.dataset import LandmarkDataset
@@ -50,17 +50,20 @@ class SequenceDataset(Dataset[dict[str, Any]]):
         self.points = np.asarray(points, dtype=np.int64)
         self.max_len = max_len
         self.augmenter = augmenter
-        # Set by EpochLoader at the start of every epoch; with the index it seeds a sample's
-        # augmentation, so the result depends on neither thread, worker nor batch order.
-        self.epoch_seed = 0
 
     def __len__(self) -> int:
         return len(self.data)
 
-    def __getitem__(self, i: int) -> dict[str, Any]:
+    def __getitem__(self, key: int | tuple[int, int]) -> dict[str, Any]:
+        """Sample ``i``, or ``(seed, i)``: sample ``i`` augmented as the epoch's ``seed`` says.
+
+        The seed travels with the index (``SeededSampler``), so the result depends on
+        neither thread, worker process nor batch order.
+        """
+        seed, i = key if isinstance(key, tuple) else (0, key)
         x = np.asarray(self.data.sequence(i)[:, self.points], dtype=np.float32)
         if self.augmenter is not None:
-            rng = np.random.default_rng((self.epoch_seed, i))
+            rng = np.random.default_rng((seed, i))
             x = self.augmenter(x, rng).astype(np.float32, copy=False)
         x = drop_empty_frames(x, self.max_len)
         return {"x": x, "y": int(self.data.labels[i])}
@@ -91,34 +94,55 @@ def loader_settings(device: torch.device) -> dict[str, Any]:
     if device.type != "cuda":
         return {"num_workers": 0, "pin_memory": False}
     workers = max(1, min(4, (os.cpu_count() or 2) - 1))
-    # Not persistent: workers started each epoch take their seeds from the RNG the loop
-    # re-seeds per epoch, so a resumed run augments exactly like an uninterrupted one.
     return {"num_workers": workers, "pin_memory": pin_memory(device)}
+
+
+class SeededSampler(Sampler[tuple[int, int]]):
+    """The indices of ``order`` (shuffled by ``generator``, or in sequence), each paired with
+    the epoch's augmentation seed.
+
+    It runs in the main process, so the seed set for an epoch reaches worker processes
+    with the indices: workers kept from one epoch to the next (persistent, started once per
+    run) augment exactly as fresh ones, or the main process, would.
+    """
+
+    def __init__(self, size: int, shuffle: bool) -> None:
+        self.generator = torch.Generator()
+        self.order: Sampler[int] = (
+            RandomSampler(range(size), generator=self.generator) if shuffle else SequentialSampler(range(size))
+        )
+        self.seed = 0
+
+    def __len__(self) -> int:
+        return len(self.order)  # type: ignore[arg-type]
+
+    def __iter__(self) -> Iterator[tuple[int, int]]:
+        seed = self.seed
+        return ((seed, i) for i in self.order)
 
 
 class EpochLoader:
     """A DataLoader whose shuffling and augmentation replay exactly on resume.
 
     At the start of each epoch it draws one seed from torch's global RNG (which the shared
-    loop re-seeds per epoch) and derives the order and every augmentation from it. Without
-    worker processes (CPU), a background thread prepares the next batches while the main
-    thread trains: augmentation is numpy and torch kernels release the GIL, so the two overlap.
+    loop re-seeds per epoch) and derives the order and every augmentation from it, and
+    nothing else draws from that RNG here: a resumed run's first epoch, which starts the
+    worker processes, draws what an uninterrupted run's later epoch does. Without worker
+    processes (CPU), a background thread prepares the next batches while the main thread
+    trains: augmentation is numpy and torch kernels release the GIL, so the two overlap.
     """
 
-    def __init__(
-        self, dataset: SequenceDataset, loader: DataLoader[dict[str, Any]], generator: torch.Generator
-    ) -> None:
-        self.dataset = dataset
+    def __init__(self, loader: DataLoader[dict[str, Any]], sampler: SeededSampler) -> None:
         self.loader = loader
-        self.generator = generator
+        self.sampler = sampler
 
     def __len__(self) -> int:
         return len(self.loader)
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
         seed = int(torch.randint(0, 2**31 - 1, (1,)).item())
-        self.dataset.epoch_seed = seed
-        self.generator.manual_seed(seed)
+        self.sampler.seed = seed
+        self.sampler.generator.manual_seed(seed)
         if self.loader.num_workers:
             return iter(self.loader)
         return _prefetch(iter(self.loader))
@@ -176,14 +200,18 @@ def make_loader(
         settings["num_workers"] = num_workers
     if settings["num_workers"] and len(dataset) < 4 * batch_size:
         settings = {"num_workers": 0, "pin_memory": settings["pin_memory"]}
-    generator = torch.Generator()
-    loader = DataLoader(
+    sampler = SeededSampler(len(dataset), shuffle)
+    loader: DataLoader[dict[str, Any]] = DataLoader(
         dataset,
         batch_size=batch_size,
-        shuffle=shuffle,
+        sampler=sampler,
         collate_fn=collate,
         drop_last=drop_last,
-        generator=generator,
+        # Persistent: a GPU run starts its workers once, not every epoch. The loader's own
+        # generator seeds only the workers' RNGs (augmentation takes its seed from the
+        # sampler), and keeps DataLoader from drawing on the global RNG the loop seeds.
+        persistent_workers=bool(settings["num_workers"]),
+        generator=torch.Generator().manual_seed(0),
         **settings,
     )
-    return EpochLoader(dataset, loader, generator)
+    return EpochLoader(loader, sampler)

@@ -1,0 +1,73 @@
+"""The ASL loader: worker processes (persistent across epochs, as on a GPU) give exactly
+the batches the in-process loader gives, epoch after epoch, and a run that starts at a later
+epoch (a resume) gets that epoch's batches."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from training.asl.augment import Augmenter
+from training.asl.data import SequenceDataset, make_loader
+from training.asl.dataset import LandmarkDataset
+from training.asl.landmarks import selected_landmarks
+
+POINTS = selected_landmarks(use_pose=False)
+SEQUENCES = 48
+BATCH = 8
+
+
+def _dataset() -> SequenceDataset:
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(5, 20, SEQUENCES)
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+    frames = rng.uniform(0.2, 0.8, (int(lengths.sum()), 543, 3)).astype(np.float32)
+    data = LandmarkDataset(
+        frames=frames,
+        starts=starts,
+        lengths=lengths,
+        labels=np.arange(SEQUENCES) % 5,
+        participants=np.arange(SEQUENCES) % 4,
+        sequence_ids=np.arange(SEQUENCES),
+        signs=[f"sign{i}" for i in range(5)],
+    )
+    return SequenceDataset(data, POINTS, max_len=32, augmenter=Augmenter(POINTS, 1.0, 1.0, 1.0, 1.0))
+
+
+def _epochs(workers: int, epochs: range) -> list[list[dict[str, Any]]]:
+    """Every batch of each epoch in ``epochs``, with torch's RNG seeded per epoch as the
+    training loop seeds it."""
+    loader = make_loader(_dataset(), BATCH, shuffle=True, device=torch.device("cpu"), num_workers=workers)
+    assert loader.loader.num_workers == workers
+    out = []
+    for epoch in epochs:
+        torch.manual_seed(1000 + epoch)
+        out.append(list(loader))
+    return out
+
+
+def _same(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> bool:
+    return len(a) == len(b) and all(
+        torch.equal(x["y"], y["y"])
+        and torch.equal(x["lengths"], y["lengths"])
+        and torch.equal(x["x"].nan_to_num(-9.0), y["x"].nan_to_num(-9.0))
+        for x, y in zip(a, b, strict=True)
+    )
+
+
+def test_persistent_workers_give_the_in_process_batches_every_epoch() -> None:
+    in_process = _epochs(0, range(3))
+    workers = _epochs(2, range(3))
+    assert all(_same(a, b) for a, b in zip(in_process, workers, strict=True))
+    # Each epoch its own order and augmentation: the workers, started once, saw new seeds.
+    assert not _same(workers[0], workers[1])
+    assert not _same(workers[1], workers[2])
+    assert sum(len(batch["y"]) for batch in workers[2]) == SEQUENCES
+
+
+def test_a_run_starting_at_a_later_epoch_gets_that_epochs_batches() -> None:
+    uninterrupted = _epochs(2, range(3))
+    resumed = _epochs(2, range(2, 3))
+    assert _same(uninterrupted[2], resumed[0])
