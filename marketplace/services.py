@@ -246,6 +246,22 @@ def transition_locked(task: Task, target: str, message: str, *, reason: str = ""
     transaction.on_commit(publish)
 
 
+def set_reason_locked(task: Task, reason: str) -> None:
+    """Say why the task is where it is now, its status unchanged (task row locked).
+
+    The task's page hears of it like a status change, so a requester watching a waiting
+    task reads the current reason (a worker came online, or went busy), not the first one.
+    """
+    if task.status_reason == reason:
+        return
+    task.status_reason = reason
+    task.save(update_fields=["status_reason", "updated_at"])
+    event = TaskStatusEvent(
+        type="task.status", task_id=str(task.pk), status=task.status, status_reason=reason, progress=task.progress
+    )
+    transaction.on_commit(lambda: send_event(task_group(task.pk), event))
+
+
 def _lock_own(owner: User, task_id: UUID) -> Task:
     """Lock and return one of owner's tasks; another user's task is reported missing."""
     try:

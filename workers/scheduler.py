@@ -19,7 +19,7 @@ from django.utils import timezone
 
 from marketplace.kinds import KINDS
 from marketplace.models import ACTIVE, Task, TaskStatus
-from marketplace.services import transition_locked
+from marketplace.services import set_reason_locked, transition_locked
 from workers import heldout, supply, taskstate, uploads
 from workers.dashboard import worker_changed
 from workers.models import UNSETTLED, Assignment, Worker
@@ -113,9 +113,7 @@ def schedule(task_id: UUID) -> list[Assignment]:
         short = missing - len(workers)
         reason = _short_reason(task, short, exclude, len(workers)) if short else ""
         if not workers:
-            if task.status_reason != reason:
-                task.status_reason = reason
-                task.save(update_fields=["status_reason", "updated_at"])
+            set_reason_locked(task, reason)
             return []
         seed = latest_block_hash()
         deadline = timezone.now() + timedelta(seconds=settings.ASSIGNMENT_DEADLINE)

@@ -23,7 +23,7 @@ from django.db.models.functions import Greatest
 from django.utils import timezone
 
 from marketplace.models import ACTIVE, IllegalTransition, Task, TaskStatus
-from marketplace.services import transition_locked
+from marketplace.services import set_reason_locked, transition_locked
 from workers import uploads
 from workers.dashboard import worker_changed
 from workers.models import UNSETTLED, Assignment, Worker
@@ -69,9 +69,8 @@ def sync_status(task: Task, message: str, reason: str = "") -> None:
     target = live_status(task)
     if target != task.status:
         transition_locked(task, target, message, reason=reason)
-    elif task.status_reason != reason:
-        task.status_reason = reason
-        task.save(update_fields=["status_reason", "updated_at"])
+    else:
+        set_reason_locked(task, reason)
 
 
 def missing_replicas(task: Task) -> int:

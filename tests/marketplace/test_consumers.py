@@ -67,6 +67,34 @@ def test_owner_receives_the_status_event_when_the_task_is_cancelled(alice: Any) 
     }
 
 
+def test_a_waiting_tasks_new_reason_reaches_its_page(alice: Any, bob: Any) -> None:
+    """The status stays open; the page still hears why it waits now (a worker came online)."""
+    from tests.workers.processes import make_worker
+    from workers import scheduler
+
+    task = post_task(alice, "synthetic", {"n": 64}, min_reputation=90)
+    scheduler.schedule(task.pk)
+    task.refresh_from_db()
+    assert task.status_reason.startswith("Waiting for a worker: none is online.")
+    ws = communicator(task.pk, session_cookie("alice"))
+
+    async def conversation() -> tuple[dict[str, Any], bool]:
+        assert (await ws.connect())[0]
+        await database_sync_to_async(make_worker)(bob, reputation=50)
+        await database_sync_to_async(scheduler.schedule)(task.pk)
+        event: dict[str, Any] = await ws.receive_json_from(timeout=5)
+        await database_sync_to_async(scheduler.schedule)(task.pk)  # nothing new to say
+        quiet = await ws.receive_nothing(timeout=0.5)
+        await ws.disconnect()
+        return event, quiet
+
+    event, quiet = async_to_sync(conversation)()
+    assert event["type"] == "task.status"
+    assert event["status"] == "open"
+    assert event["status_reason"].startswith("Waiting for a worker: of the 1 online, 1 has reputation below 90.")
+    assert quiet
+
+
 def test_no_event_is_sent_when_the_transaction_rolls_back(alice: Any) -> None:
     task = post_task(alice)
     ws = communicator(task.pk, session_cookie("alice"))
