@@ -9,9 +9,11 @@ Only capabilities the worker registered count, never what it says later.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple, Protocol
 from uuid import UUID
 
 from django.db.models import Exists, OuterRef
@@ -54,7 +56,7 @@ def memory(size: int) -> str:
     return f"{-(-size // 2**20)} MiB"
 
 
-def misfit(worker: Worker, need: Need) -> str | None:
+def misfit(worker: _Candidate, need: Need) -> str | None:
     """The first of the task's requirements the worker's registered capabilities fail."""
     caps = worker.capabilities if isinstance(worker.capabilities, dict) else {}
     kinds = caps.get("kinds")
@@ -79,7 +81,7 @@ class Survey:
     """The online workers, by whether they could take the task now."""
 
     need: Need
-    free: list[Worker] = field(default_factory=list)  # fit and hold no unsettled job, best first
+    free: list[UUID] = field(default_factory=list)  # fit and hold no unsettled job, best first
     short: Counter[str] = field(default_factory=Counter)  # the others, by reason (REASONS)
 
     @property
@@ -125,20 +127,68 @@ def _describe(reason: str, count: int, need: Need) -> str:
     return f"{count} {'fits but is' if one else 'fit but are'} busy with another job"
 
 
-def survey(need: Need, exclude: Collection[UUID] = ()) -> Survey:
-    """Sort every online worker: free and fitting (best reputation, then longest idle, first),
-    or the first requirement it misses; ``exclude`` (workers that already had the task)
-    are never offered it again."""
+class _Candidate(Protocol):
+    @property
+    def capabilities(self) -> Any: ...
+    @property
+    def reputation(self) -> int: ...
+
+
+class Online(NamedTuple):
+    """What a survey reads of one online worker."""
+
+    pk: UUID
+    reputation: int
+    capabilities: Any
+    busy: bool  # holds an unsettled job
+
+
+def online_workers() -> list[Online]:
+    """Every online, active worker, best first (reputation, then longest since heartbeat),
+    or the list already read in this ``one_pass``."""
+    shared = _pass.get()
+    if shared:
+        return shared[0]
     busy = Exists(Assignment.objects.filter(worker=OuterRef("pk"), state__in=UNSETTLED))
+    rows = [
+        Online(*row)
+        for row in Worker.objects.online()
+        .annotate(busy=busy)
+        .order_by("-reputation", "last_heartbeat_at")
+        .values_list("pk", "reputation", "capabilities", "busy")
+    ]
+    if shared is not None:
+        shared.append(rows)
+    return rows
+
+
+_pass: ContextVar[list[list[Online]] | None] = ContextVar("supply_pass", default=None)
+
+
+@contextmanager
+def one_pass() -> Iterator[None]:
+    """Surveys inside read the online workers once: a scheduling pass over many waiting
+    tasks costs one read of them, not one per task. What changes during the pass shows
+    anyway where it matters: a fitting worker not given the job counts as busy."""
+    token = _pass.set([])
+    try:
+        yield
+    finally:
+        _pass.reset(token)
+
+
+def survey(need: Need, exclude: Collection[UUID] = ()) -> Survey:
+    """Sort every online worker: free and fitting, or the first requirement it misses;
+    ``exclude`` (workers that already had the task) are never offered it again."""
     result = Survey(need)
-    for worker in Worker.objects.online().annotate(busy=busy).order_by("-reputation", "last_heartbeat_at"):
+    for worker in online_workers():
         reason = misfit(worker, need)
         if reason is None and worker.pk in exclude:
             reason = TOOK_PART
         if reason is None and worker.busy:
             reason = BUSY
         if reason is None:
-            result.free.append(worker)
+            result.free.append(worker.pk)
         else:
             result.short[reason] += 1
     return result

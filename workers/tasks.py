@@ -16,7 +16,7 @@ from django.conf import settings
 from django.db import OperationalError
 from django.utils import timezone
 
-from workers import jobs, retention, scheduler, settlement, verifiers
+from workers import jobs, retention, scheduler, settlement, supply, verifiers
 from workers.models import Assignment
 
 log = logging.getLogger(__name__)
@@ -39,11 +39,12 @@ def schedule_waiting() -> int:
         except Exception:
             log.exception("%s failed; the next pass tries again", step.__name__)
     offered = 0
-    for task_id in scheduler.open_tasks_waiting():
-        try:
-            offered += len(scheduler.schedule(task_id))
-        except Exception:
-            log.exception("scheduling task %s failed; the next pass tries again", task_id)
+    with supply.one_pass():  # why each task still waits: one read of the online workers
+        for task_id in scheduler.open_tasks_waiting():
+            try:
+                offered += len(scheduler.schedule(task_id))
+            except Exception:
+                log.exception("scheduling task %s failed; the next pass tries again", task_id)
     return offered
 
 

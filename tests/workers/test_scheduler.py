@@ -237,3 +237,23 @@ def test_the_longest_waiting_reason_fits_the_task_row() -> None:
     reason = "4/5 replicas in hand. " + survey.reason(taken=0)
     assert "123456 fit but are busy with another job" in reason
     assert len(reason) <= Task._meta.get_field("status_reason").max_length
+
+
+def test_a_scheduling_pass_reads_the_online_workers_once_for_every_waiting_task(alice: Any, bob: Any) -> None:
+    """The periodic pass explains why each of its waiting tasks waits from one read of the
+    online workers, not one per task (a large pool times 200 tasks would be slow)."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from workers import tasks
+
+    make_worker(alice, name="new", reputation=10)
+    waiting = [post_task(bob, "synthetic", {"n": 64}, budget=UNITS_PER_CREDIT, min_reputation=30) for _ in range(3)]
+    Task.objects.update(status_reason="")
+    with CaptureQueriesContext(connection) as queries:
+        assert tasks.schedule_waiting() == 0
+    surveys = [q for q in queries.captured_queries if 'AS "busy"' in q["sql"]]
+    assert len(surveys) == 1
+    for task in waiting:
+        task.refresh_from_db()
+        assert task.status_reason.startswith("Waiting for a worker: of the 1 online, 1 has reputation below 30.")
