@@ -132,10 +132,12 @@ def _estimate(form: TaskForm) -> dict[str, Any] | None:
         return None
     data = getattr(form, "cleaned_data", {})
     min_reputation = data.get("min_reputation", form.fields["min_reputation"].initial) or 0
+    resources = form.kind.resources(clean)
     survey = supply.survey(supply.Need.of(form.kind.name, clean, min_reputation))
     return {
         "price": format_credits(form.kind.estimate_price(clean)),
-        "resources": form.kind.resources(clean),
+        "resources": resources,
+        "memory": supply.memory(resources.memory_bytes),  # as the waiting reasons write it
         "supply": survey,
         # With no worker able to take it, the post page says why before the money is held.
         "warning": survey.warning() if not survey.fitting else "",
