@@ -407,6 +407,7 @@ CELERY_BEAT_SCHEDULE["ledger-seal-block"] = {
 SPECTACULAR_SETTINGS["ENUM_NAME_OVERRIDES"] = {
     **SPECTACULAR_SETTINGS.get("ENUM_NAME_OVERRIDES", {}),  # type: ignore[dict-item]
     "TaskStatusEnum": "marketplace.models.TaskStatus",
+    "TaskKindEnum": "marketplace.kinds.KIND_NAMES",
     "LedgerTxStatusEnum": "ledger.models.TxStatus",
     "LedgerTxTypeEnum": "ledger.models.TxType",
 }

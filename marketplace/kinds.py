@@ -212,6 +212,9 @@ KINDS: dict[str, Kind] = {
     ]
 }
 
+# The kinds as an API enum (TaskKindEnum in the OpenAPI schema).
+KIND_NAMES = list(KINDS)
+
 
 def get_kind(name: str) -> Kind:
     """The registered kind called ``name``, or a ValidationError naming the choices."""

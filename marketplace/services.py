@@ -46,8 +46,13 @@ class TaskRequest:
     draft: bool = False
 
 
-def check_task_request(owner: User, request: TaskRequest) -> tuple[dict[str, Any], Dataset | None, int]:
-    """Validate a request against its kind. Returns (clean spec, dataset, price estimate)."""
+def check_task_request(
+    owner: User, request: TaskRequest, *, check_budget: bool = True
+) -> tuple[dict[str, Any], Dataset | None, int]:
+    """Validate a request against its kind. Returns (clean spec, dataset, price estimate).
+
+    ``check_budget=False`` skips only the budget's check against the price (a quote).
+    """
     kind = get_kind(request.kind)
     try:
         spec = kind.validate_spec(request.spec)
@@ -88,7 +93,7 @@ def check_task_request(owner: User, request: TaskRequest) -> tuple[dict[str, Any
 
     price = kind.estimate_price(spec)
     needed = price * request.replication
-    if request.budget < needed:
+    if check_budget and request.budget < needed:
         copies = f" × {request.replication} replicas" if request.replication > 1 else ""
         raise ValidationError(
             {

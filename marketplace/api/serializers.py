@@ -12,7 +12,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from marketplace.dataset_uploads import received_bytes
-from marketplace.kinds import KINDS
+from marketplace.kinds import KIND_NAMES, KINDS
 from marketplace.models import ApiToken, Dataset, DatasetUpload, Task, TaskEvent, User
 from marketplace.units import UNITS_PER_CREDIT, credits_to_units, format_credits
 
@@ -119,7 +119,7 @@ class TaskDetailSerializer(TaskSerializer):
 class TaskCreateSerializer(serializers.Serializer):
     """What a requester posts. The spec is checked by the kind in the service."""
 
-    kind = serializers.ChoiceField(choices=list(KINDS), help_text="A kind from /api/v1/kinds/.")
+    kind = serializers.ChoiceField(choices=KIND_NAMES, help_text="A kind from /api/v1/kinds/.")
     title = serializers.CharField(max_length=200, required=False, default="", allow_blank=True)
     spec = serializers.JSONField(
         required=False, default=dict, help_text="The kind's spec; omitted fields take their defaults."
@@ -138,6 +138,35 @@ class TaskCreateSerializer(serializers.Serializer):
         if unknown:
             raise serializers.ValidationError({key: ["Unknown field."] for key in unknown})
         return super().to_internal_value(data)
+
+
+class TaskQuoteSerializer(TaskCreateSerializer):
+    """A task as it would be posted, to price it first: the budget may be left out."""
+
+    budget = CreditsField(
+        required=False, default=None, help_text="Checked against the price, as on posting, when given."
+    )
+
+
+class WorkerSupplySerializer(serializers.Serializer):
+    online = serializers.IntegerField(help_text="Workers online now.")
+    fitting = serializers.IntegerField(help_text="Of them, those whose capabilities fit the task.")
+    free = serializers.IntegerField(help_text="Of those, the ones not busy with another job.")
+
+
+class TaskQuoteResultSerializer(serializers.Serializer):
+    """What posting the task would cost and who could take it now. Nothing is written."""
+
+    kind = serializers.CharField()
+    spec = serializers.JSONField(help_text="The spec with its defaults filled in, as it would be stored.")
+    price_estimate = CreditsField(help_text="Per replica.")
+    budget_needed = CreditsField(help_text="The price times the replication: the least budget accepted.")
+    memory_bytes = serializers.IntegerField(help_text="Memory a worker needs for the task.")
+    gpu_preferred = serializers.BooleanField()
+    workers = WorkerSupplySerializer()
+    waiting_reason = serializers.CharField(
+        help_text="Why no online worker can take the task now; empty when one can (free or busy)."
+    )
 
 
 class PublicTaskSerializer(serializers.ModelSerializer):

@@ -23,7 +23,7 @@ from marketplace.api.parsers import PARSERS, FormParser, JSONParser, MultiPartPa
 from marketplace.kinds import KINDS, get_kind
 from marketplace.models import ApiToken, Dataset, Task, TaskStatus
 from marketplace.units import format_credits
-from workers import jobs
+from workers import jobs, supply
 
 
 class OwnedViewSet(viewsets.GenericViewSet):
@@ -74,6 +74,8 @@ class TaskViewSet(OwnedViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixin
             return s.TaskDetailSerializer
         if self.action == "create":
             return s.TaskCreateSerializer
+        if self.action == "quote":
+            return s.TaskQuoteSerializer
         return s.TaskSerializer
 
     @extend_schema(request=s.TaskCreateSerializer, responses={201: s.TaskDetailSerializer})
@@ -82,6 +84,36 @@ class TaskViewSet(OwnedViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixin
         form.is_valid(raise_exception=True)
         task = services.post_task(request.user, services.TaskRequest(**form.validated_data))  # type: ignore[arg-type]
         return Response(s.TaskDetailSerializer(task).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(
+        request=s.TaskQuoteSerializer,
+        responses={200: s.TaskQuoteResultSerializer},
+        description="Check and price a task without posting it: the body is what you would post "
+        "(the budget may be left out), errors are the ones posting would give, and the answer says "
+        "how many online workers could take it now, or why none can.",
+    )
+    @action(detail=False, methods=["post"])
+    def quote(self, request: Request) -> Response:
+        form = s.TaskQuoteSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        data = dict(form.validated_data)
+        budget = data.pop("budget")
+        task_request = services.TaskRequest(budget=budget or 0, **data)
+        spec, _, price = services.check_task_request(request.user, task_request, check_budget=budget is not None)  # type: ignore[arg-type]
+        kind = KINDS[task_request.kind]
+        resources = kind.resources(spec)
+        survey = supply.survey(supply.Need.of(kind.name, spec, task_request.min_reputation))
+        quote = {
+            "kind": kind.name,
+            "spec": spec,
+            "price_estimate": price,
+            "budget_needed": price * task_request.replication,
+            "memory_bytes": resources.memory_bytes,
+            "gpu_preferred": resources.gpu_preferred,
+            "workers": {"online": survey.online, "fitting": survey.fitting, "free": len(survey.free)},
+            "waiting_reason": "" if survey.fitting else survey.warning(),
+        }
+        return Response(s.TaskQuoteResultSerializer(quote).data)
 
     @extend_schema(request=None, responses={200: s.TaskDetailSerializer})
     @action(detail=True, methods=["post"])

@@ -236,3 +236,41 @@ def test_token_authentication_can_post(alice: Any, alice_token_client: APIClient
     assert response.status_code == 201
     assert Task.objects.get(pk=response.json()["id"]).owner == alice
     assert TaskEvent.objects.filter(task_id=response.json()["id"]).count() == 2
+
+
+def test_quote_prices_a_task_and_says_who_could_take_it_without_posting(
+    alice: Any, bob: Any, alice_client: APIClient
+) -> None:
+    from marketplace.kinds import KINDS
+    from marketplace.units import format_credits
+    from tests.workers.processes import make_worker
+
+    quote = alice_client.post(
+        TASKS + "quote/", {"kind": "synthetic", "spec": {"n": 512}, "replication": 2}, format="json"
+    )
+    assert quote.status_code == 200, quote.json()
+    data = quote.json()
+    price = KINDS["synthetic"].estimate_price(KINDS["synthetic"].validate_spec({"n": 512}))
+    assert data["spec"] == {"n": 512, "count": 1, "entry_bound": 8, "generator": "aes256ctr"}
+    assert data["price_estimate"] == format_credits(price)
+    assert data["budget_needed"] == format_credits(2 * price)
+    assert data["workers"] == {"online": 0, "fitting": 0, "free": 0}
+    assert data["waiting_reason"].startswith("No worker can take this task now: none is online.")
+    assert not Task.objects.exists()  # nothing posted, nothing held
+
+    make_worker(bob, name="one", reputation=70)
+    make_worker(bob, name="two", reputation=30)
+    both = alice_client.post(TASKS + "quote/", {"kind": "synthetic", "min_reputation": 50}, format="json").json()
+    assert both["workers"] == {"online": 2, "fitting": 1, "free": 1}
+    assert both["waiting_reason"] == ""
+    # The errors posting would give, the budget included when it is given.
+    short = alice_client.post(TASKS + "quote/", {"kind": "synthetic", "budget": "0.000000001"}, format="json")
+    assert short.status_code == 400
+    assert short.json()["budget"][0].startswith("The estimated price is ")
+    bad = alice_client.post(TASKS + "quote/", {"kind": "synthetic", "spec": {"n": 0}, "colour": 1}, format="json")
+    assert bad.status_code == 400
+    assert bad.json() == {"colour": ["Unknown field."]}
+    assert (
+        alice_client.post(TASKS + "quote/", {"kind": "synthetic", "spec": {"n": 0}}, format="json").status_code == 400
+    )
+    assert not Task.objects.exists()
