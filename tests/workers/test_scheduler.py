@@ -236,7 +236,9 @@ def test_the_longest_waiting_reason_fits_the_task_row() -> None:
     survey = supply.Survey(need, short=Counter({reason: 123_456 for reason in supply.REASONS}))
     reason = "4/5 replicas in hand. " + survey.reason(taken=0)
     assert "123456 fit but are busy with another job" in reason
-    assert len(reason) <= Task._meta.get_field("status_reason").max_length
+    room = Task._meta.get_field("status_reason").max_length
+    assert room is not None
+    assert len(reason) <= room
 
 
 def test_a_scheduling_pass_reads_the_online_workers_once_for_every_waiting_task(alice: Any, bob: Any) -> None:
