@@ -314,6 +314,9 @@ VERIFY_GIVE_UP_AFTER = env_int("PROOFWORK_VERIFY_GIVE_UP_AFTER", 6 * 3600, minim
 ARTIFACT_MAX_BYTES = env_int("PROOFWORK_ARTIFACT_MAX_BYTES", 2 * 1024**3, minimum=1)
 # How often waiting tasks are offered again and silent workers' jobs expired.
 SCHEDULER_INTERVAL = env_int("PROOFWORK_SCHEDULER_INTERVAL", 5, minimum=1)
+# How old (seconds) the list of online workers behind a post page's estimate or a quote may
+# be: each would otherwise read the whole pool. Scheduling always reads it afresh.
+SUPPLY_SNAPSHOT_SECONDS = env_int("PROOFWORK_SUPPLY_SNAPSHOT_SECONDS", 5, minimum=0)
 CELERY_BEAT_SCHEDULE["workers-schedule-waiting"] = {
     "task": "workers.schedule_waiting",
     "schedule": float(SCHEDULER_INTERVAL),

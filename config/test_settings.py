@@ -15,3 +15,6 @@ from pathlib import Path
 os.environ.setdefault("PROOFWORK_VAR_DIR", str(Path(__file__).resolve().parent.parent / "var" / "test"))
 
 from config.settings import *  # noqa: F403
+
+# Tests change the pool of workers and read the estimate at once: no reuse of an older list.
+SUPPLY_SNAPSHOT_SECONDS = 0

@@ -55,10 +55,11 @@ def eligible_workers(task: Task, exclude: set[UUID]) -> list[Worker]:
     return [worker for worker in candidates if supply.misfit(worker, need) is None]
 
 
-def waiting_reason(task: Task, exclude: set[UUID] | None = None, taken: int = 0) -> str:
-    """Why the task waits: the online workers, by the first requirement each one misses."""
+def waiting_reason(task: Task, exclude: set[UUID], taken: set[UUID]) -> str:
+    """Why the task waits: the online workers besides ``taken`` (just given the task), by
+    the first requirement each one misses."""
     need = supply.Need.of(task.kind, task.spec, task.min_reputation)
-    return supply.survey(need, exclude or set()).reason(taken)
+    return supply.survey(need, exclude, taken).reason()
 
 
 def _lock_free_workers(candidates: list[Worker], wanted: int) -> list[Worker]:
@@ -111,7 +112,7 @@ def schedule(task_id: UUID) -> list[Assignment]:
         exclude = {w for w, _ in previous}
         workers = _lock_free_workers(eligible_workers(task, exclude), missing)
         short = missing - len(workers)
-        reason = _short_reason(task, short, exclude, len(workers)) if short else ""
+        reason = _short_reason(task, short, exclude, {w.pk for w in workers}) if short else ""
         if not workers:
             set_reason_locked(task, reason)
             return []
@@ -131,7 +132,7 @@ def schedule(task_id: UUID) -> list[Assignment]:
     return created
 
 
-def _short_reason(task: Task, short: int, exclude: set[UUID], taken: int) -> str:
+def _short_reason(task: Task, short: int, exclude: set[UUID], taken: set[UUID]) -> str:
     """Why the task still waits for ``short`` more workers (with how many it has, if any),
     ``taken`` of them having just been chosen."""
     held = task.replication - short

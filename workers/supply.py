@@ -8,6 +8,7 @@ Only capabilities the worker registered count, never what it says later.
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Collection, Iterator
 from contextlib import contextmanager
@@ -43,16 +44,18 @@ class Need:
 
     def sentence(self) -> str:
         supporting = f" (agent supporting {', '.join(sorted(self.features))})" if self.features else ""
+        reputation = f" and reputation ≥ {self.min_reputation}" if self.min_reputation else ""
         return (
-            f"It needs one offering {self.kind.label}{supporting} with {memory(self.memory_bytes)}"
-            f" of memory and reputation ≥ {self.min_reputation}."
+            f"It needs a worker that offers {self.kind.label}{supporting}"
+            f" with {memory(self.memory_bytes)} of memory{reputation}."
         )
 
 
 def memory(size: int) -> str:
-    """A memory size as a requester reads it: GiB to one decimal, MiB (rounded up) below 1 GiB."""
+    """A memory size as a requester reads it, rounded up (a need is never understated):
+    GiB to one decimal, MiB below 1 GiB."""
     if size >= 2**30:
-        return f"{size / 2**30:.1f} GiB"
+        return f"{-(-size * 10 // 2**30) / 10:.1f} GiB"
     return f"{-(-size // 2**20)} MiB"
 
 
@@ -83,6 +86,7 @@ class Survey:
     need: Need
     free: list[UUID] = field(default_factory=list)  # fit and hold no unsettled job, best first
     short: Counter[str] = field(default_factory=Counter)  # the others, by reason (REASONS)
+    taken: int = 0  # workers just given the task, left out of the rest
 
     @property
     def online(self) -> int:
@@ -93,23 +97,22 @@ class Survey:
         """Workers that meet the requirements, free or busy."""
         return len(self.free) + self.short[BUSY]
 
-    def reason(self, taken: int = 0) -> str:
-        """Why the task waits, when ``taken`` of the free workers were just given its job
-        (the rest of them were taken by another task meanwhile: they count as busy)."""
-        return f"Waiting for a worker: {self._state(taken)}. {self.need.sentence()}"
+    def reason(self) -> str:
+        """Why the task waits. Called once the free workers were given its job, so a free
+        one still counted was taken by another task meanwhile: it counts as busy."""
+        counts = self.short + Counter({BUSY: len(self.free)})
+        return f"Waiting for a worker: {self._state(counts)}. {self.need.sentence()}"
 
     def warning(self) -> str:
         """For a task not posted yet, when no online worker fits it."""
-        return f"No worker can take this task now: {self._state(0)}. {self.need.sentence()}"
+        return f"No worker can take this task now: {self._state(self.short)}. {self.need.sentence()}"
 
-    def _state(self, taken: int) -> str:
-        counts = Counter(self.short)
-        counts[BUSY] += len(self.free) - taken
-        online = self.online - taken
-        if online <= 0:
-            return "no other is online" if taken else "none is online"
-        parts = [_describe(reason, counts[reason], self.need) for reason in REASONS if counts[reason]]
-        return f"of the {online}{' other' if taken else ''} online, " + "; ".join(parts)
+    def _state(self, counts: Counter[str]) -> str:
+        other = " other" if self.taken else ""
+        if not self.online:
+            return f"no{other} worker is online"
+        parts = [_describe(reason, counts[reason], self.need) for reason in REASONS if counts[reason] > 0]
+        return f"of the {self.online}{other} online, " + "; ".join(parts)
 
 
 def _describe(reason: str, count: int, need: Need) -> str:
@@ -117,13 +120,14 @@ def _describe(reason: str, count: int, need: Need) -> str:
     if reason == KIND:
         return f"{count} {'does' if one else 'do'} not offer {need.kind.label}"
     if reason == FEATURES:
-        return f"{count} {'runs an agent' if one else 'run agents'} without {', '.join(sorted(need.features))}"
+        features = ", ".join(sorted(need.features))
+        return f"{count} {'runs an agent' if one else 'run agents'} without {'all of ' if len(need.features) > 1 else ''}{features}"
     if reason == MEMORY:
         return f"{count} {'has' if one else 'have'} less than {memory(need.memory_bytes)} of memory"
     if reason == REPUTATION:
         return f"{count} {'has' if one else 'have'} reputation below {need.min_reputation}"
     if reason == TOOK_PART:
-        return f"{count} already worked on this task"
+        return f"{count} {'has' if one else 'have'} this task already, or had it"
     return f"{count} {'fits but is' if one else 'fit but are'} busy with another job"
 
 
@@ -143,12 +147,20 @@ class Online(NamedTuple):
     busy: bool  # holds an unsettled job
 
 
-def online_workers() -> list[Online]:
-    """Every online, active worker, best first (reputation, then longest since heartbeat),
-    or the list already read in this ``one_pass``."""
+def online_workers(max_age: float = 0.0) -> list[Online]:
+    """Every online, active worker, best first (reputation, then longest since heartbeat).
+
+    Read afresh, or the list already read in this ``one_pass``, or, with ``max_age``, one
+    this process read at most that many seconds ago (a post page checked as the requester
+    types, a quote: each would otherwise read the whole pool).
+    """
+    global _recent
     shared = _pass.get()
     if shared:
         return shared[0]
+    now = time.monotonic()
+    if max_age > 0 and _recent is not None and now - _recent[0] <= max_age:
+        return _recent[1]
     busy = Exists(Assignment.objects.filter(worker=OuterRef("pk"), state__in=UNSETTLED))
     rows = [
         Online(*row)
@@ -159,9 +171,11 @@ def online_workers() -> list[Online]:
     ]
     if shared is not None:
         shared.append(rows)
+    _recent = (now, rows)
     return rows
 
 
+_recent: tuple[float, list[Online]] | None = None
 _pass: ContextVar[list[list[Online]] | None] = ContextVar("supply_pass", default=None)
 
 
@@ -177,11 +191,18 @@ def one_pass() -> Iterator[None]:
         _pass.reset(token)
 
 
-def survey(need: Need, exclude: Collection[UUID] = ()) -> Survey:
-    """Sort every online worker: free and fitting, or the first requirement it misses;
-    ``exclude`` (workers that already had the task) are never offered it again."""
-    result = Survey(need)
-    for worker in online_workers():
+def survey(
+    need: Need, exclude: Collection[UUID] = (), taken: Collection[UUID] = (), *, max_age: float = 0.0
+) -> Survey:
+    """Sort every online worker: free and fitting, or the first requirement it misses.
+
+    ``exclude``: workers that have or had the task (never offered it again); ``taken``:
+    those just given it, left out (even if the list read earlier missed them).
+    """
+    result = Survey(need, taken=len(taken))
+    for worker in online_workers(max_age):
+        if worker.pk in taken:
+            continue
         reason = misfit(worker, need)
         if reason is None and worker.pk in exclude:
             reason = TOOK_PART

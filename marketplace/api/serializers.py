@@ -144,7 +144,10 @@ class TaskQuoteSerializer(TaskCreateSerializer):
     """A task as it would be posted, to price it first: the budget may be left out."""
 
     budget = CreditsField(
-        required=False, default=None, help_text="Checked against the price, as on posting, when given."
+        required=False,
+        default=None,
+        allow_null=True,
+        help_text="Checked against the price, as on posting, when given.",
     )
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import django_filters
+from django.conf import settings
 from django.core.files.storage import default_storage
 from django.db.models import Count, QuerySet
 from django.http import FileResponse
@@ -102,7 +103,8 @@ class TaskViewSet(OwnedViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixin
         spec, _, price = services.check_task_request(request.user, task_request, check_budget=budget is not None)  # type: ignore[arg-type]
         kind = KINDS[task_request.kind]
         resources = kind.resources(spec)
-        survey = supply.survey(supply.Need.of(kind.name, spec, task_request.min_reputation))
+        need = supply.Need.of(kind.name, spec, task_request.min_reputation)
+        survey = supply.survey(need, max_age=settings.SUPPLY_SNAPSHOT_SECONDS)
         quote = {
             "kind": kind.name,
             "spec": spec,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 from uuid import UUID
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError as DjangoValidationError
@@ -133,7 +134,8 @@ def _estimate(form: TaskForm) -> dict[str, Any] | None:
     data = getattr(form, "cleaned_data", {})
     min_reputation = data.get("min_reputation", form.fields["min_reputation"].initial) or 0
     resources = form.kind.resources(clean)
-    survey = supply.survey(supply.Need.of(form.kind.name, clean, min_reputation))
+    need = supply.Need.of(form.kind.name, clean, min_reputation)
+    survey = supply.survey(need, max_age=settings.SUPPLY_SNAPSHOT_SECONDS)
     return {
         "price": format_credits(form.kind.estimate_price(clean)),
         "resources": resources,

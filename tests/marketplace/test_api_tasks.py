@@ -255,7 +255,7 @@ def test_quote_prices_a_task_and_says_who_could_take_it_without_posting(
     assert data["price_estimate"] == format_credits(price)
     assert data["budget_needed"] == format_credits(2 * price)
     assert data["workers"] == {"online": 0, "fitting": 0, "free": 0}
-    assert data["waiting_reason"].startswith("No worker can take this task now: none is online.")
+    assert data["waiting_reason"].startswith("No worker can take this task now: no worker is online.")
     assert not Task.objects.exists()  # nothing posted, nothing held
 
     make_worker(bob, name="one", reputation=70)
@@ -274,3 +274,20 @@ def test_quote_prices_a_task_and_says_who_could_take_it_without_posting(
         alice_client.post(TASKS + "quote/", {"kind": "synthetic", "spec": {"n": 0}}, format="json").status_code == 400
     )
     assert not Task.objects.exists()
+
+
+def test_quotes_within_the_snapshot_age_share_one_read_of_the_online_workers(
+    alice_client: APIClient, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from workers import supply
+
+    settings.SUPPLY_SNAPSHOT_SECONDS = 60
+    monkeypatch.setattr(supply, "_recent", None)
+    with CaptureQueriesContext(connection) as queries:
+        for n in (64, 128, 256):
+            body = {"kind": "synthetic", "spec": {"n": n}}
+            assert alice_client.post(TASKS + "quote/", body, format="json").status_code == 200
+    assert len([q for q in queries.captured_queries if 'AS "busy"' in q["sql"]]) == 1

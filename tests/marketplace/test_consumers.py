@@ -75,7 +75,7 @@ def test_a_waiting_tasks_new_reason_reaches_its_page(alice: Any, bob: Any) -> No
     task = post_task(alice, "synthetic", {"n": 64}, min_reputation=90)
     scheduler.schedule(task.pk)
     task.refresh_from_db()
-    assert task.status_reason.startswith("Waiting for a worker: none is online.")
+    assert task.status_reason.startswith("Waiting for a worker: no worker is online.")
     ws = communicator(task.pk, session_cookie("alice"))
 
     async def conversation() -> tuple[dict[str, Any], bool]:

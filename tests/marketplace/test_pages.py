@@ -424,7 +424,7 @@ def test_the_estimate_says_whether_an_online_worker_can_take_the_task(alice_web:
 
     url = reverse("task-check", args=["synthetic"])
     none = text(alice_web.post(url, synthetic_form(), HTTP_HX_REQUEST="true"))
-    assert "No worker can take this task now: none is online. It needs one offering Synthetic" in none
+    assert "No worker can take this task now: no worker is online. It needs a worker that offers Synthetic" in none
     assert "A task you post waits, its budget in escrow, until one does" in none
     make_worker(bob, name="old-agent", caps={**CAPS, "features": ["poc:shake128"]})
     old = text(alice_web.post(url, synthetic_form(), HTTP_HX_REQUEST="true"))

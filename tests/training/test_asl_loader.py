@@ -41,6 +41,7 @@ def _epochs(workers: int, epochs: range) -> list[list[dict[str, Any]]]:
     training loop seeds it."""
     loader = make_loader(_dataset(), BATCH, shuffle=True, device=torch.device("cpu"), num_workers=workers)
     assert loader.loader.num_workers == workers
+    assert loader.loader.persistent_workers == bool(workers)
     out = []
     for epoch in epochs:
         torch.manual_seed(1000 + epoch)
@@ -71,3 +72,11 @@ def test_a_run_starting_at_a_later_epoch_gets_that_epochs_batches() -> None:
     uninterrupted = _epochs(2, range(3))
     resumed = _epochs(2, range(2, 3))
     assert _same(uninterrupted[2], resumed[0])
+
+
+def test_only_a_training_loaders_workers_persist() -> None:
+    """Validation and inference start workers per pass: two sets never idle side by side."""
+    loader = make_loader(_dataset(), BATCH, shuffle=False, device=torch.device("cpu"), num_workers=2)
+    assert loader.loader.num_workers == 2
+    assert not loader.loader.persistent_workers
+    assert [batch["y"].tolist() for batch in loader][0] == [i % 5 for i in range(BATCH)]  # in order

@@ -49,7 +49,7 @@ def test_only_online_active_capable_reputable_workers_are_chosen(alice: Any, bob
     assert Task.objects.get(pk=other.pk).status_reason == (
         "Waiting for a worker: of the 4 online, 1 does not offer Synthetic proof of compute;"
         " 1 has less than 1 MiB of memory; 1 has reputation below 60; 1 fits but is busy with another job."
-        " It needs one offering Synthetic proof of compute (agent supporting poc:aes256ctr)"
+        " It needs a worker that offers Synthetic proof of compute (agent supporting poc:aes256ctr)"
         " with 1 MiB of memory and reputation ≥ 60."
     )
 
@@ -81,7 +81,7 @@ def test_a_waiting_task_says_which_requirement_each_online_worker_misses(alice: 
         "Waiting for a worker: of the 5 online, 2 do not offer Synthetic proof of compute;"
         " 1 runs an agent without poc:aes256ctr; 1 has less than 240 MiB of memory;"
         " 1 has reputation below 20."
-        " It needs one offering Synthetic proof of compute (agent supporting poc:aes256ctr)"
+        " It needs a worker that offers Synthetic proof of compute (agent supporting poc:aes256ctr)"
         " with 240 MiB of memory and reputation ≥ 20."
     )
     # A worker that fits takes it; when it comes back expired, the task says so.
@@ -91,11 +91,11 @@ def test_a_waiting_task_says_which_requirement_each_online_worker_misses(alice: 
     Assignment.objects.filter(pk=assignment.pk).update(state=Assignment.State.EXPIRED)
     assert scheduler.schedule(task.pk) == []
     task.refresh_from_db()
-    assert "; 1 already worked on this task." in task.status_reason
+    assert "; 1 has this task already, or had it." in task.status_reason
     Worker.objects.update(last_heartbeat_at=None)
     assert scheduler.schedule(task.pk) == []
     task.refresh_from_db()
-    assert task.status_reason.startswith("Waiting for a worker: none is online. It needs one offering")
+    assert task.status_reason.startswith("Waiting for a worker: no worker is online. It needs a worker that offers")
 
 
 def test_a_synthetic_task_goes_only_to_agents_that_draw_its_matrices_its_way(alice: Any, bob: Any) -> None:
@@ -233,8 +233,8 @@ def test_the_longest_waiting_reason_fits_the_task_row() -> None:
 
     longest_kind = max(KINDS.values(), key=lambda kind: len(kind.label))
     need = supply.Need(longest_kind, 1000 * 2**40, frozenset({"poc:aes256ctr", "poc:shake128"}), 100)
-    survey = supply.Survey(need, short=Counter({reason: 123_456 for reason in supply.REASONS}))
-    reason = "4/5 replicas in hand. " + survey.reason(taken=0)
+    survey = supply.Survey(need, short=Counter({reason: 123_456 for reason in supply.REASONS}), taken=1)
+    reason = "4/5 replicas in hand. " + survey.reason()
     assert "123456 fit but are busy with another job" in reason
     room = Task._meta.get_field("status_reason").max_length
     assert room is not None
@@ -259,3 +259,23 @@ def test_a_scheduling_pass_reads_the_online_workers_once_for_every_waiting_task(
     for task in waiting:
         task.refresh_from_db()
         assert task.status_reason.startswith("Waiting for a worker: of the 1 online, 1 has reputation below 30.")
+
+
+def test_a_worker_given_the_job_is_left_out_of_the_reason_even_if_the_pass_read_missed_it(alice: Any, bob: Any) -> None:
+    """A pass reads the online workers once; one that came online after that read and took
+    a replica is neither counted as online nor as busy in the reason for the rest."""
+    from workers import supply
+
+    make_worker(alice, name="cube-only", caps={**CAPS, "kinds": ["cube_training"]})
+    task = post_task(bob, "synthetic", {"n": 64}, budget=2 * UNITS_PER_CREDIT, replication=2)
+    with supply.one_pass():
+        supply.online_workers()  # the pass's one read: only cube-only is online yet
+        newcomer, _, _ = make_worker(alice, name="newcomer")
+        (assignment,) = scheduler.schedule(task.pk)
+    assert assignment.worker == newcomer
+    task.refresh_from_db()
+    assert task.status_reason == (
+        "1/2 replicas in hand. Waiting for a worker: of the 1 other online, 1 does not offer"
+        " Synthetic proof of compute. It needs a worker that offers Synthetic proof of compute"
+        " (agent supporting poc:aes256ctr) with 1 MiB of memory."
+    )

@@ -207,10 +207,11 @@ def make_loader(
         sampler=sampler,
         collate_fn=collate,
         drop_last=drop_last,
-        # Persistent: a GPU run starts its workers once, not every epoch. The loader's own
-        # generator seeds only the workers' RNGs (augmentation takes its seed from the
-        # sampler), and keeps DataLoader from drawing on the global RNG the loop seeds.
-        persistent_workers=bool(settings["num_workers"]),
+        # A training loader's workers persist: a GPU run starts them once, not every epoch.
+        # Validation and inference start theirs per pass, so two sets never idle side by
+        # side. The loader's own generator seeds only the workers' RNGs (augmentation takes
+        # its seed from the sampler), and keeps DataLoader off the global RNG the loop seeds.
+        persistent_workers=bool(settings["num_workers"]) and shuffle,
         generator=torch.Generator().manual_seed(0),
         **settings,
     )
