@@ -79,4 +79,5 @@ def test_only_a_training_loaders_workers_persist() -> None:
     loader = make_loader(_dataset(), BATCH, shuffle=False, device=torch.device("cpu"), num_workers=2)
     assert loader.loader.num_workers == 2
     assert not loader.loader.persistent_workers
-    assert [batch["y"].tolist() for batch in loader][0] == [i % 5 for i in range(BATCH)]  # in order
+    labels = [batch["y"].tolist() for batch in loader]
+    assert labels[0] == [i % 5 for i in range(BATCH)]  # in order
