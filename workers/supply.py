@@ -191,9 +191,7 @@ def one_pass() -> Iterator[None]:
         _pass.reset(token)
 
 
-def survey(
-    need: Need, exclude: Collection[UUID] = (), taken: Collection[UUID] = (), *, max_age: float = 0.0
-) -> Survey:
+def survey(need: Need, exclude: Collection[UUID] = (), taken: Collection[UUID] = (), *, max_age: float = 0.0) -> Survey:
     """Sort every online worker: free and fitting, or the first requirement it misses.
 
     ``exclude``: workers that have or had the task (never offered it again); ``taken``:
