@@ -20,6 +20,7 @@ from uuid import UUID
 from django.db.models import Exists, OuterRef
 
 from marketplace.kinds import KINDS, Kind
+from workers import taskstate
 from workers.models import UNSETTLED, Assignment, Worker
 
 # Why an online worker cannot take a task, in the order they are checked: a worker counts
@@ -210,4 +211,94 @@ def survey(need: Need, exclude: Collection[UUID] = (), taken: Collection[UUID] =
             result.free.append(worker.pk)
         else:
             result.short[reason] += 1
+    return result
+
+
+# --- The other way round: the waiting tasks, as one worker sees them --------------------
+
+DEMAND_SAMPLE = 200  # waiting tasks looked at, oldest first (as many as a scheduling pass)
+
+
+@dataclass
+class Demand:
+    """The tasks waiting for a worker, by whether one worker could take them."""
+
+    waiting: int = 0
+    fits: int = 0  # it could take them (once free, if busy)
+    short: Counter[str] = field(default_factory=Counter)  # the others, by reason (REASONS)
+    kinds: set[str] = field(default_factory=set)  # labels of the kinds it does not offer
+    features: set[str] = field(default_factory=set)  # agent features it lacks
+    memory_bytes: int = 0  # the most memory one of them needs
+    reputation: int = 0  # the highest minimum one of them sets
+
+    def lines(self) -> list[str]:
+        """One sentence per reason, for the provider: what would win it more work."""
+        out = []
+        if self.short[KIND]:
+            out.append(
+                f"{self.short[KIND]} {_are(self.short[KIND])} of kinds it does not offer: {', '.join(sorted(self.kinds))}."
+            )
+        if self.short[FEATURES]:
+            out.append(
+                f"{self.short[FEATURES]} {_need(self.short[FEATURES])} an agent supporting"
+                f" {', '.join(sorted(self.features))}: update the agent on the node."
+            )
+        if self.short[MEMORY]:
+            out.append(
+                f"{self.short[MEMORY]} {_need(self.short[MEMORY])} more memory (up to {memory(self.memory_bytes)})."
+            )
+        if self.short[REPUTATION]:
+            out.append(
+                f"{self.short[REPUTATION]} {_need(self.short[REPUTATION])} a higher reputation (up to"
+                f" {self.reputation}); verified results raise it."
+            )
+        if self.short[TOOK_PART]:
+            out.append(f"{self.short[TOOK_PART]} {_were(self.short[TOOK_PART])} given to it before.")
+        return out
+
+
+def _are(count: int) -> str:
+    return "is" if count == 1 else "are"
+
+
+def _were(count: int) -> str:
+    return "was" if count == 1 else "were"
+
+
+def _need(count: int) -> str:
+    return "needs" if count == 1 else "need"
+
+
+def demand(worker: Worker) -> Demand:
+    """The oldest waiting tasks (up to ``DEMAND_SAMPLE``), sorted by the first requirement
+    ``worker`` misses; only counts, never whose tasks they are."""
+    runnable = [name for name, kind in KINDS.items() if kind.available]
+    tasks = list(
+        taskstate.needing_workers()
+        .filter(kind__in=runnable)
+        .order_by("opened_at")
+        .only("kind", "spec", "min_reputation")[:DEMAND_SAMPLE]
+    )
+    had = set(
+        Assignment.objects.filter(worker=worker, task__in=[t.pk for t in tasks]).values_list("task_id", flat=True)
+    )
+    result = Demand(waiting=len(tasks))
+    for task in tasks:
+        need = Need.of(task.kind, task.spec, task.min_reputation)
+        reason = misfit(worker, need)
+        if reason is None and task.pk in had:
+            reason = TOOK_PART
+        if reason is None:
+            result.fits += 1
+            continue
+        result.short[reason] += 1
+        if reason == KIND:
+            result.kinds.add(need.kind.label)
+        elif reason == FEATURES:
+            offered = worker.capabilities.get("features") if isinstance(worker.capabilities, dict) else None
+            result.features |= need.features - set(offered if isinstance(offered, list) else [])
+        elif reason == MEMORY:
+            result.memory_bytes = max(result.memory_bytes, need.memory_bytes)
+        elif reason == REPUTATION:
+            result.reputation = max(result.reputation, need.min_reputation)
     return result

@@ -22,7 +22,7 @@ from rest_framework.exceptions import APIException, NotFound, PermissionDenied
 
 from marketplace.models import Task, User
 from marketplace.units import format_credits
-from workers import services, sweep
+from workers import services, supply, sweep
 from workers.models import Assignment, Worker
 
 RECENT_ASSIGNMENTS = 20
@@ -177,6 +177,7 @@ def worker_detail(request: HttpRequest, pk: UUID) -> HttpResponse:
         "assignments": assignments,
         "status": row["status"],
         "sweep": sweep.sweep_state(worker),
+        "demand": supply.demand(worker) if worker.state != Worker.State.RETIRED else None,
         "sweep_command": f"python -m workers.agent --key worker.pem sweep --server {server_url}",
     }
     return render(request, "workers/worker_detail.html", context)

@@ -278,3 +278,24 @@ def test_live_json_is_for_the_task_owner_only(alice: Any, bob: Any) -> None:
     # The worker's owner is not the task's owner: not theirs to read.
     assert login("alice").get(f"/workers/tasks/{task.pk}/live.json").status_code == 404
     assert Client().get(f"/workers/tasks/{task.pk}/live.json").status_code == 302
+
+
+def test_a_workers_page_says_which_waiting_tasks_it_could_take_and_what_the_rest_need(alice: Any, bob: Any) -> None:
+    """Counts only: the provider learns what would win its node more work, not whose tasks wait."""
+    worker, _ = make_worker(
+        alice, "old-rig", capabilities={**CAPS, "kinds": ["synthetic"], "features": ["poc:shake128"]}, reputation=50
+    )
+    page = login("alice").get(f"/workers/{worker.pk}/")
+    assert "None right now." in text(page)
+    post_task(bob, "synthetic", {"n": 64, "generator": "shake128"}, budget=UNITS_PER_CREDIT)  # fits
+    post_task(bob, "synthetic", {"n": 64}, budget=UNITS_PER_CREDIT)  # an AES task: the agent is too old
+    post_task(bob, "synthetic", {"n": 64}, budget=UNITS_PER_CREDIT)
+    post_task(bob, "synthetic", {"n": 64, "generator": "shake128"}, budget=UNITS_PER_CREDIT, min_reputation=80)
+    had = post_task(bob, "synthetic", {"n": 64, "generator": "shake128"}, budget=UNITS_PER_CREDIT, replication=2)
+    make_assignment(had, worker, state=Assignment.State.EXPIRED)
+    body = text(login("alice").get(f"/workers/{worker.pk}/"))
+    assert " 1 of the 5 waiting fit this worker" in body
+    assert "2 need an agent supporting poc:aes256ctr: update the agent on the node." in body
+    assert "1 needs a higher reputation (up to 80); verified results raise it." in body
+    assert "1 was given to it before." in body
+    assert "bob" not in body
