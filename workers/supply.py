@@ -8,6 +8,7 @@ Only capabilities the worker registered count, never what it says later.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import Counter
 from collections.abc import Collection, Iterator
@@ -22,6 +23,8 @@ from django.db.models import Exists, OuterRef
 from marketplace.kinds import KINDS, Kind
 from workers import taskstate
 from workers.models import UNSETTLED, Assignment, Worker
+
+log = logging.getLogger(__name__)
 
 # Why an online worker cannot take a task, in the order they are checked: a worker counts
 # once, under the first requirement it fails.
@@ -159,9 +162,9 @@ def online_workers(max_age: float = 0.0) -> list[Online]:
     shared = _pass.get()
     if shared:
         return shared[0]
-    now = time.monotonic()
-    if max_age > 0 and _recent is not None and now - _recent[0] <= max_age:
-        return _recent[1]
+    now, recent = time.monotonic(), _recent
+    if max_age > 0 and recent is not None and now - recent[0] <= max_age:
+        return recent[1]
     busy = Exists(Assignment.objects.filter(worker=OuterRef("pk"), state__in=UNSETTLED))
     rows = [
         Online(*row)
@@ -228,16 +231,17 @@ class Demand:
     short: Counter[str] = field(default_factory=Counter)  # the others, by reason (REASONS)
     kinds: set[str] = field(default_factory=set)  # labels of the kinds it does not offer
     features: set[str] = field(default_factory=set)  # agent features it lacks
-    memory_bytes: int = 0  # the most memory one of them needs
-    reputation: int = 0  # the highest minimum one of them sets
+    memory_bytes: int = 0  # the worker's own memory, as the tasks it lacks memory for see it
+    reputation: int = 0  # the worker's own reputation
+    more: bool = False  # more tasks wait than the DEMAND_SAMPLE looked at
 
     def lines(self) -> list[str]:
         """One sentence per reason, for the provider: what would win it more work."""
         out = []
         if self.short[KIND]:
-            out.append(
-                f"{self.short[KIND]} {_are(self.short[KIND])} of kinds it does not offer: {', '.join(sorted(self.kinds))}."
-            )
+            kinds = ", ".join(sorted(self.kinds))
+            some = "a kind" if len(self.kinds) == 1 else "kinds"
+            out.append(f"{self.short[KIND]} {_are(self.short[KIND])} of {some} it does not offer ({kinds}).")
         if self.short[FEATURES]:
             out.append(
                 f"{self.short[FEATURES]} {_need(self.short[FEATURES])} an agent supporting"
@@ -245,24 +249,20 @@ class Demand:
             )
         if self.short[MEMORY]:
             out.append(
-                f"{self.short[MEMORY]} {_need(self.short[MEMORY])} more memory (up to {memory(self.memory_bytes)})."
+                f"{self.short[MEMORY]} {_need(self.short[MEMORY])} more memory than its {memory(self.memory_bytes)}."
             )
         if self.short[REPUTATION]:
             out.append(
-                f"{self.short[REPUTATION]} {_need(self.short[REPUTATION])} a higher reputation (up to"
-                f" {self.reputation}); verified results raise it."
+                f"{self.short[REPUTATION]} {_need(self.short[REPUTATION])} a reputation above its"
+                f" {self.reputation}; verified results raise it."
             )
         if self.short[TOOK_PART]:
-            out.append(f"{self.short[TOOK_PART]} {_were(self.short[TOOK_PART])} given to it before.")
+            out.append(f"It already has or had {self.short[TOOK_PART]} of them.")
         return out
 
 
 def _are(count: int) -> str:
     return "is" if count == 1 else "are"
-
-
-def _were(count: int) -> str:
-    return "was" if count == 1 else "were"
 
 
 def _need(count: int) -> str:
@@ -271,21 +271,31 @@ def _need(count: int) -> str:
 
 def demand(worker: Worker) -> Demand:
     """The oldest waiting tasks (up to ``DEMAND_SAMPLE``), sorted by the first requirement
-    ``worker`` misses; only counts, never whose tasks they are."""
+    ``worker`` misses; only counts and the worker's own figures, never whose tasks they are
+    or what they ask beyond it. A task whose stored spec cannot be read is left out."""
     runnable = [name for name, kind in KINDS.items() if kind.available]
     tasks = list(
         taskstate.needing_workers()
         .filter(kind__in=runnable)
         .order_by("opened_at")
-        .only("kind", "spec", "min_reputation")[:DEMAND_SAMPLE]
+        .only("kind", "spec", "min_reputation")[: DEMAND_SAMPLE + 1]
     )
+    result = Demand(more=len(tasks) > DEMAND_SAMPLE)
+    tasks = tasks[:DEMAND_SAMPLE]
     had = set(
         Assignment.objects.filter(worker=worker, task__in=[t.pk for t in tasks]).values_list("task_id", flat=True)
     )
-    result = Demand(waiting=len(tasks))
+    caps = worker.capabilities if isinstance(worker.capabilities, dict) else {}
+    features = caps.get("features")
+    offered = set(features) if isinstance(features, list) else set()
     for task in tasks:
-        need = Need.of(task.kind, task.spec, task.min_reputation)
-        reason = misfit(worker, need)
+        try:
+            need = Need.of(task.kind, task.spec, task.min_reputation)
+            reason = misfit(worker, need)
+        except (KeyError, TypeError, ValueError):
+            log.warning("task %s: its stored spec cannot be read; left out of demand", task.pk)
+            continue
+        result.waiting += 1
         if reason is None and task.pk in had:
             reason = TOOK_PART
         if reason is None:
@@ -295,10 +305,10 @@ def demand(worker: Worker) -> Demand:
         if reason == KIND:
             result.kinds.add(need.kind.label)
         elif reason == FEATURES:
-            offered = worker.capabilities.get("features") if isinstance(worker.capabilities, dict) else None
-            result.features |= need.features - set(offered if isinstance(offered, list) else [])
-        elif reason == MEMORY:
-            result.memory_bytes = max(result.memory_bytes, need.memory_bytes)
-        elif reason == REPUTATION:
-            result.reputation = max(result.reputation, need.min_reputation)
+            result.features |= need.features - offered
+    try:
+        result.memory_bytes = max(int(caps.get("gpu_memory_bytes") or 0), int(caps.get("ram_bytes") or 0))
+    except (TypeError, ValueError):
+        result.memory_bytes = 0
+    result.reputation = worker.reputation
     return result

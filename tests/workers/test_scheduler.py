@@ -279,3 +279,23 @@ def test_a_worker_given_the_job_is_left_out_of_the_reason_even_if_the_pass_read_
         " Synthetic proof of compute. It needs a worker that offers Synthetic proof of compute"
         " (agent supporting poc:aes256ctr) with 1 MiB of memory."
     )
+
+
+def test_demand_lines_read_right_for_one_and_for_many() -> None:
+    from collections import Counter
+
+    from workers import supply
+
+    one = supply.Demand(waiting=1, short=Counter({supply.KIND: 1}), kinds={"Cube training"})
+    assert one.lines() == ["1 is of a kind it does not offer (Cube training)."]
+    many = supply.Demand(
+        waiting=9,
+        short=Counter({supply.KIND: 3, supply.MEMORY: 2, supply.TOOK_PART: 4}),
+        kinds={"Cube training", "ASL recognition training"},
+        memory_bytes=8 * 2**30,
+    )
+    assert many.lines() == [
+        "3 are of kinds it does not offer (ASL recognition training, Cube training).",
+        "2 need more memory than its 8.0 GiB.",
+        "It already has or had 4 of them.",
+    ]
