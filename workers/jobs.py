@@ -120,7 +120,7 @@ def start(worker: Worker, assignment_id: UUID) -> Assignment:
         assignment.started_at = timezone.now()
         assignment.save(update_fields=["state", "started_at"])
         transaction.on_commit(partial(worker_changed, worker.pk))
-        taskstate.sync_status(task, f"{worker.name} started.")
+        taskstate.sync_status(task, f"{worker.name} started.", reason=None)
     return assignment
 
 
@@ -246,7 +246,7 @@ def _close_with_result(worker: Worker, assignment_id: UUID, result: Any, tx_body
         assignment.result = {"compute_result": result.to_json(), "transaction": tx_body}
         assignment.save(update_fields=["state", "submitted_at", "verify_sent_at", "result"])
         transaction.on_commit(partial(worker_changed, worker.pk))
-        taskstate.sync_status(task, f"{worker.name} submitted a result.")
+        taskstate.sync_status(task, f"{worker.name} submitted a result.", reason=None)
         transaction.on_commit(lambda: _enqueue_verification(assignment.pk))
     return assignment
 

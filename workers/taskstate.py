@@ -58,14 +58,18 @@ def live_status(task: Task) -> str:
     return TaskStatus.OPEN
 
 
-def sync_status(task: Task, message: str, reason: str = "") -> None:
+def sync_status(task: Task, message: str, reason: str | None = "") -> None:
     """Move an active task to the status its replicas call for (task row locked).
 
     A terminal task stays as it is; an unchanged status only takes the new reason (a
-    reason describes the status now, so an outdated one is cleared).
+    reason describes the status now, so an outdated one is cleared). ``reason=None``
+    keeps the current one: a replica that starts or submits leaves as many in hand, so
+    "1/2 replicas in hand. Waiting for a worker: …" still holds.
     """
     if task.status not in ACTIVE:
         return
+    if reason is None:
+        reason = task.status_reason
     target = live_status(task)
     if target != task.status:
         transition_locked(task, target, message, reason=reason)

@@ -83,6 +83,11 @@ def test_a_second_replica_is_offered_when_a_worker_comes_online_later(alice: Any
     assert task.status == TaskStatus.ASSIGNED
     assert "1/2 replicas in hand" in task.status_reason
     assert scheduler.open_tasks_waiting() == [task.pk]  # still short of a worker
+    # Starting and submitting leave as many replicas in hand: the task still says why it waits.
+    assert one.client.post(one.url(first, "start/")).status_code == 200
+    refreshed(task)
+    assert task.status == TaskStatus.RUNNING
+    assert task.status_reason.startswith("1/2 replicas in hand. Waiting for a worker: ")
 
     two = Provider(alice, "two")
     (second,) = scheduler.schedule(task.pk)
