@@ -35,7 +35,8 @@ from ledger.bech32 import address_from_public_key
 from ledger.chain import context
 from ledger.models import Account, Block, Transaction, TxStatus
 from ledger.rules import ChainContext, Refusal, apply, check_signatures, check_stateless
-from ledger.sealer import compute_leaf_hashes, genesis_header, state_leaves, tx_leaf_hashes
+from ledger.sealer import compute_leaf_hashes, genesis_header, tx_leaf_hashes
+from ledger.statetree import StateTree
 
 
 class Divergence(Exception):
@@ -149,6 +150,7 @@ def _verify_chain(progress: Callable[[int, int], None] | None) -> Summary:
     ctx = context()
     validator_key = custody.validator_keys().public_key
     state: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    tree = StateTree()
     deposits = payouts = reversals = tx_total = 0
     prev: Block | None = None
     total_blocks = Block.objects.count()
@@ -190,10 +192,14 @@ def _verify_chain(progress: Callable[[int, int], None] | None) -> Summary:
         tx_total += len(txs)
         _check(block.gas_used == sum(t.gas_limit for t in txs), h, "", "gas_used", "differs from the transactions'")
         if h > 0:
+            # The accounts a transaction moves: its sender, recipient and the fee collector.
+            for address in {a for t in txs for a in (t.sender, t.recipient)} | {block.proposer}:
+                balance, nonce = state.get(address, (0, 0))
+                tree.update(address, balance, nonce)
             roots = {
                 "tx_root": merkle.root_from_leaf_hashes(tx_leaf_hashes(txs)),
                 "compute_root": merkle.root_from_leaf_hashes(compute_leaf_hashes(txs)),
-                "state_root": merkle.root_from_leaf_hashes(state_leaves((a, b, n) for a, (b, n) in state.items())),
+                "state_root": tree.root(),
             }
             for name, value in roots.items():
                 _check(getattr(block, name) == value.hex(), h, "", name, "differs from the recomputed root")

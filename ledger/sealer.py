@@ -9,7 +9,7 @@ the block, its transactions' status and the sealed balances are all written, or 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple, Protocol
 
@@ -23,6 +23,7 @@ from ledger.bulk import mark_sealed, overlapped, reserve_block_id, update_accoun
 from ledger.events import BlockSealedEvent, send_block_event
 from ledger.models import Account, AccountKind, Block, Transaction, TxStatus, timestamp_us
 from ledger.rules import Refusal, apply
+from ledger.statetree import StateTree
 
 SEALER_LOCK_KEY = 0x63_70_63_5F_73_65_61_6C  # "cpc_seal"
 ZERO_HASH = "00" * 32
@@ -107,12 +108,6 @@ def ensure_genesis() -> Block:
             return Block.objects.order_by("-height").first() or Block.objects.get(height=0)
         ensure_system_accounts()
         return _ensure_genesis_locked()
-
-
-def state_leaves(rows: Iterable[tuple[str, int, int]]) -> list[bytes]:
-    """Leaf hashes of state_root: accounts sorted by address, those a sealed transaction
-    has touched (balance or nonce non-zero), so replay can rebuild it exactly."""
-    return [merkle.leaf_hash(encoding.state_leaf(a, b, n)) for a, b, n in sorted(rows) if b or n]
 
 
 class _Leafy(Protocol):
@@ -216,7 +211,14 @@ def seal_block(max_txs: int | None = None) -> Block | None:
             tx_root = merkle.root_from_leaf_hashes(tx_leaf_hashes(pending))
             compute_root = merkle.root_from_leaf_hashes(compute_leaf_hashes(pending))
 
-        rows = Account.objects.filter(~Q(balance=0) | ~Q(nonce=0)).values_list("address", "balance", "nonce")
+        tree = _take_state_tree(head.hash)
+        if tree is None:
+            tree = StateTree(
+                Account.objects.filter(~Q(balance=0) | ~Q(nonce=0)).values_list("address", "balance", "nonce")
+            )
+        else:
+            for account in accounts:
+                tree.update(account.address, account.balance, account.nonce)
         now = max(timezone.now(), head.timestamp + timedelta(microseconds=1))
         header = encoding.Header(
             height=head.height + 1,
@@ -227,7 +229,7 @@ def seal_block(max_txs: int | None = None) -> Block | None:
             proposer_key=validator.public_key,
             tx_root=tx_root,
             compute_root=compute_root,
-            state_root=merkle.root_from_leaf_hashes(state_leaves(rows)),
+            state_root=tree.root(),
             tx_count=len(pending),
             gas_used=sum(t.gas_limit for t in pending),
         )
@@ -241,7 +243,29 @@ def seal_block(max_txs: int | None = None) -> Block | None:
             gas_used=block.gas_used,
         )
         transaction.on_commit(lambda: send_block_event(event))
+        transaction.on_commit(lambda: _keep_state_tree(block.hash, tree))
     return block
+
+
+# The state tree as of the last block this process sealed, keyed by that block's hash:
+# the next block here changes only the accounts it touches (ledger/statetree.py). Only
+# the sealer writes sealed balances, under its lock, so a tree whose block is still the
+# head is the sealed state. Another process's block, or a rolled-back one, changes the
+# head, and the tree is rebuilt from the accounts.
+_state_tree: tuple[str, StateTree] | None = None
+
+
+def _take_state_tree(head_hash: str) -> StateTree | None:
+    """The cached tree if it is the head's state, else None; the cache is emptied
+    either way, and refilled only once the next block commits."""
+    global _state_tree
+    cached, _state_tree = _state_tree, None
+    return cached[1] if cached is not None and cached[0] == head_hash else None
+
+
+def _keep_state_tree(block_hash: str, tree: StateTree) -> None:
+    global _state_tree
+    _state_tree = (block_hash, tree)
 
 
 def seal_all(max_blocks: int = 100) -> list[Block]:
