@@ -20,6 +20,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 from rest_framework.exceptions import APIException, NotFound, PermissionDenied
 
+from marketplace.errors import error_text
 from marketplace.models import Task, User
 from marketplace.units import format_credits
 from workers import services, supply, sweep
@@ -195,22 +196,13 @@ def worker_action(request: HttpRequest, pk: UUID, action: str) -> HttpResponse:
     except NotFound:
         raise Http404("No such worker.") from None
     except APIException as exc:
-        messages.error(request, _detail_text(exc.detail))
+        messages.error(request, error_text(exc.detail))
     else:
         messages.success(request, f"Worker “{worker.name}” {ACTION_DONE[action]}.")
     next_url = request.POST.get("next")
     if next_url == "detail":
         return redirect("worker-detail", pk=pk)
     return redirect("my-workers")
-
-
-def _detail_text(detail: Any) -> str:
-    """Flatten a DRF error detail ({field: [msg]}, [msg] or msg) into one sentence."""
-    if isinstance(detail, dict):
-        return " ".join(_detail_text(v) for v in detail.values())
-    if isinstance(detail, list):
-        return " ".join(_detail_text(v) for v in detail)
-    return str(detail)
 
 
 def assignment_live_state(assignment: Assignment) -> dict[str, Any]:

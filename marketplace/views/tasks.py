@@ -20,6 +20,7 @@ from rest_framework.exceptions import NotFound, ValidationError
 from config.downloads import download
 from ledger import services as ledger
 from marketplace import services
+from marketplace.errors import error_text
 from marketplace.forms import StatusFilterForm, TaskForm
 from marketplace.kinds import KINDS, Kind
 from marketplace.models import CANCELLABLE, Task, TaskStatus, User
@@ -237,6 +238,8 @@ def task_publish(request: HttpRequest, pk: UUID) -> HttpResponse:
         raise Http404("No such task.") from None
     except DjangoValidationError as exc:
         messages.error(request, " ".join(exc.messages))
+    except ValidationError as exc:  # the balance no longer covers the budget, say
+        messages.error(request, error_text(exc.detail))
     else:
         messages.success(request, "Task published: workers can pick it up now.")
     return redirect("task-detail", pk=pk)

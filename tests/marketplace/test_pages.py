@@ -14,6 +14,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
 from django.urls import reverse
 
+from ledger import services as ledger
 from marketplace.kinds import KINDS
 from marketplace.models import ApiToken, Dataset, Task, TaskEvent, User, hash_token
 from marketplace.units import UNITS_PER_CREDIT, format_credits
@@ -449,6 +450,20 @@ def test_draft_then_publish(alice_web: Client, alice: Any) -> None:
     assert "Task published" in text(response)
     task.refresh_from_db()
     assert task.status == Task.Status.OPEN
+
+
+def test_publishing_a_draft_the_balance_no_longer_covers_says_why(alice_web: Client, alice: Any) -> None:
+    # A draft holds no escrow, so its budget may exceed what the balance covers by then.
+    over = format_credits(ledger.balance(alice) + UNITS_PER_CREDIT)
+    alice_web.post(reverse("task-post", args=["synthetic"]), synthetic_form(draft="on", budget=over))
+    task = Task.objects.get(owner=alice)
+    before = ledger.balance(alice)
+    response = alice_web.post(reverse("task-publish", args=[task.pk]), follow=True)
+    assert response.status_code == 200
+    assert "does not cover this budget" in text(response)
+    task.refresh_from_db()
+    assert task.status == Task.Status.DRAFT
+    assert ledger.balance(alice) == before
 
 
 # --- Cancelling -----------------------------------------------------------------------
