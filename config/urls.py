@@ -18,7 +18,12 @@ urlpatterns = [
     path("api/v1/payments/", include("payments.api_urls")),
     path("api/v1/", include("marketplace.api.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
-    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger-ui"),
+    # GET only: OPTIONS went through the HTML renderer, which has no template for it (a 500).
+    path(
+        "api/docs/",
+        SpectacularSwaggerView.as_view(url_name="schema", http_method_names=["get", "head"]),
+        name="swagger-ui",
+    ),
     path("workers/", include("workers.page_urls")),
     path("", include("marketplace.urls")),
     path("", include("ledger.urls")),

@@ -117,6 +117,8 @@ def embeddings_shape(fileobj: IO[bytes], fmt: str) -> tuple[list[int], str]:
         header = json.loads(fileobj.read(length))
     except ValueError:
         raise ValueError("the safetensors header is not JSON") from None
+    except RecursionError:  # ``[[[[…``: json raises this, not ValueError
+        raise ValueError("the safetensors header is nested too deeply") from None
     tensors = {k: v for k, v in header.items() if k != "__metadata__"} if isinstance(header, dict) else {}
     entry = tensors.get("embeddings") or (next(iter(tensors.values())) if len(tensors) == 1 else None)
     if not isinstance(entry, dict) or not isinstance(entry.get("shape"), list):

@@ -15,6 +15,7 @@ from rest_framework.views import APIView
 from ledger.api.serializers import SubmitTransactionSerializer, TransactionSerializer
 from ledger.api.views import refusal_errors
 from ledger.models import TxStatus
+from marketplace.api.serializers import JSONField
 from marketplace.api.views import OwnedViewSet
 from workers import jobs, services, sweep
 from workers.authentication import IsWorker, WorkerTokenAuthentication
@@ -67,7 +68,7 @@ class ChallengeRequest(serializers.Serializer):
 class RegisterRequest(ChallengeRequest):
     signature = serializers.CharField(max_length=128)
     register_tx_signature = serializers.CharField(max_length=128, help_text="The signed REGISTER_WORKER template.")
-    capabilities = serializers.JSONField()
+    capabilities = JSONField()
     name = serializers.CharField(max_length=100, required=False, default="", allow_blank=True)
 
 

@@ -17,6 +17,21 @@ from marketplace.models import ApiToken, Dataset, DatasetUpload, Task, TaskEvent
 from marketplace.units import UNITS_PER_CREDIT, credits_to_units, format_credits
 
 
+class JSONField(serializers.JSONField):
+    """DRF's JSONField, with a 400 for a form or multipart value nested too deeply.
+
+    A form field's JSON is decoded here, not by the parser (``JSONParser`` already
+    refuses such a body), and ``json`` raises RecursionError on ``[[[[…``, which DRF
+    does not catch: it was a 500.
+    """
+
+    def to_internal_value(self, data: Any) -> Any:
+        try:
+            return super().to_internal_value(data)
+        except RecursionError:
+            self.fail("invalid")
+
+
 class CreditsField(serializers.DecimalField):
     """Credits in, base units stored: '12.5' ↔ 12_500_000_000. Never a float."""
 
@@ -121,9 +136,7 @@ class TaskCreateSerializer(serializers.Serializer):
 
     kind = serializers.ChoiceField(choices=KIND_NAMES, help_text="A kind from /api/v1/kinds/.")
     title = serializers.CharField(max_length=200, required=False, default="", allow_blank=True)
-    spec = serializers.JSONField(
-        required=False, default=dict, help_text="The kind's spec; omitted fields take their defaults."
-    )
+    spec = JSONField(required=False, default=dict, help_text="The kind's spec; omitted fields take their defaults.")
     dataset = serializers.UUIDField(required=False, allow_null=True, default=None)
     budget = CreditsField(help_text="Most you pay, in credits (up to 9 decimal places).")
     min_reputation = serializers.IntegerField(min_value=0, max_value=100, default=0)

@@ -3,13 +3,16 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 import django_filters
+from django import forms
 from django.conf import settings
 from django.core.files.storage import default_storage
 from django.db.models import Count, QuerySet
 from django.http import FileResponse
+from django_filters.fields import IsoDateTimeField
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, permissions, status, viewsets
 from rest_framework.decorators import action
@@ -45,11 +48,30 @@ class OwnedViewSet(viewsets.GenericViewSet):
         return self.base_queryset().filter(**{self.owner_field: user})
 
 
+class _UtcIsoDateTimeField(IsoDateTimeField):
+    """An ISO 8601 date-time, refused with a 400 when it leaves years 1–9999 in UTC:
+    ``0001-01-01T00:00:00+14:00`` parses, but the database cannot store it (SQLite's
+    adapter raised OverflowError, a 500)."""
+
+    def to_python(self, value: Any) -> datetime | None:
+        parsed = super().to_python(value)
+        if parsed is None:
+            return None
+        try:
+            return parsed.astimezone(UTC)
+        except OverflowError:
+            raise forms.ValidationError("This date-time is outside years 1 to 9999 in UTC.", code="invalid") from None
+
+
+class UtcIsoDateTimeFilter(django_filters.IsoDateTimeFilter):
+    field_class = _UtcIsoDateTimeField
+
+
 class TaskFilter(django_filters.FilterSet):
     status = django_filters.MultipleChoiceFilter(choices=TaskStatus.choices)
     kind = django_filters.MultipleChoiceFilter(choices=[(k, k) for k in KINDS])
-    created_after = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
-    created_before = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="lt")
+    created_after = UtcIsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
+    created_before = UtcIsoDateTimeFilter(field_name="created_at", lookup_expr="lt")
 
     class Meta:
         model = Task

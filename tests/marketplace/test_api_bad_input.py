@@ -299,3 +299,51 @@ def test_a_nul_in_a_form_encoded_body_is_refused_like_in_json(alice_client: APIC
     response = alice_client.post(TASKS, {"kind": "synthetic", "budget": "1", "title": "a\x00b"}, format="multipart")
     assert response.status_code == 400
     assert errors_of(response) == {"title": ["Null characters are not allowed."]}
+
+
+DEEP = "%5B" * 5000 + "%5D" * 5000  # [[[[…]]]] once decoded: json raises RecursionError
+
+
+@pytest.mark.parametrize("url", [TASKS, f"{TASKS}quote/"])
+@pytest.mark.parametrize("encoding", ["form", "multipart"])
+@pytest.mark.usefixtures("unchanged")
+def test_a_form_value_nested_too_deeply_is_a_400_naming_it(alice_client: APIClient, url: str, encoding: str) -> None:
+    if encoding == "form":
+        response = alice_client.post(
+            url, f"kind=synthetic&budget=1&spec={DEEP}", content_type="application/x-www-form-urlencoded"
+        )
+    else:
+        deep = "[" * 5000 + "]" * 5000
+        response = alice_client.post(url, {"kind": "synthetic", "budget": "1", "spec": deep}, format="multipart")
+    assert response.status_code == 400
+    assert errors_of(response)["spec"] == ["Value must be valid JSON."]
+
+
+def test_a_worker_registering_with_capabilities_nested_too_deeply_gets_a_400(db: Any) -> None:
+    response = APIClient().post(
+        "/api/v1/workers/register/",
+        f"registration_token=t&public_key=ab&signature=cd&register_tx_signature=ef&capabilities={DEEP}",
+        content_type="application/x-www-form-urlencoded",
+    )
+    assert response.status_code == 400
+    assert errors_of(response)["capabilities"] == ["Value must be valid JSON."]
+
+
+@pytest.mark.parametrize(
+    ("param", "value"),
+    [("created_after", "0001-01-01T00:00:00+14:00"), ("created_before", "9999-12-31T23:59:59-14:00")],
+)
+def test_a_date_filter_outside_the_years_a_database_holds_is_a_400(
+    alice: Any, alice_client: APIClient, param: str, value: str
+) -> None:
+    post_task(alice)
+    response = alice_client.get(TASKS, {param: value})
+    assert response.status_code == 400
+    assert errors_of(response)[param] == ["This date-time is outside years 1 to 9999 in UTC."]
+    # Within range, the same filter works.
+    assert alice_client.get(TASKS, {param: "2020-01-01T00:00:00+14:00"}).status_code == 200
+
+
+def test_the_api_docs_page_answers_options_with_a_405(client: Any) -> None:
+    assert client.options("/api/docs/", HTTP_ACCEPT="text/html").status_code == 405
+    assert client.get("/api/docs/").status_code == 200

@@ -113,3 +113,23 @@ def test_cube_inference_inputs_in_safetensors_are_checked_too(
     good = make_dataset(alice, (tmp_path / "ok.safetensors").read_bytes(), "ok.safetensors")
     response = alice_client.post(TASKS, {**body, "dataset": str(good.pk)}, format="json")
     assert response.status_code == 201, response.json()
+
+
+def test_a_safetensors_header_nested_too_deeply_is_refused_naming_the_dataset(
+    alice: Any, alice_client: APIClient
+) -> None:
+    source = completed(post_task(alice, "cube_training", {"teacher_dim": 32, "synthetic_samples": 64}))
+    header = b'{"a":' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    dataset = make_dataset(alice, len(header).to_bytes(8, "little") + header, "deep.safetensors")
+    body = {
+        "kind": "cube_inference",
+        "budget": "100",
+        "dataset": str(dataset.pk),
+        "spec": {"source_task": str(source.pk)},
+    }
+    before = Task.objects.count()
+    for url in (TASKS, f"{TASKS}quote/"):
+        response = alice_client.post(url, body, format="json")
+        assert response.status_code == 400
+        assert "nested too deeply" in response.json()["dataset"][0]
+    assert Task.objects.count() == before
