@@ -15,3 +15,10 @@ class WorkersConfig(AppConfig):
         from workers.taskstate import on_task_cancelling
 
         task_cancelling.connect(on_task_cancelling, dispatch_uid="workers.end_jobs_of_cancelled_task")
+
+        from django.contrib.auth import get_user_model
+        from django.db.models.signals import post_save
+
+        from workers.services import on_user_saved
+
+        post_save.connect(on_user_saved, sender=get_user_model(), dispatch_uid="workers.close_deactivated_nodes")

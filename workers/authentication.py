@@ -38,7 +38,9 @@ class WorkerTokenAuthentication(authentication.BaseAuthentication):
         raw = token_from_header(header)
         worker = authenticate_worker(raw) if raw else None
         if worker is None:
-            raise exceptions.AuthenticationFailed("Invalid worker token, or the worker is suspended or retired.")
+            raise exceptions.AuthenticationFailed(
+                "Invalid worker token, or the worker is suspended or retired, or its owner's account is deactivated."
+            )
         return AnonymousUser(), worker
 
     def authenticate_header(self, request: Request) -> str:

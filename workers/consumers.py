@@ -236,13 +236,10 @@ class WorkerConsumer(LiveConsumer):
     @database_sync_to_async
     def _heartbeat(self) -> bool:
         now = timezone.now()
-        Worker.objects.filter(pk=self.worker_id, state=Worker.State.ACTIVE).filter(
-            last_heartbeat_at__lt=now - HEARTBEAT_WRITE_INTERVAL
-        ).update(last_heartbeat_at=now)
-        Worker.objects.filter(pk=self.worker_id, state=Worker.State.ACTIVE, last_heartbeat_at__isnull=True).update(
-            last_heartbeat_at=now
-        )
-        return Worker.objects.filter(pk=self.worker_id, state=Worker.State.ACTIVE).exists()
+        mine = Worker.objects.usable().filter(pk=self.worker_id)
+        mine.filter(last_heartbeat_at__lt=now - HEARTBEAT_WRITE_INTERVAL).update(last_heartbeat_at=now)
+        mine.filter(last_heartbeat_at__isnull=True).update(last_heartbeat_at=now)
+        return mine.exists()
 
     @database_sync_to_async
     def _own_running(self, assignment_id: Any) -> Assignment | None:

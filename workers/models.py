@@ -38,9 +38,14 @@ class RegistrationToken(models.Model):
 
 
 class WorkerQuerySet(models.QuerySet["Worker"]):
+    def usable(self) -> WorkerQuerySet:
+        """Workers that may act: active, of an owner whose account is active (a
+        deactivated account's nodes are refused as a suspended node is)."""
+        return self.filter(state=Worker.State.ACTIVE, owner__is_active=True)
+
     def online(self) -> WorkerQuerySet:
         cutoff = timezone.now() - timedelta(seconds=settings.WORKER_HEARTBEAT_TIMEOUT)
-        return self.filter(state=Worker.State.ACTIVE, last_heartbeat_at__gte=cutoff)
+        return self.usable().filter(last_heartbeat_at__gte=cutoff)
 
 
 class Worker(models.Model):

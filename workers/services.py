@@ -245,10 +245,11 @@ def _record_registration(worker: Worker, signature_hex: Any) -> None:
 
 
 def authenticate_worker(raw_token: str) -> Worker | None:
-    """The active worker a token belongs to, or None (suspended and retired are refused)."""
+    """The active worker a token belongs to, or None (suspended and retired workers, and
+    those of a deactivated account, are refused)."""
     if not raw_token.startswith(WORKER_TOKEN_PREFIX):
         return None
-    return Worker.objects.filter(token_hash=hash_secret(raw_token), state=Worker.State.ACTIVE).first()
+    return Worker.objects.usable().filter(token_hash=hash_secret(raw_token)).first()
 
 
 HELD_BY_PLATFORM = "The platform's operators suspended this worker; only they can resume it. Contact support."
@@ -287,6 +288,18 @@ def set_worker_state(owner: User, worker_id: UUID, target: str, *, by_platform: 
         if target != Worker.State.ACTIVE:
             transaction.on_commit(partial(close_worker_sockets, worker.pk))
     return worker
+
+
+def on_user_saved(sender: Any, instance: User, **kwargs: Any) -> None:
+    """A deactivated account's nodes lose their sockets at once (their tokens are
+    refused from the commit on, ``authenticate_worker``); their jobs expire as a silent
+    worker's do and go to other workers."""
+    if instance.is_active or instance.pk is None:
+        return
+    for worker_id in (
+        Worker.objects.filter(owner=instance).exclude(state=Worker.State.RETIRED).values_list("pk", flat=True)
+    ):
+        transaction.on_commit(partial(close_worker_sockets, worker_id))
 
 
 def close_worker_sockets(worker_id: UUID) -> None:

@@ -285,6 +285,23 @@ def test_suspending_or_retiring_closes_the_open_socket(job: dict[str, Any], alic
     assert Worker.objects.get(pk=worker.pk).state == target
 
 
+def test_deactivating_the_owners_account_closes_the_open_socket(job: dict[str, Any], alice: Any) -> None:
+    def deactivate() -> None:
+        alice.is_active = False
+        alice.save(update_fields=["is_active"])  # the close goes out on commit
+
+    async def scenario() -> None:
+        comm = socket(job["token"])
+        assert (await comm.connect())[0]
+        await sync_to_async(deactivate)()
+        closed = await comm.receive_output(timeout=5)
+        assert closed == {"type": "websocket.close", "code": 4403}
+        assert await socket(job["token"]).connect() == (False, 4401)
+
+    run(scenario)
+    assert Worker.objects.get(pk=job["worker"].pk).state == Worker.State.ACTIVE
+
+
 def progress(assignment: Assignment, step: Any, total: Any, **extra: Any) -> dict[str, Any]:
     return {"type": "progress", "assignment_id": str(assignment.pk), "step": step, "total": total, **extra}
 

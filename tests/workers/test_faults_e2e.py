@@ -121,5 +121,7 @@ def test_a_suspended_node_loses_its_socket_and_its_token(alice: Any, tmp_path: P
                 f"{url}/api/v1/assignments/{uuid.uuid4()}/", headers={"Authorization": f"Worker {token}"}
             )
             assert refused.status_code == 401
-            assert refused.json() == {"detail": "Invalid worker token, or the worker is suspended or retired."}
+            assert refused.json() == {
+                "detail": "Invalid worker token, or the worker is suspended or retired, or its owner's account is deactivated."
+            }
     assert not Worker.objects.get(pk=worker.pk).is_online

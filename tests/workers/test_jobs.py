@@ -20,7 +20,7 @@ from marketplace.models import Task, TaskStatus
 from marketplace.units import UNITS_PER_CREDIT
 from tests.factories import post_task
 from tests.workers.processes import make_worker
-from workers import jobs, scheduler, services, settlement
+from workers import jobs, scheduler, services, settlement, supply
 from workers.agent import runners
 from workers.agent.identity import Credentials
 from workers.agent.node import Node
@@ -288,3 +288,24 @@ def test_a_suspended_workers_token_is_refused(alpha: Provider, assignment: Assig
     response = alpha.client.get(alpha.url(assignment))
     assert response.status_code == 401
     assert "suspended" in response.json()["detail"]
+
+
+def test_a_deactivated_accounts_nodes_are_refused_and_get_no_work(
+    alpha: Provider, assignment: Assignment, alice: Any, bob: Any
+) -> None:
+    assert alpha.client.get(alpha.url(assignment)).status_code == 200
+    alice.is_active = False  # an operator deactivates the provider's account
+    alice.save(update_fields=["is_active"])
+    response = alpha.client.get(alpha.url(assignment))
+    assert response.status_code == 401
+    assert "account is deactivated" in response.json()["detail"]
+    assert alpha.client.post(alpha.url(assignment, "start/")).status_code == 401
+    # Its heartbeat is recent, but it no longer counts as online: no work is offered.
+    assert alpha.worker.pk not in {w.pk for w in supply.online_workers()}
+    other = post_task(bob, "synthetic", {"n": 64}, budget=UNITS_PER_CREDIT)
+    assert scheduler.schedule(other.pk) == []
+    other.refresh_from_db()
+    assert "no worker is online" in other.status_reason.lower()
+    alice.is_active = True
+    alice.save(update_fields=["is_active"])
+    assert alpha.worker.pk in {w.pk for w in supply.online_workers()}
