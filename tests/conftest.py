@@ -20,6 +20,12 @@ def bob(db: Any) -> Any:
     return funded(UserFactory(username="bob"))
 
 
+@pytest.fixture
+def carol(db: Any) -> Any:
+    """A second provider: replicas of one task go to different providers."""
+    return funded(UserFactory(username="carol"))
+
+
 def funded(user: Any, credits: int = 1000) -> Any:
     """Give a persona credits through the ledger's real deposit service."""
     from ledger import services as ledger

@@ -8,6 +8,7 @@ trusts what a worker says about itself beyond the capabilities it registered.
 from __future__ import annotations
 
 import logging
+from collections.abc import Collection
 from datetime import datetime, timedelta
 from functools import partial
 from uuid import UUID
@@ -27,6 +28,8 @@ from workers.models import UNSETTLED, Assignment, Worker
 log = logging.getLogger(__name__)
 
 GENESIS_SEED = "0" * 64
+# A provider with a replica in one of these states is not given another of the same task.
+REPLICA_HELD = (*UNSETTLED, Assignment.State.ACCEPTED)
 EXPIRE_PENALTY = 5  # reputation points lost when a job expires in a worker's hands
 
 
@@ -37,8 +40,9 @@ def latest_block_hash() -> str:
     return Block.objects.order_by("-height").values_list("hash", flat=True).first() or GENESIS_SEED
 
 
-def eligible_workers(task: Task, exclude: set[UUID]) -> list[Worker]:
-    """Online, active, free workers whose registered capabilities fit the task, best first.
+def eligible_workers(task: Task, exclude: set[UUID], owners: Collection[int] = ()) -> list[Worker]:
+    """Online, active, free workers whose registered capabilities fit the task, best first,
+    none of them in ``exclude`` or of a provider in ``owners``.
 
     The same check as ``supply.survey``, with what SQL can filter filtered there: this runs
     for every task scheduled, the survey only for one that waits.
@@ -48,6 +52,7 @@ def eligible_workers(task: Task, exclude: set[UUID]) -> list[Worker]:
         Worker.objects.online()
         .filter(reputation__gte=task.min_reputation)
         .exclude(pk__in=exclude)
+        .exclude(owner_id__in=owners)
         # One unsettled job per worker: its SUBMIT_RESULT nonce is then always the next one.
         .exclude(assignments__state__in=UNSETTLED)
         .order_by("-reputation", "last_heartbeat_at")
@@ -55,11 +60,11 @@ def eligible_workers(task: Task, exclude: set[UUID]) -> list[Worker]:
     return [worker for worker in candidates if supply.misfit(worker, need) is None]
 
 
-def waiting_reason(task: Task, exclude: set[UUID], taken: set[UUID]) -> str:
+def waiting_reason(task: Task, exclude: set[UUID], taken: set[UUID], owners: set[int]) -> str:
     """Why the task waits: the online workers besides ``taken`` (just given the task), by
     the first requirement each one misses."""
     need = supply.Need.of(task.kind, task.spec, task.min_reputation)
-    return supply.survey(need, exclude, taken).reason()
+    return supply.survey(need, exclude, taken, owners=owners).reason()
 
 
 def _lock_free_workers(candidates: list[Worker], wanted: int) -> list[Worker]:
@@ -74,6 +79,8 @@ def _lock_free_workers(candidates: list[Worker], wanted: int) -> list[Worker]:
     for candidate in candidates:
         if len(chosen) >= wanted:
             break
+        if any(w.owner_id == candidate.owner_id for w in chosen):
+            continue  # replicas go to different providers
         row = Worker.objects.select_for_update(skip_locked=True).filter(pk=candidate.pk).first()
         if row is None or Assignment.objects.filter(worker=row, state__in=UNSETTLED).exists():
             continue
@@ -110,9 +117,16 @@ def schedule(task_id: UUID) -> list[Assignment]:
         if missing <= 0:
             return []
         exclude = {w for w, _ in previous}
-        workers = _lock_free_workers(eligible_workers(task, exclude), missing)
+        # Replicas are computed by different providers: one that holds a live or accepted
+        # replica is not given another (a trained model's result depends only on the spec and
+        # the data, so one provider's nodes could compute once and submit it r times).
+        owners = set(
+            Assignment.objects.filter(task=task, state__in=REPLICA_HELD).values_list("worker__owner_id", flat=True)
+        )
+        workers = _lock_free_workers(eligible_workers(task, exclude, owners), missing)
         short = missing - len(workers)
-        reason = _short_reason(task, short, exclude, {w.pk for w in workers}) if short else ""
+        taken = {w.pk for w in workers}
+        reason = _short_reason(task, short, exclude, taken, owners | {w.owner_id for w in workers}) if short else ""
         if not workers:
             set_reason_locked(task, reason)
             return []
@@ -132,11 +146,12 @@ def schedule(task_id: UUID) -> list[Assignment]:
     return created
 
 
-def _short_reason(task: Task, short: int, exclude: set[UUID], taken: set[UUID]) -> str:
+def _short_reason(task: Task, short: int, exclude: set[UUID], taken: set[UUID], owners: set[int]) -> str:
     """Why the task still waits for ``short`` more workers (with how many it has, if any),
     ``taken`` of them having just been chosen."""
     held = task.replication - short
-    return (f"{held}/{task.replication} replicas in hand. " if held else "") + waiting_reason(task, exclude, taken)
+    reason = waiting_reason(task, exclude, taken, owners)
+    return (f"{held}/{task.replication} replicas in hand. " if held else "") + reason
 
 
 def _after_failure(task: Task) -> None:

@@ -29,7 +29,8 @@ log = logging.getLogger(__name__)
 # Why an online worker cannot take a task, in the order they are checked: a worker counts
 # once, under the first requirement it fails.
 KIND, FEATURES, MEMORY, REPUTATION, TOOK_PART, BUSY = "kind", "features", "memory", "reputation", "took_part", "busy"
-REASONS = (KIND, FEATURES, MEMORY, REPUTATION, TOOK_PART, BUSY)
+SAME_PROVIDER = "same_provider"  # its owner's other node holds a replica of the task
+REASONS = (KIND, FEATURES, MEMORY, REPUTATION, TOOK_PART, SAME_PROVIDER, BUSY)
 
 
 @dataclass(frozen=True)
@@ -132,6 +133,8 @@ def _describe(reason: str, count: int, need: Need) -> str:
         return f"{count} {'has' if one else 'have'} reputation below {need.min_reputation}"
     if reason == TOOK_PART:
         return f"{count} {'has' if one else 'have'} this task already, or had it"
+    if reason == SAME_PROVIDER:
+        return f"{count} {'belongs' if one else 'belong'} to a provider already computing a replica of it"
     return f"{count} {'fits but is' if one else 'fit but are'} busy with another job"
 
 
@@ -149,6 +152,7 @@ class Online(NamedTuple):
     reputation: int
     capabilities: Any
     busy: bool  # holds an unsettled job
+    owner_id: int
 
 
 def online_workers(max_age: float = 0.0) -> list[Online]:
@@ -171,7 +175,7 @@ def online_workers(max_age: float = 0.0) -> list[Online]:
         for row in Worker.objects.online()
         .annotate(busy=busy)
         .order_by("-reputation", "last_heartbeat_at")
-        .values_list("pk", "reputation", "capabilities", "busy")
+        .values_list("pk", "reputation", "capabilities", "busy", "owner_id")
     ]
     if shared is not None:
         shared.append(rows)
@@ -195,11 +199,19 @@ def one_pass() -> Iterator[None]:
         _pass.reset(token)
 
 
-def survey(need: Need, exclude: Collection[UUID] = (), taken: Collection[UUID] = (), *, max_age: float = 0.0) -> Survey:
+def survey(
+    need: Need,
+    exclude: Collection[UUID] = (),
+    taken: Collection[UUID] = (),
+    *,
+    owners: Collection[int] = (),
+    max_age: float = 0.0,
+) -> Survey:
     """Sort every online worker: free and fitting, or the first requirement it misses.
 
     ``exclude``: workers that have or had the task (never offered it again); ``taken``:
-    those just given it, left out (even if the list read earlier missed them).
+    those just given it, left out (even if the list read earlier missed them); ``owners``:
+    providers that hold a replica of it already (their other nodes are not offered another).
     """
     result = Survey(need, taken=len(taken))
     for worker in online_workers(max_age):
@@ -208,6 +220,8 @@ def survey(need: Need, exclude: Collection[UUID] = (), taken: Collection[UUID] =
         reason = misfit(worker, need)
         if reason is None and worker.pk in exclude:
             reason = TOOK_PART
+        if reason is None and worker.owner_id in owners:
+            reason = SAME_PROVIDER
         if reason is None and worker.busy:
             reason = BUSY
         if reason is None:

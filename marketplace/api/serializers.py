@@ -140,7 +140,9 @@ class TaskCreateSerializer(serializers.Serializer):
     dataset = serializers.UUIDField(required=False, allow_null=True, default=None)
     budget = CreditsField(help_text="Most you pay, in credits (up to 9 decimal places).")
     min_reputation = serializers.IntegerField(min_value=0, max_value=100, default=0)
-    replication = serializers.IntegerField(min_value=1, max_value=5, default=1)
+    replication = serializers.IntegerField(
+        min_value=1, max_value=5, default=1, help_text="Workers of different providers that each compute the job."
+    )
     max_attempts = serializers.IntegerField(min_value=1, max_value=10, default=3)
     draft = serializers.BooleanField(default=False, help_text="Save without opening it to workers.")
 

@@ -116,15 +116,38 @@ def test_a_synthetic_task_goes_only_to_agents_that_draw_its_matrices_its_way(ali
     assert assignment.worker == new
 
 
-def test_replication_gives_the_job_to_different_workers(alice: Any, bob: Any) -> None:
+def test_replication_gives_the_job_to_workers_of_different_providers(alice: Any, bob: Any, carol: Any) -> None:
     for i in range(3):
-        make_worker(alice, name=f"w{i}")
+        make_worker(alice, name=f"a{i}")
+    make_worker(carol, name="c0")
     task = post_task(bob, "synthetic", {"n": 64}, budget=3 * UNITS_PER_CREDIT, replication=2)
     created = scheduler.schedule(task.pk)
     assert len(created) == 2
-    assert len({a.worker_id for a in created}) == 2
+    assert {a.worker.owner for a in created} == {alice, carol}
     assert scheduler.schedule(task.pk) == []  # running twice is harmless
     assert Assignment.objects.filter(task=task).count() == 2
+
+
+def test_one_providers_nodes_do_not_take_two_replicas_of_a_task(alice: Any, bob: Any, carol: Any) -> None:
+    # A trained model depends only on the spec and the data: one provider could compute it
+    # once and submit it from each of its nodes. Replicas go to different providers.
+    first, _, _ = make_worker(alice, name="a0", reputation=90)
+    make_worker(alice, name="a1")
+    task = post_task(bob, "synthetic", {"n": 64}, budget=3 * UNITS_PER_CREDIT, replication=2)
+    (offered,) = scheduler.schedule(task.pk)
+    assert offered.worker == first
+    task.refresh_from_db()
+    assert task.status_reason.startswith("1/2 replicas in hand. Waiting for a worker: of the 1 other online, ")
+    assert "1 belongs to a provider already computing a replica of it" in task.status_reason
+    # The replica in alice's hands expires: her other node may take the slot.
+    Assignment.objects.filter(pk=offered.pk).update(state=Assignment.State.EXPIRED)
+    (again,) = scheduler.schedule(task.pk)
+    assert again.worker.owner == alice
+    assert again.worker != first
+    # Another provider's node takes the second replica.
+    other, _, _ = make_worker(carol, name="c0")
+    (second,) = scheduler.schedule(task.pk)
+    assert second.worker == other
 
 
 def test_a_silent_worker_has_its_job_expired_and_given_to_another(alice: Any, bob: Any) -> None:

@@ -43,8 +43,10 @@ def by_worker(created: list[Assignment], provider: Provider) -> Assignment:
     return next(a for a in created if a.worker_id == provider.worker.pk)
 
 
-def test_a_task_with_two_replicas_completes_whatever_order_they_finish_in(alice: Any, bob: Any, tmp_path: Path) -> None:
-    one, two = Provider(alice, "one"), Provider(alice, "two")
+def test_a_task_with_two_replicas_completes_whatever_order_they_finish_in(
+    alice: Any, bob: Any, carol: Any, tmp_path: Path
+) -> None:
+    one, two = Provider(alice, "one"), Provider(carol, "two")
     task = post_task(bob, "synthetic", {"n": 64}, budget=3 * UNITS_PER_CREDIT, replication=2)
     created = scheduler.schedule(task.pk)
     first, second = by_worker(created, one), by_worker(created, two)
@@ -75,7 +77,9 @@ def test_a_task_with_two_replicas_completes_whatever_order_they_finish_in(alice:
     assert Worker.objects.get(pk=two.worker.pk).jobs_done == 1
 
 
-def test_a_second_replica_is_offered_when_a_worker_comes_online_later(alice: Any, bob: Any, tmp_path: Path) -> None:
+def test_a_second_replica_is_offered_when_a_worker_comes_online_later(
+    alice: Any, bob: Any, carol: Any, tmp_path: Path
+) -> None:
     one = Provider(alice, "one")
     task = post_task(bob, "synthetic", {"n": 64}, budget=3 * UNITS_PER_CREDIT, replication=2)
     (first,) = scheduler.schedule(task.pk)
@@ -89,7 +93,7 @@ def test_a_second_replica_is_offered_when_a_worker_comes_online_later(alice: Any
     assert task.status == TaskStatus.RUNNING
     assert task.status_reason.startswith("1/2 replicas in hand. Waiting for a worker: ")
 
-    two = Provider(alice, "two")
+    two = Provider(carol, "two")
     (second,) = scheduler.schedule(task.pk)
     assert second.worker == two.worker
     assert scheduler.open_tasks_waiting() == []
@@ -153,9 +157,9 @@ def test_cancelling_a_running_task_ends_its_job_without_penalty(alice: Any, bob:
 
 
 def test_a_task_cannot_be_cancelled_while_a_result_is_verified(
-    alice: Any, bob: Any, bob_client: APIClient, tmp_path: Path
+    alice: Any, bob: Any, carol: Any, bob_client: APIClient, tmp_path: Path
 ) -> None:
-    one, two = Provider(alice, "one"), Provider(alice, "two")
+    one, two = Provider(alice, "one"), Provider(carol, "two")
     task = post_task(bob, "synthetic", {"n": 64}, budget=3 * UNITS_PER_CREDIT, replication=2)
     created = scheduler.schedule(task.pk)
     first, second = by_worker(created, one), by_worker(created, two)
@@ -184,17 +188,17 @@ def test_a_task_cannot_be_cancelled_while_a_result_is_verified(
 
 
 def test_a_failed_task_waits_for_a_pending_verdict_and_ends_its_other_jobs(
-    alice: Any, bob: Any, tmp_path: Path
+    alice: Any, bob: Any, carol: Any, tmp_path: Path
 ) -> None:
     """Attempts run out (max_attempts × replication rejected or expired) while one replica's
     result awaits its verdict: the task fails only after that verdict, which is paid."""
-    one, two = Provider(alice, "one"), Provider(alice, "two")
+    one, two = Provider(alice, "one"), Provider(carol, "two")
     task = post_task(bob, "synthetic", {"n": 64}, budget=3 * UNITS_PER_CREDIT, replication=2, max_attempts=1)
     created = scheduler.schedule(task.pk)
     first, second = by_worker(created, one), by_worker(created, two)
     assert one.submit(first, one.run_job(first, tmp_path)).status_code == 202
     assert two.client.post(two.url(second, "fail/"), {"reason": "no GPU"}).status_code == 200
-    three = Provider(alice, "three")
+    three = Provider(carol, "three")
     (third,) = scheduler.schedule(task.pk)
     assert third.worker == three.worker
     assert three.client.post(three.url(third, "fail/"), {"reason": "no GPU"}).status_code == 200
@@ -338,13 +342,13 @@ def test_the_verified_benchmark_is_measured_by_the_platform(alice: Any, bob: Any
 
 
 def test_a_task_left_open_with_every_replica_paid_completes_on_the_next_pass(
-    alice: Any, bob: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    alice: Any, bob: Any, carol: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Before replicas drove the status, such a task sat open with its escrow locked."""
     from workers import settlement
     from workers.tasks import schedule_waiting
 
-    one, two = Provider(alice, "one"), Provider(alice, "two")
+    one, two = Provider(alice, "one"), Provider(carol, "two")
     task = post_task(bob, "synthetic", {"n": 64}, budget=3 * UNITS_PER_CREDIT, replication=2)
     with monkeypatch.context() as old_code:  # the last acceptance completes nothing, as before
         old_code.setattr(settlement, "complete", lambda *args: None)
@@ -365,8 +369,10 @@ def test_a_task_left_open_with_every_replica_paid_completes_on_the_next_pass(
     assert not Assignment.objects.filter(task=task).exclude(state=Assignment.State.ACCEPTED).exists()
 
 
-def test_a_replica_submitted_while_an_old_task_sat_open_is_still_paid(alice: Any, bob: Any, tmp_path: Path) -> None:
-    one, two = Provider(alice, "one"), Provider(alice, "two")
+def test_a_replica_submitted_while_an_old_task_sat_open_is_still_paid(
+    alice: Any, bob: Any, carol: Any, tmp_path: Path
+) -> None:
+    one, two = Provider(alice, "one"), Provider(carol, "two")
     task = post_task(bob, "synthetic", {"n": 64}, budget=3 * UNITS_PER_CREDIT, replication=2)
     created = scheduler.schedule(task.pk)
     first, second = by_worker(created, one), by_worker(created, two)
