@@ -27,7 +27,8 @@ class PaymentStatus(models.TextChoices):
 
 class Payment(models.Model):
     """One purchase of credits: a Stripe PaymentIntent (or Checkout Session) and, once
-    the webhook confirms it, the DEPOSIT that credited it."""
+    the webhook confirms it, the DEPOSIT that credited it. Refunds and a dispute burn
+    credits again with REVERSALs (``reversed_units``); a dispute won gives its part back."""
 
     Status = PaymentStatus
 
@@ -44,7 +45,17 @@ class Payment(models.Model):
     failure_message = models.CharField(max_length=300, blank=True)
     deposit = models.ForeignKey("ledger.Transaction", null=True, blank=True, on_delete=models.PROTECT, related_name="+")
     refunded_amount = models.BigIntegerField(default=0, help_text="Refunded so far, smallest currency unit.")
-    disputed_amount = models.BigIntegerField(default=0, help_text="Disputed, smallest currency unit.")
+    disputed_amount = models.BigIntegerField(default=0, help_text="Disputed and not won back, smallest currency unit.")
+    # Stripe allows one dispute per charge. Recorded even before the payment is credited
+    # (events come in any order): crediting then burns what it claims at once.
+    dispute_id = models.CharField(max_length=255, blank=True)
+    dispute_status = models.CharField(max_length=30, blank=True, help_text="The dispute's status, as Stripe last said.")
+    dispute_reversed_units = models.BigIntegerField(
+        default=0, help_text="Of reversed_units, those the dispute burnt: given back if it is won."
+    )
+    dispute_shortfall_units = models.BigIntegerField(
+        default=0, help_text="Of shortfall_units, those the dispute could not burn: forgotten if it is won."
+    )
     reversed_units = models.BigIntegerField(default=0, help_text="Credits burnt by REVERSAL transactions.")
     shortfall_units = models.BigIntegerField(
         default=0, help_text="Credits that should have been reversed but had already been spent."

@@ -4,7 +4,10 @@ for Stripe.
 
 Buying credits: ``start_purchase`` records a Payment and creates its PaymentIntent (or
 Checkout Session); only ``credit_payment``, called by the webhook for a verified event,
-credits it. Refunds and disputes burn the credits again (``reverse_payment``).
+credits it. Refunds and disputes burn the credits again (``refund_payment``,
+``open_dispute``: ``reverse_payment``), in whatever order Stripe's events come: one that
+comes before the payment is credited is recorded, and burnt right after the DEPOSIT. A
+dispute the platform wins gives its credits back (``close_dispute``).
 Payouts: ``request_payout`` → ``approve_payout`` (admin: PAYOUT burns the credits) →
 ``send_payout`` (Stripe transfer, outside any transaction; a refusal restores the
 credits with a DEPOSIT).
@@ -181,8 +184,10 @@ def credit_payment(
 ) -> str:
     """Post the payment's one DEPOSIT after checking what Stripe reports against what
     was created: amount, currency, and the user and payment named in the metadata.
-    Expects the payment row locked by the caller's transaction. Returns the outcome
-    (``credited`` or why it was ignored); a mismatch credits nothing."""
+    A refund or dispute recorded before this (Stripe's events come in any order) is
+    burnt right after the DEPOSIT. Expects the payment row locked by the caller's
+    transaction. Returns the outcome (``credited``, then any such reversal, or why it was
+    ignored); a mismatch credits nothing."""
     problems = []
     if amount != payment.amount:
         problems.append(f"amount {amount} ≠ {payment.amount}")
@@ -199,13 +204,23 @@ def credit_payment(
         return f"ignored: already {payment.status}"
     tx = ledger.deposit(payment.user, payment.units, reference=f"payment:{payment.pk}")
     payment.deposit = tx
-    payment.status = PaymentStatus.SUCCEEDED
     payment.failure_message = ""
     if charge_id:
         payment.charge_id = charge_id
-    payment.save(update_fields=["deposit", "status", "failure_message", "charge_id", "updated_at"])
     log.info("payment %s: credited %s credits (tx %s)", payment.pk, format_credits(payment.units), tx.hash)
-    return "credited"
+    # A refund or dispute that came before this event was only recorded: burn it now,
+    # with the references its own event would have used.
+    outcomes = ["credited"]
+    if payment.refunded_amount:
+        reference = f"refund:{payment.pk}:{payment.refunded_amount}"
+        outcomes.append(
+            "refund: " + reverse_payment(payment, amount=payment.refunded_amount, reason="refund", reference=reference)
+        )
+    if payment.disputed_amount:
+        outcomes.append("dispute: " + _reverse_dispute(payment))
+    payment.status = _settled_status(payment)
+    payment.save(update_fields=["deposit", "status", "failure_message", "charge_id", "updated_at"])
+    return "; ".join(outcomes)
 
 
 def fail_payment(payment: Payment, message: str, *, canceled: bool = False) -> str:
@@ -241,6 +256,122 @@ def reverse_payment(payment: Payment, *, amount: int, reason: str, reference: st
             format_credits(target - taken),
         )
     return f"reversed {taken} units" + (f", shortfall {target - taken}" if taken < target else "")
+
+
+def _settled_status(payment: Payment) -> str:
+    """The status of a credited payment: disputed while a dispute holds money back, else
+    refunded if any of it was refunded, else succeeded."""
+    if payment.disputed_amount:
+        return PaymentStatus.DISPUTED
+    if payment.refunded_amount:
+        return PaymentStatus.REFUNDED
+    return PaymentStatus.SUCCEEDED
+
+
+def refund_payment(payment: Payment, refunded: int) -> str:
+    """Record Stripe's running total of refunds of the payment's charge and burn the
+    credits the new part bought. Before the payment is credited the total is only
+    recorded: ``credit_payment`` burns it right after its DEPOSIT. Expects the payment row
+    locked by the caller's transaction."""
+    delta = refunded - payment.refunded_amount
+    if delta <= 0:
+        return "ignored: no new refund"
+    payment.refunded_amount = refunded
+    if payment.deposit_id is None:
+        payment.save(update_fields=["refunded_amount", "updated_at"])
+        return "recorded: not credited yet"
+    outcome = reverse_payment(payment, amount=delta, reason="refund", reference=f"refund:{payment.pk}:{refunded}")
+    payment.status = _settled_status(payment)
+    payment.save(update_fields=["refunded_amount", "status", "updated_at"])
+    return outcome
+
+
+# Closed in the platform's favour: the money stays (a won chargeback is reinstated; an
+# inquiry closed as warning_closed never took any), so the credits it burnt come back.
+DISPUTE_WON = frozenset({"won", "warning_closed"})
+
+
+def _reverse_dispute(payment: Payment) -> str:
+    """Burn the credits the payment's dispute claims, remembering which part of the
+    payment's reversed units and shortfall is the dispute's (a won dispute gives back
+    exactly that). Once per dispute: the REVERSAL's reference is the dispute's id."""
+    reversed_before, shortfall_before = payment.reversed_units, payment.shortfall_units
+    outcome = reverse_payment(
+        payment, amount=payment.disputed_amount, reason="dispute", reference=f"dispute:{payment.dispute_id}"
+    )
+    payment.dispute_reversed_units += payment.reversed_units - reversed_before
+    payment.dispute_shortfall_units += payment.shortfall_units - shortfall_before
+    payment.save(update_fields=["dispute_reversed_units", "dispute_shortfall_units", "updated_at"])
+    return outcome
+
+
+def open_dispute(payment: Payment, *, dispute_id: str, amount: int, status: str) -> str:
+    """A dispute of the payment's charge (charge.dispute.created): burn the credits
+    ``amount`` of its money bought. Before the payment is credited it is only recorded,
+    and ``credit_payment`` burns it right after its DEPOSIT. A dispute already recorded,
+    even one that closed first, changes nothing. Expects the payment row locked."""
+    if payment.dispute_id:
+        if payment.dispute_id != dispute_id:
+            log.warning("payment %s: dispute %s ignored, %s came first", payment.pk, dispute_id, payment.dispute_id)
+            return "ignored: not this payment's dispute"
+        return f"ignored: dispute already {payment.dispute_status}"
+    payment.dispute_id = dispute_id
+    payment.dispute_status = status[:30]
+    payment.disputed_amount = amount
+    payment.save(update_fields=["dispute_id", "dispute_status", "disputed_amount", "updated_at"])
+    if payment.deposit_id is None:
+        return "recorded: not credited yet"
+    outcome = _reverse_dispute(payment)
+    payment.status = _settled_status(payment)
+    payment.save(update_fields=["status", "updated_at"])
+    return outcome
+
+
+def close_dispute(payment: Payment, *, dispute_id: str, amount: int, status: str) -> str:
+    """The payment's dispute closed (charge.dispute.closed). Won (``DISPUTE_WON``): a
+    DEPOSIT gives back the credits the dispute burnt (reference ``dispute-won:<id>``), its
+    shortfall is forgotten, and the status goes back to succeeded or refunded. Lost:
+    nothing more. A close that overtook its dispute's creation is applied as the
+    creation would have been, then recorded so the late creation changes nothing.
+    Expects the payment row locked by the caller's transaction."""
+    if not payment.dispute_id:
+        if status not in DISPUTE_WON:
+            return open_dispute(payment, dispute_id=dispute_id, amount=amount, status=status)
+        payment.dispute_id, payment.dispute_status = dispute_id, status[:30]
+        payment.save(update_fields=["dispute_id", "dispute_status", "updated_at"])
+        return "recorded: won before it was opened"
+    if payment.dispute_id != dispute_id:
+        log.warning("payment %s: close of dispute %s ignored, not %s", payment.pk, dispute_id, payment.dispute_id)
+        return "ignored: not this payment's dispute"
+    if payment.dispute_status in DISPUTE_WON:
+        return f"ignored: dispute already {payment.dispute_status}"
+    payment.dispute_status = status[:30]
+    if status not in DISPUTE_WON:
+        payment.save(update_fields=["dispute_status", "updated_at"])
+        return f"dispute {status}: nothing more to do"
+    restored = payment.dispute_reversed_units
+    if restored:
+        ledger.deposit(payment.user, restored, reference=f"dispute-won:{dispute_id}")
+    payment.reversed_units -= restored
+    payment.shortfall_units -= payment.dispute_shortfall_units
+    payment.dispute_reversed_units = payment.dispute_shortfall_units = 0
+    payment.disputed_amount = 0
+    if payment.deposit_id is not None:
+        payment.status = _settled_status(payment)
+    payment.save(
+        update_fields=[
+            "reversed_units",
+            "shortfall_units",
+            "dispute_reversed_units",
+            "dispute_shortfall_units",
+            "disputed_amount",
+            "dispute_status",
+            "status",
+            "updated_at",
+        ]
+    )
+    log.info("payment %s: dispute %s %s, %s credits restored", payment.pk, dispute_id, status, format_credits(restored))
+    return f"restored {restored} units"
 
 
 # --- Payouts ----------------------------------------------------------------------

@@ -6,6 +6,15 @@ also records its id (unique), so Stripe's redeliveries — or a replay of a capt
 request — find the id and change nothing. An event that does not match what was created
 (amount, currency, user) is recorded as ignored, logged, and answered 200 so that Stripe
 stops sending it.
+
+Stripe neither orders its events nor stops retrying one for days, so each is applied on
+its own terms: a refund or dispute before the payment's success is recorded and burnt
+once the success credits it; a dispute's close may come before its creation.
+
+Subscribe the endpoint to: payment_intent.succeeded, payment_intent.payment_failed,
+payment_intent.canceled, checkout.session.completed,
+checkout.session.async_payment_succeeded, charge.refunded, charge.dispute.created,
+charge.dispute.closed, account.updated (Connect) and transfer.reversed (Connect).
 """
 
 from __future__ import annotations
@@ -20,7 +29,7 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
 from payments import services, stripe_client
-from payments.models import Payment, PayoutRequest, WebhookEvent
+from payments.models import PayoutRequest, WebhookEvent
 
 log = logging.getLogger(__name__)
 
@@ -87,34 +96,19 @@ def _charge_refunded(obj: dict[str, Any]) -> str:
     if str(obj.get("currency", "")).lower() != payment.currency:
         log.warning("payment %s: refund in %r ignored", payment.pk, obj.get("currency"))
         return "ignored: currency mismatch"
-    refunded = int(obj.get("amount_refunded", 0))
-    delta = refunded - payment.refunded_amount
-    if delta <= 0:
-        return "ignored: no new refund"
-    outcome = services.reverse_payment(
-        payment, amount=delta, reason="refund", reference=f"refund:{payment.pk}:{refunded}"
-    )
-    payment.refunded_amount = refunded
-    payment.status = Payment.Status.REFUNDED
-    payment.save(update_fields=["refunded_amount", "status", "updated_at"])
-    return outcome
+    return services.refund_payment(payment, int(obj.get("amount_refunded", 0)))
 
 
-def _dispute_created(obj: dict[str, Any]) -> str:
+def _dispute(obj: dict[str, Any], apply: Callable[..., str]) -> str:
     payment = services.find_payment(charge_id=_id_of(obj.get("charge")), intent_id=_id_of(obj.get("payment_intent")))
     if payment is None:
         return "ignored: no such payment"
     if str(obj.get("currency", "")).lower() != payment.currency:
         log.warning("payment %s: dispute in %r ignored", payment.pk, obj.get("currency"))
         return "ignored: currency mismatch"
-    amount = int(obj.get("amount", 0))
-    outcome = services.reverse_payment(
-        payment, amount=amount, reason="dispute", reference=f"dispute:{_id_of(obj.get('id'))}"
+    return apply(
+        payment, dispute_id=_id_of(obj.get("id")), amount=int(obj.get("amount", 0)), status=str(obj.get("status", ""))
     )
-    payment.disputed_amount = amount
-    payment.status = Payment.Status.DISPUTED
-    payment.save(update_fields=["disputed_amount", "status", "updated_at"])
-    return outcome
 
 
 def _account_updated(obj: dict[str, Any]) -> str:
@@ -140,7 +134,12 @@ HANDLERS: dict[str, Callable[[dict[str, Any]], str]] = {
     "checkout.session.completed": _checkout_completed,
     "checkout.session.async_payment_succeeded": _checkout_completed,
     "charge.refunded": _charge_refunded,
-    "charge.dispute.created": _dispute_created,
+    "charge.dispute.created": lambda obj: _dispute(obj, services.open_dispute),
+    # A won dispute is applied on charge.dispute.closed, not on funds_reinstated: closed
+    # comes for every outcome (won, lost, an inquiry's warning_closed) with the final
+    # status, while funds_reinstated only follows money moving back at Stripe (never for
+    # an inquiry). funds_reinstated is not handled, so nothing can restore twice.
+    "charge.dispute.closed": lambda obj: _dispute(obj, services.close_dispute),
     "account.updated": _account_updated,
     "transfer.reversed": _transfer_reversed,
 }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -11,6 +12,7 @@ from ledger.replay import verify_chain
 from ledger.sealer import seal_all
 from payments import services
 from payments.models import Payment
+from tests.payments.conftest import event
 
 VISA = "4242424242424242"
 DECLINED = "4000000000000341"  # Stripe's test card: attaches, then every charge is declined
@@ -39,6 +41,23 @@ def paid_intent(ls: httpx.Client, user: Any, credits: int = 10) -> tuple[Payment
     intent = retrieve_intent(ls, str(purchase.payment.payment_intent_id))
     assert intent["status"] == "succeeded"
     return purchase.payment, intent
+
+
+def credited(
+    ls: httpx.Client, user: Any, deliver: Callable[..., Any], credits: int = 10
+) -> tuple[Payment, dict[str, Any]]:
+    """A payment paid at localstripe and credited by its payment_intent.succeeded; returns
+    the payment and its charge as Stripe reports it."""
+    payment, intent = paid_intent(ls, user, credits)
+    assert deliver(event("payment_intent.succeeded", intent)).json()["outcome"] == "credited"
+    payment.refresh_from_db()
+    return payment, charge_of(ls, payment.charge_id)
+
+
+def charge_of(ls: httpx.Client, charge_id: str) -> dict[str, Any]:
+    response = ls.get(f"/v1/charges/{charge_id}")
+    response.raise_for_status()
+    return dict(response.json())
 
 
 def deposits_for(payment: Payment) -> int:

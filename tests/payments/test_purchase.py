@@ -18,7 +18,15 @@ from marketplace.units import UNITS_PER_CREDIT
 from payments.models import Customer, Payment, WebhookEvent
 from tests.factories import UserFactory
 from tests.payments.conftest import WEBHOOK_PATH, event, sign
-from tests.payments.helpers import DECLINED, chain_agrees, confirm_card, deposits_for, paid_intent, retrieve_intent
+from tests.payments.helpers import (
+    DECLINED,
+    chain_agrees,
+    confirm_card,
+    credited,
+    deposits_for,
+    paid_intent,
+    retrieve_intent,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -283,16 +291,8 @@ def test_checkout_page_form_redirects_to_stripe(carol: Any, client: Any) -> None
 # --- Refunds and disputes --------------------------------------------------------------
 
 
-def _credited(ls: Any, user: Any, deliver: Any, credits: int = 10) -> tuple[Payment, dict[str, Any]]:
-    payment, intent = paid_intent(ls, user, credits)
-    assert deliver(event("payment_intent.succeeded", intent)).json()["outcome"] == "credited"
-    payment.refresh_from_db()
-    charge = ls.get(f"/v1/charges/{payment.charge_id}").json()
-    return payment, charge
-
-
 def test_refunds_burn_the_refunded_credits_with_a_reversal(carol: Any, ls: Any, deliver: Any) -> None:
-    payment, charge = _credited(ls, carol, deliver, credits=10)
+    payment, charge = credited(ls, carol, deliver, credits=10)
     # A partial refund at Stripe, then the full one; charge.refunded carries the running total.
     ls.post("/v1/refunds", data={"charge": charge["id"], "amount": 400}).raise_for_status()
     charge = ls.get(f"/v1/charges/{charge['id']}").json()
@@ -322,7 +322,7 @@ def test_refunds_burn_the_refunded_credits_with_a_reversal(carol: Any, ls: Any, 
 def test_a_refund_of_spent_credits_burns_what_is_left_and_records_the_shortfall(
     carol: Any, bob: Any, ls: Any, deliver: Any
 ) -> None:
-    payment, charge = _credited(ls, carol, deliver, credits=10)
+    payment, charge = credited(ls, carol, deliver, credits=10)
     ledger.transfer(carol, ledger.ensure_user_account(bob).address, 7 * UNITS_PER_CREDIT, reference="spend")
     left = ledger.balance(carol)
     ls.post("/v1/refunds", data={"charge": charge["id"]}).raise_for_status()
@@ -336,7 +336,7 @@ def test_a_refund_of_spent_credits_burns_what_is_left_and_records_the_shortfall(
 
 
 def test_a_dispute_debits_the_disputed_credits(carol: Any, ls: Any, deliver: Any) -> None:
-    payment, charge = _credited(ls, carol, deliver, credits=10)
+    payment, charge = credited(ls, carol, deliver, credits=10)
     dispute = {
         "id": "dp_test_1",
         "object": "dispute",
@@ -348,7 +348,9 @@ def test_a_dispute_debits_the_disputed_credits(carol: Any, ls: Any, deliver: Any
         "status": "needs_response",
     }
     assert deliver(event("charge.dispute.created", dispute)).json()["outcome"].startswith("reversed")
-    assert deliver(event("charge.dispute.created", dispute)).json()["outcome"] == "ignored: nothing left to reverse"
+    assert (
+        deliver(event("charge.dispute.created", dispute)).json()["outcome"] == "ignored: dispute already needs_response"
+    )
     payment.refresh_from_db()
     assert payment.status == "disputed"
     assert ledger.balance(carol) == 0
@@ -359,7 +361,7 @@ def test_a_dispute_debits_the_disputed_credits(carol: Any, ls: Any, deliver: Any
 
 
 def test_wallet_lists_payments_and_their_states(carol: Any, ls: Any, deliver: Any, client: Any) -> None:
-    _credited(ls, carol, deliver, credits=10)
+    credited(ls, carol, deliver, credits=10)
     from payments import services
 
     services.start_purchase(carol, 6)
