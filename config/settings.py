@@ -311,6 +311,9 @@ VERIFY_RESEND_AFTER = env_int("PROOFWORK_VERIFY_RESEND_AFTER", 900, minimum=60)
 # A result the platform itself cannot judge (its held-out data or source model is missing)
 # this long after submission ends without penalty and is reassigned.
 VERIFY_GIVE_UP_AFTER = env_int("PROOFWORK_VERIFY_GIVE_UP_AFTER", 6 * 3600, minimum=60)
+# A verification started this many times without finishing (its process was killed: out
+# of memory, a hard time limit) is not started again: the result is rejected (workers/tasks.py).
+VERIFY_MAX_ATTEMPTS = env_int("PROOFWORK_VERIFY_MAX_ATTEMPTS", 3, minimum=1)
 ARTIFACT_MAX_BYTES = env_int("PROOFWORK_ARTIFACT_MAX_BYTES", 2 * 1024**3, minimum=1)
 # How often waiting tasks are offered again and silent workers' jobs expired.
 SCHEDULER_INTERVAL = env_int("PROOFWORK_SCHEDULER_INTERVAL", 5, minimum=1)

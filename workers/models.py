@@ -138,6 +138,9 @@ class Assignment(models.Model):
     verify_sent_at = models.DateTimeField(
         null=True, blank=True, help_text="When verification was last asked for (sent again if it stalls)."
     )
+    verify_attempts = models.PositiveSmallIntegerField(
+        default=0, help_text="Verification runs started and not finished (the verifier process was killed)."
+    )
     settled_at = models.DateTimeField(null=True, blank=True)
     progress = models.FloatField(default=0.0, help_text="Percent, 0–100.")
     metrics = models.JSONField(default=dict, blank=True)

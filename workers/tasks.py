@@ -9,11 +9,13 @@ gone or already done, so a redelivered message is harmless.
 from __future__ import annotations
 
 import logging
+from contextlib import suppress
 from datetime import timedelta
 
 from celery import shared_task
 from django.conf import settings
 from django.db import OperationalError
+from django.db.models import F
 from django.utils import timezone
 
 from workers import jobs, retention, scheduler, settlement, supply, verifiers
@@ -66,9 +68,53 @@ def purge_rejected_artifacts() -> int:
     max_retries=8,
 )
 def verify_assignment(assignment_id: str) -> str:
+    """Judge a submitted result and settle it; at most VERIFY_MAX_ATTEMPTS runs that die.
+
+    A run whose process is killed (out of memory, a hard time limit) raises nothing here:
+    the message comes back (late acks, reject on worker lost) or is sent again
+    (``jobs.resend_stalled_verifications``), and every path starts here. So each run is
+    counted when it starts and uncounted when it ends in an exception; the run that finds
+    the count over the cap does not start the verifier again but rejects the result.
+    Rejected, not given up: the verifiers read a worker's artifacts within what its task
+    needs, so a result that kills the verifier again and again is the result's doing, and
+    giving it up without penalty would let a worker do it for free. The task goes back to
+    the scheduler, to be completed by another worker or failed with its refund.
+    """
     assignment = Assignment.objects.select_related("task", "worker").filter(pk=assignment_id).first()
     if assignment is None or assignment.state != Assignment.State.SUBMITTED:
         return "skipped"
+    attempts = _start_attempt(assignment)
+    if attempts is None:
+        return "skipped"
+    if attempts > settings.VERIFY_MAX_ATTEMPTS:
+        log.error("verification of %s did not finish %d times; rejecting the result", assignment_id, attempts - 1)
+        reason = f"verification did not finish: the verifier was stopped {attempts - 1} times on this result."
+        settled = settlement.reject(assignment.pk, reason)
+        return "skipped" if settled is None else str(settled.state)
+    try:
+        return _verify_and_settle(assignment)
+    except Exception:
+        # The run ended (an error to retry or to ask again for later): not a run that died.
+        # With the database down this fails too, and the run stays counted.
+        with suppress(OperationalError):
+            Assignment.objects.filter(pk=assignment.pk, verify_attempts__gt=0).update(
+                verify_attempts=F("verify_attempts") - 1
+            )
+        raise
+
+
+def _start_attempt(assignment: Assignment) -> int | None:
+    """Count one more verification run of a submitted result: the count, or None when the
+    result was settled meanwhile."""
+    counted = Assignment.objects.filter(pk=assignment.pk, state=Assignment.State.SUBMITTED).update(
+        verify_attempts=F("verify_attempts") + 1
+    )
+    if not counted:
+        return None
+    return Assignment.objects.filter(pk=assignment.pk).values_list("verify_attempts", flat=True).get()
+
+
+def _verify_and_settle(assignment: Assignment) -> str:
     try:
         verdict = verifiers.verify(assignment)
     except OperationalError:
@@ -79,11 +125,11 @@ def verify_assignment(assignment_id: str) -> str:
         submitted = assignment.submitted_at or timezone.now()
         if timezone.now() - submitted < timedelta(seconds=settings.VERIFY_GIVE_UP_AFTER):
             raise
-        log.error("giving up verifying %s: %s", assignment_id, exc)
+        log.error("giving up verifying %s: %s", assignment.pk, exc)
         settlement.give_up(assignment.pk, f"The platform could not verify this result: {exc}")
         return "given-up"
     except Exception as exc:  # a verifier crash on worker data is a rejection, not a lost job
-        log.exception("verifier failed on %s", assignment_id)
+        log.exception("verifier failed on %s", assignment.pk)
         verdict = verifiers.Verdict(False, f"verification error: {type(exc).__name__}")
     # A settle call returns None when another verifier (a redelivered message) or a
     # give-up settled the result meanwhile: then this run decided nothing.

@@ -10,8 +10,6 @@ k sequences chosen with a platform secret recomputed with the source task's mode
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import tempfile
 from pathlib import Path
@@ -104,7 +102,7 @@ def verify_asl_training(assignment: Assignment, artifacts: dict[str, Path]) -> V
 
 def verify_asl_inference(assignment: Assignment, artifacts: dict[str, Path]) -> Verdict:
     """Recompute k secretly chosen rows of predictions.csv with the source task's model."""
-    from training.asl.infer import verify_predictions
+    from training.asl.infer import PredictionsError, read_header, verify_predictions
 
     task = assignment.task
     path = artifacts["predictions.csv"]
@@ -117,9 +115,10 @@ def verify_asl_inference(assignment: Assignment, artifacts: dict[str, Path]) -> 
     labels = read_small_json(model_dir / "labels.json")  # verified with the source task
     signs = labels["signs"] if isinstance(labels, dict) else []
     try:
-        header = next(csv.reader(io.StringIO(path.read_text(encoding="utf-8"))), [])
-    except UnicodeDecodeError:
-        return Verdict(False, "predictions.csv is not UTF-8 text.")
+        # The header only: the rest is streamed, within bounds, by verify_predictions.
+        header = read_header(path, len(signs))
+    except PredictionsError as exc:
+        return Verdict(False, str(exc))
     top_k = min(int(task.spec.get("top_k", 5)), len(signs))
     if len(header) != 2 + 2 * top_k:
         return Verdict(False, f"predictions.csv must report the top {top_k} signs per sequence.")

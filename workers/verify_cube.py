@@ -128,7 +128,9 @@ def verify_cube_inference(assignment: Assignment, artifacts: dict[str, Path]) ->
     if rejected:
         return rejected
     try:
-        outputs = np.load(path, allow_pickle=False)
+        # Mapped, not read: only the header is parsed here, and only the sampled rows are
+        # ever paged in, so a 2 GiB upload costs no memory before its shape is checked.
+        outputs = np.load(path, mmap_mode="r", allow_pickle=False)
     except (ValueError, OSError, EOFError) as exc:
         return Verdict(False, f"outputs.npy is not a readable array ({exc}).")
     if outputs.dtype.kind != "f":
@@ -141,6 +143,8 @@ def verify_cube_inference(assignment: Assignment, artifacts: dict[str, Path]) ->
             inputs = load_array(copy_dataset(task, Path(tmp)), "embeddings")
         except CubeDataError as exc:
             return Verdict(False, str(exc))
+    if outputs.shape != inputs.shape:
+        return Verdict(False, f"outputs.npy has shape {list(outputs.shape)}, expected {list(inputs.shape)}.")
     samples = int(task.spec.get("verify_samples", 16))
     outcome = verify_inference(model_dir, inputs, outputs, samples=samples, seed=spot_check_seed(assignment))
     if not outcome["accepted"]:
