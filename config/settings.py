@@ -314,6 +314,9 @@ VERIFY_GIVE_UP_AFTER = env_int("PROOFWORK_VERIFY_GIVE_UP_AFTER", 6 * 3600, minim
 # A verification started this many times without finishing (its process was killed: out
 # of memory, a hard time limit) is not started again: the result is rejected (workers/tasks.py).
 VERIFY_MAX_ATTEMPTS = env_int("PROOFWORK_VERIFY_MAX_ATTEMPTS", 3, minimum=1)
+# A cube model is paid only if its held-out loss is at least this many percent below the
+# untrained model's: one optimiser step, honestly reported, is not a trained model.
+CUBE_MIN_LOSS_REDUCTION_PCT = env_int("PROOFWORK_CUBE_MIN_LOSS_REDUCTION_PCT", 20, minimum=0, maximum=99)
 ARTIFACT_MAX_BYTES = env_int("PROOFWORK_ARTIFACT_MAX_BYTES", 2 * 1024**3, minimum=1)
 # How often waiting tasks are offered again and silent workers' jobs expired.
 SCHEDULER_INTERVAL = env_int("PROOFWORK_SCHEDULER_INTERVAL", 5, minimum=1)

@@ -4,7 +4,8 @@ asl_training: the model's config must be the spec's over the dataset's signs and
 labels the dataset's, the signed result_hash must be the sha256 of model.safetensors, and
 the top-1 accuracy recomputed on the held-out participants no worker received must match
 the reported ``val_top1_micro`` (``training.asl.run.accepts``: three binomial standard
-errors) and reach the spec's ``min_accuracy``. asl_inference: the predictions' hash, then
+errors), reach the spec's ``min_accuracy`` and beat guessing (``chance_floor``: chance
+plus 2.33 standard errors, so an untrained model honestly reported is not paid). asl_inference: the predictions' hash, then
 k sequences chosen with a platform secret recomputed with the source task's model.
 """
 
@@ -65,7 +66,7 @@ def model_problem(spec: dict[str, Any], signs: list[str], model_dir: Path) -> st
 
 def verify_asl_training(assignment: Assignment, artifacts: dict[str, Path]) -> Verdict:
     """Recompute held-out top-1 accuracy and compare it with the claim and the required minimum."""
-    from training.asl.run import accepts, verify
+    from training.asl.run import accepts, chance_floor, verify
     from training.asl.split import dataset_signs
 
     task = assignment.task
@@ -80,7 +81,8 @@ def verify_asl_training(assignment: Assignment, artifacts: dict[str, Path]) -> V
     if split is None:
         # Cannot happen: the scheduler prepares the split before any worker is assigned.
         raise PlatformFault(f"task {task.pk} has no held-out split")
-    problem = model_problem(task.spec, dataset_signs(split.heldout_path()), model.parent)
+    signs = dataset_signs(split.heldout_path())
+    problem = model_problem(task.spec, signs, model.parent)
     if problem:
         return Verdict(False, problem)
     with tempfile.TemporaryDirectory(prefix="proofwork-verify-") as cache:
@@ -93,11 +95,20 @@ def verify_asl_training(assignment: Assignment, artifacts: dict[str, Path]) -> V
         "reported_top1": round(reported, 6),
         "heldout_sequences": count,
     }
-    if accepts(reported, top1, count, minimum):
-        return Verdict(True, "", metrics)
-    if accepts(reported, top1, count):
+    if not accepts(reported, top1, count):
+        return Verdict(False, f"held-out top-1 accuracy {top1:.4f} differs from reported {reported:.4f}.", metrics)
+    if top1 < minimum:
         return Verdict(False, f"held-out top-1 accuracy {top1:.4f} is below the required {minimum:.4f}.", metrics)
-    return Verdict(False, f"held-out top-1 accuracy {top1:.4f} differs from reported {reported:.4f}.", metrics)
+    # An untrained model, honestly reported, guesses: it is not paid for, whatever the minimum.
+    floor = chance_floor(len(signs), count)
+    if top1 < floor - 1e-9:
+        return Verdict(
+            False,
+            f"held-out top-1 accuracy {top1:.4f} is no better than guessing among {len(signs)} signs"
+            f" on {count} sequences: at least {floor:.4f} is needed.",
+            metrics,
+        )
+    return Verdict(True, "", metrics)
 
 
 def verify_asl_inference(assignment: Assignment, artifacts: dict[str, Path]) -> Verdict:

@@ -3,8 +3,8 @@
 cube_training: the model's config must be the spec's (so the worker cannot swap in a
 cheaper model or loss weights), the signed result_hash must be the sha256 of
 model.safetensors, and the validation loss recomputed on the held-out split no worker
-received must match the reported ``val_loss_micro`` within tolerance and beat the
-untrained model's. cube_inference: the outputs' hash, then k rows chosen with a platform
+received must match the reported ``val_loss_micro`` within tolerance and be at least
+``CUBE_MIN_LOSS_REDUCTION_PCT`` (20 %) below the untrained model's. cube_inference: the outputs' hash, then k rows chosen with a platform
 secret recomputed with the source task's verified model.
 """
 
@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from django.conf import settings
 
 from workers import heldout
 from workers.models import Assignment
@@ -114,6 +115,15 @@ def verify_cube_training(assignment: Assignment, artifacts: dict[str, Path]) -> 
         metrics["heldout_cosine"] = round(outcome["recomputed"]["val_cosine"], 6)
     if not recomputed < untrained:
         return Verdict(False, f"held-out val_loss {recomputed:.6g} is no better than untrained ({untrained:.6g}).")
+    required = settings.CUBE_MIN_LOSS_REDUCTION_PCT
+    if untrained > 0 and recomputed > untrained * (1 - required / 100):
+        removed = 1 - recomputed / untrained
+        return Verdict(
+            False,
+            f"held-out val_loss {recomputed:.6g} is only {removed:.0%} below the untrained model's"
+            f" ({untrained:.6g}); training must remove at least {required}%.",
+            metrics,
+        )
     return Verdict(True, "", metrics)
 
 

@@ -155,3 +155,18 @@ def test_spec_errors_name_the_field_and_presets_follow_gpu_memory(dataset: Path,
     assert preset_batch(auto, None) == (12, 4)
     assert preset_batch(TrainSpec.from_dict({"batch_size": 0, "dim": 384}), {"gpu_memory_bytes": 24 * 10**9}) == (12, 4)
     assert preset_batch(TrainSpec.from_dict({"batch_size": 20}), {"gpu_memory_bytes": 80 * 10**9}) == (20, 4)
+
+
+def test_the_chance_floor_is_what_guessing_rarely_reaches() -> None:
+    from training.asl.run import chance_floor
+
+    assert chance_floor(5, 10) == pytest.approx(0.2 + 2.33 * (0.2 * 0.8 / 10) ** 0.5)
+    assert chance_floor(250, 10_000) == pytest.approx(0.004 + 2.33 * (0.004 * 0.996 / 10_000) ** 0.5)
+    assert chance_floor(2, 3) == 1.0  # three sequences of two signs: only a perfect score shows learning
+    assert chance_floor(1, 10) == 0.0
+    # Guessing among 5 signs on 10 sequences clears 0.4947 (5 right) 3 % of the time, exactly:
+    # the normal bound is loose on so few, and tight on a real held-out set.
+    from math import comb
+
+    p_five_or_more = sum(comb(10, k) * 0.2**k * 0.8 ** (10 - k) for k in range(5, 11))
+    assert p_five_or_more == pytest.approx(0.0328, abs=1e-4)

@@ -205,6 +205,30 @@ def test_below_the_minimum_accuracy_is_not_paid(
     assert "below the required 0.5000" in verdict.reason
 
 
+def test_an_untrained_model_honestly_reported_is_not_paid_even_with_no_minimum(
+    bob: Any, alpha: AslProvider, dataset: Path, trained: Path, tmp_path: Path
+) -> None:
+    from training.artifacts import model_tensors, save_tensors
+    from training.asl.model import ModelConfig, SignModel
+    from training.asl.run import chance_floor, verify
+
+    # The spec's model at a fresh initialisation, with the dataset's signs: nothing learned.
+    model = copy_model(trained, tmp_path / "untrained")
+    torch.manual_seed(0)
+    untrained = SignModel(ModelConfig(**json.loads((model / "config.json").read_text())))
+    save_tensors(model / "model.safetensors", model_tensors(untrained))
+    task = training_task(bob, dataset)  # min_accuracy 0: any accuracy "reaches" it
+    assignment = assign(task)
+    honest = verify(model, heldout.prepared(task).heldout_path(), cache_dir=tmp_path / "cache")  # type: ignore[union-attr]
+    verdict = verify_asl_training(
+        submitted(assignment, model / "model.safetensors", claim(trained, honest["top1"])), artifacts_of(model)
+    )
+    assert honest["top1"] < chance_floor(5, 10)
+    assert not verdict.ok
+    assert "no better than guessing among 5 signs on 10 sequences: at least 0.4947 is needed" in verdict.reason
+    assert verdict.metrics["heldout_top1"] == round(honest["top1"], 6)
+
+
 def test_a_tampered_model_is_rejected(
     bob: Any, alpha: AslProvider, dataset: Path, trained: Path, tmp_path: Path
 ) -> None:

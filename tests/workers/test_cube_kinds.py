@@ -349,6 +349,32 @@ def test_an_untrained_model_honestly_reported_is_rejected(
     assert "no better than untrained" in verdict.reason
 
 
+def test_a_barely_trained_model_honestly_reported_is_not_paid(bob: Any, alpha: Provider, tmp_path: Path) -> None:
+    from training.cube.run import verify
+
+    task = training_task(bob)
+    assignment = assign(task)
+    # The worker's rows, trained for one optimiser step at a high rate instead of the
+    # spec's 3 epochs: the model's config is still the spec's (the schedule is not in it).
+    np.save(tmp_path / "upload.npy", teacher())
+    worker_file, _ = prepare(SPEC, tmp_path / "upload.npy", tmp_path / "split")
+    assert worker_file is not None
+    (tmp_path / "data").mkdir()
+    shutil.copy(worker_file, tmp_path / "data" / "embeddings.npy")
+    cheat = {**SPEC, "epochs": 1, "warmup_steps": 0, "learning_rate": 1e-2}
+    run(cheat, tmp_path / "data", tmp_path / "model", max_steps_per_epoch=1)
+    held, targets = load_heldout(heldout.prepared(task).heldout_path())  # type: ignore[union-attr]
+    honest = float(verify(tmp_path / "model", held, targets, {"val_loss": 1.0})["recomputed"]["val_loss"])
+    verdict = verify_cube_training(
+        submitted(assignment, tmp_path / "model" / "model.safetensors", {"val_loss_micro": round(honest * 1e6)}),
+        artifacts_of(tmp_path / "model"),
+    )
+    assert not verdict.ok
+    # Better than untrained, which was enough before, but not by the 20 % required.
+    assert verdict.metrics["heldout_val_loss"] < verdict.metrics["untrained_val_loss"]
+    assert "training must remove at least 20%" in verdict.reason
+
+
 def test_inference_outputs_are_spot_checked(bob: Any, alpha: Provider, trained: Path, tmp_path: Path) -> None:
     source = completed_training(bob, alpha, trained)
     rows = synthetic_embeddings(12, 32, seed=7, stream=3)[0]

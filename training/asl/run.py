@@ -219,6 +219,20 @@ def verify(
     return {**raw, "count": int(labels.size), "confusion": confusion_summary(logits, labels, signs)}
 
 
+CHANCE_Z = 2.33  # one-sided 99 % of a normal: a guessing model clears the floor about once in 100
+
+
+def chance_floor(classes: int, count: int) -> float:
+    """The held-out top-1 accuracy a model must reach to show it learned anything: chance
+    (one sign in ``classes``) plus 2.33 binomial standard errors of ``count`` sequences.
+    Guessing reaches it about 1 % of the time on a large held-out set (the normal
+    approximation; on 10 sequences of 5 signs, 3 %). At most 1: a perfect score clears it."""
+    if classes <= 1 or count <= 0:
+        return 0.0
+    p = 1.0 / classes
+    return min(p + CHANCE_Z * math.sqrt(p * (1 - p) / count), 1.0)
+
+
 def accepts(reported: float, recomputed: float, count: int, min_accuracy: float = 0.0) -> bool:
     """Whether a reported accuracy is close enough to the platform's recomputed one.
 
