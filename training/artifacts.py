@@ -50,7 +50,7 @@ def write_json(path: Path, payload: Any) -> None:
 def read_json(path: Path) -> Any:
     """Read a JSON file, raising ArtifactError naming the file when it is missing or invalid."""
     try:
-        return json.loads(Path(path).read_text())
+        return json.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError as exc:
         raise ArtifactError(f"{path}: file not found.") from exc
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:

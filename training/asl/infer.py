@@ -160,7 +160,7 @@ def predict(
             progress({"event": "predict", "done": n, "total": len(sequences)})
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    (out / PREDICTIONS_FILE).write_text(buffer.getvalue())
+    (out / PREDICTIONS_FILE).write_text(buffer.getvalue(), encoding="utf-8")
     return {"sequences": len(sequences), "top_k": top_k}
 
 
