@@ -115,6 +115,59 @@ def test_verification_rejects_weights_that_do_not_fit(
     assert "not a readable safetensors file" in verify(forged, *heldout_synthetic(TINY), metrics)["reason"]
 
 
+def _rss_kib(field: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise AssertionError(f"no {field} in /proc/self/status")
+
+
+def _padded_safetensors(path: Path, weights: dict[str, np.ndarray], ballast_bytes: int) -> None:
+    """The model's tensors plus a "ballast" tensor of ``ballast_bytes`` of zeros, written as a
+    sparse file: nothing is allocated until something reads it."""
+    codes = {"float32": "F32", "float16": "F16", "bfloat16": "BF16", "int64": "I64", "int32": "I32", "bool": "BOOL"}
+    entries: dict[str, Any] = {}
+    blobs, offset = [], 0
+    for name, value in weights.items():
+        blob = np.ascontiguousarray(value).tobytes()
+        entries[name] = {
+            "dtype": codes[value.dtype.name],
+            "shape": list(value.shape),
+            "data_offsets": [offset, offset + len(blob)],
+        }
+        blobs.append(blob)
+        offset += len(blob)
+    entries["ballast"] = {
+        "dtype": "F32",
+        "shape": [ballast_bytes // 4],
+        "data_offsets": [offset, offset + ballast_bytes],
+    }
+    header = json.dumps(entries).encode()
+    header += b" " * (-len(header) % 8)
+    with path.open("wb") as handle:
+        handle.write(len(header).to_bytes(8, "little") + header + b"".join(blobs))
+        handle.truncate(8 + len(header) + offset + ballast_bytes)
+
+
+@pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="peak RSS is reset through Linux's /proc")
+def test_weights_padded_with_a_large_tensor_are_refused_before_it_is_read(
+    trained: tuple[Path, dict[str, Any], list[dict[str, Any]]], tmp_path: Path
+) -> None:
+    model_dir, metrics, _ = trained
+    padded = tmp_path / "padded"
+    padded.mkdir()
+    (padded / "config.json").write_text((model_dir / "config.json").read_text())
+    _padded_safetensors(padded / "model.safetensors", load_file(str(model_dir / "model.safetensors")), 2**30)
+    inputs, targets = heldout_synthetic(TINY)
+    Path("/proc/self/clear_refs").write_text("5")  # the peak RSS starts again from now
+    before = _rss_kib("VmRSS")
+    result = verify(padded, inputs, targets, metrics)
+    grown = _rss_kib("VmHWM") - before
+    assert result["accepted"] is False
+    assert "unexpected ['ballast']" in result["reason"]
+    assert grown < 256 * 1024, f"the verifier grew by {grown} KiB: the 1 GiB ballast was read"
+
+
 def test_inference_and_its_spot_check(trained: tuple[Path, dict[str, Any], list[dict[str, Any]]]) -> None:
     model_dir, _, _ = trained
     inputs, _ = heldout_synthetic(TINY, samples=40)
