@@ -18,7 +18,7 @@ from uuid import UUID
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
-from rest_framework.exceptions import NotFound, PermissionDenied, ValidationError
+from rest_framework.exceptions import NotFound, PermissionDenied, Throttled, ValidationError
 
 from ledger import encoding, gas, keys
 from ledger import services as ledger
@@ -53,17 +53,33 @@ def refuse_while_held(owner_id: Any) -> None:
         )
 
 
+MAX_OPEN_REGISTRATION_TOKENS = 20
+
+
 def create_registration_token(owner: User) -> tuple[RegistrationToken, str]:
     """A one-time registration token for a new node; the raw token is returned once.
 
-    Refused (PermissionDenied) while an operator holds one of the owner's workers."""
+    Refused (PermissionDenied) while an operator holds one of the owner's workers, and
+    (Throttled, 429) while the owner has ``MAX_OPEN_REGISTRATION_TOKENS`` unused ones
+    that have not expired. The owner's unused tokens expired over a day ago are deleted
+    here (a day in which using one still says "expired", not "unknown")."""
     refuse_while_held(owner.pk)
-    raw = REGISTRATION_PREFIX + secrets.token_urlsafe(32)
-    token = RegistrationToken.objects.create(
-        owner=owner,
-        token_hash=hash_secret(raw),
-        expires_at=timezone.now() + timedelta(seconds=settings.WORKER_REGISTRATION_TTL),
-    )
+    now = timezone.now()
+    with transaction.atomic():
+        User.objects.select_for_update().filter(pk=owner.pk).first()
+        unused = RegistrationToken.objects.filter(owner=owner, used_at__isnull=True)
+        unused.filter(expires_at__lte=now - timedelta(days=1)).delete()
+        if unused.filter(expires_at__gt=now).count() >= MAX_OPEN_REGISTRATION_TOKENS:
+            raise Throttled(
+                detail=f"You have {MAX_OPEN_REGISTRATION_TOKENS} unused registration tokens: register a node"
+                " with one, or wait for them to expire (an hour after each was made)."
+            )
+        raw = REGISTRATION_PREFIX + secrets.token_urlsafe(32)
+        token = RegistrationToken.objects.create(
+            owner=owner,
+            token_hash=hash_secret(raw),
+            expires_at=now + timedelta(seconds=settings.WORKER_REGISTRATION_TTL),
+        )
     return token, raw
 
 

@@ -18,7 +18,7 @@ from django.db.models import Count, Q, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
-from rest_framework.exceptions import APIException, NotFound, PermissionDenied
+from rest_framework.exceptions import APIException, NotFound, PermissionDenied, Throttled
 
 from marketplace.errors import error_text
 from marketplace.models import Task, User
@@ -145,7 +145,7 @@ def register(request: HttpRequest) -> HttpResponse:
         # The raw token lives only in this response: a reload shows the button again.
         try:
             token, raw = services.create_registration_token(current_user(request))
-        except PermissionDenied as exc:
+        except (PermissionDenied, Throttled) as exc:
             context["refusal"] = str(exc.detail)
         else:
             context.update({"raw_token": raw, "token": token})

@@ -8,7 +8,7 @@ from typing import Any
 from django.db.models import Q, QuerySet
 from django.http import Http404
 from drf_spectacular.utils import extend_schema
-from rest_framework import generics, permissions, status
+from rest_framework import generics, permissions, status, throttling
 from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -71,12 +71,20 @@ class BlockDetail(generics.RetrieveAPIView[Block]):
         return block
 
 
+class SubmitThrottle(throttling.UserRateThrottle):
+    """A refused transaction is stored for the explorer: a client looping on bad ones
+    would fill the table. 60 a minute per user is far above what a wallet sends."""
+
+    rate = "60/min"
+
+
 class TransactionSubmit(generics.GenericAPIView[Any]):
     """Submit a TRANSFER signed by its sender (every other type has its own path; see
     SubmitTransactionSerializer). 202 when admitted to the mempool, 400 naming the field
-    and the refusal code otherwise."""
+    and the refusal code otherwise; 429 past 60 submissions a minute."""
 
     serializer_class = s.SubmitTransactionSerializer
+    throttle_classes = [SubmitThrottle]
 
     @extend_schema(request=s.SubmitTransactionSerializer, responses={202: s.TransactionSerializer})
     def post(self, request: Request) -> Response:

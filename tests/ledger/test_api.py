@@ -226,3 +226,25 @@ def test_a_payload_no_column_can_hold_is_a_400_and_records_nothing(alice_client:
     assert response.status_code == 400
     assert response.json() == {"payload": {"memo": ["Null characters are not allowed."]}}
     assert Transaction.objects.count() == before
+
+
+def test_a_client_looping_on_submissions_is_throttled(
+    chain: dict[str, Any], alice_client: APIClient, settings: Any
+) -> None:
+    from django.core.cache import cache
+
+    from ledger.models import Transaction
+
+    cache.clear()  # throttle history lives in the cache
+    try:
+        worker = chain["worker"]
+        body = tx_body(signed(worker, encoding.TRANSFER, worker_keys(77).address, 1000, 1, {}))
+        bad = {**body, "amount": 2000}  # signature no longer matches: refused, and stored
+        codes = [alice_client.post("/api/v1/ledger/transactions/", bad, format="json").status_code for _ in range(61)]
+        assert codes[:60] == [400] * 60
+        assert codes[60] == 429
+        stored = Transaction.objects.filter(status="refused").count()
+        assert alice_client.post("/api/v1/ledger/transactions/", body, format="json").status_code == 429
+        assert Transaction.objects.filter(status="refused").count() == stored
+    finally:
+        cache.clear()

@@ -10,6 +10,8 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from django.test import Client
+from django.urls import reverse
 from django.utils import timezone
 from rest_framework.test import APIClient
 
@@ -238,3 +240,25 @@ def test_the_cli_registers_against_a_live_server(live_server, alice, tmp_path: P
     again = run_agent("register", "--server", live_server.url, "--token", raw, cwd=tmp_path)
     assert again.returncode == 1
     assert "already used" in again.stderr
+
+
+@pytest.mark.django_db
+def test_open_registration_tokens_are_capped_and_old_expired_ones_deleted(alice, alice_client) -> None:
+    from workers.services import MAX_OPEN_REGISTRATION_TOKENS
+
+    for _ in range(MAX_OPEN_REGISTRATION_TOKENS):
+        assert alice_client.post("/api/v1/workers/registration-tokens/").status_code == 201
+    refused = alice_client.post("/api/v1/workers/registration-tokens/")
+    assert refused.status_code == 429
+    assert "unused registration tokens" in refused.json()["detail"]
+    # The page says the same, without a token.
+    browser = Client()
+    browser.force_login(alice)
+    page = browser.post(reverse("worker-register-page"))
+    assert page.status_code == 200
+    assert "unused registration tokens" in page.content.decode()
+    assert RegistrationToken.objects.filter(owner=alice).count() == MAX_OPEN_REGISTRATION_TOKENS
+    # Expired ones do not count; those expired over a day ago are deleted.
+    RegistrationToken.objects.update(expires_at=timezone.now() - timedelta(days=2))
+    assert alice_client.post("/api/v1/workers/registration-tokens/").status_code == 201
+    assert RegistrationToken.objects.filter(owner=alice).count() == 1
