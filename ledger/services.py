@@ -53,6 +53,11 @@ def _existing(reference: str) -> Transaction | None:
     return Transaction.objects.filter(reference=reference).exclude(status=TxStatus.REFUSED).first()
 
 
+def find_by_reference(reference: str) -> Transaction | None:
+    """The admitted (pending or sealed) transaction made with this reference, if any."""
+    return _existing(reference)
+
+
 def _custodial_pair(account: Account) -> keys.KeyPair:
     if account.encrypted_key is None:
         raise LedgerError("not_custodial", f"The platform holds no key for {account.address}.")

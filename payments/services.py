@@ -240,6 +240,8 @@ def reverse_payment(payment: Payment, *, amount: int, reason: str, reference: st
     locked by the caller's transaction."""
     if payment.deposit_id is None:
         return "ignored: never credited"
+    if ledger.find_by_reference(reference) is not None:
+        return "ignored: already reversed"  # counted when it was made: never twice
     target = min(units_for_amount(payment, amount), payment.units - payment.reversed_units - payment.shortfall_units)
     if target <= 0:
         return "ignored: nothing left to reverse"

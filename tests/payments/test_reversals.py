@@ -257,3 +257,21 @@ def test_a_dispute_about_another_charge_of_the_payment_is_not_restored(carol: An
     other = dispute(payment, charge["id"], status="won", dispute_id="dp_somebody_else")
     assert deliver(event("charge.dispute.closed", other)).json()["outcome"] == "ignored: not this payment's dispute"
     assert ledger.balance(carol) == 0
+
+
+def test_a_reversal_made_again_with_its_reference_is_counted_once(carol: Any, ls: Any, deliver: Any) -> None:
+    from django.db import transaction
+
+    from payments import services
+
+    payment, intent = paid_intent(ls, carol, credits=10)
+    deliver(event("payment_intent.succeeded", intent))
+    for expected in ("reversed", "ignored: already reversed"):
+        with transaction.atomic():
+            locked = Payment.objects.select_for_update().get(pk=payment.pk)
+            outcome = services.reverse_payment(locked, amount=300, reason="refund", reference="refund:again")
+        assert outcome.startswith(expected), outcome
+    payment.refresh_from_db()
+    assert payment.reversed_units == 3 * CREDIT
+    assert ledger.balance(carol) == 7 * CREDIT
+    audited()
