@@ -3,8 +3,9 @@
 Accepted → the reward leaves escrow for the worker (minus the platform fee), the
 worker's signed SUBMIT_RESULT enters the mempool, reputation rises; when every replica
 is accepted the task completes and the rest of the escrow goes back to the requester.
-Rejected → REJECT_RESULT on the chain, reputation falls, the job is reassigned until
-the task's attempts run out, then the task fails with a full refund.
+Rejected → REJECT_RESULT on the chain, reputation falls (unless the worker's claim was
+true and only the task's quality bar was missed), the job is reassigned until the task's
+attempts run out, then the task fails with a full refund.
 All of it in one database transaction per verdict, idempotent per assignment.
 """
 
@@ -149,15 +150,17 @@ def give_up(assignment_id: UUID, reason: str) -> Assignment | None:
     return assignment
 
 
-def reject(assignment_id: UUID, reason: str) -> Assignment | None:
-    """Settle a rejected result. Returns None when it was already settled."""
+def reject(assignment_id: UUID, reason: str, *, penalise: bool = True) -> Assignment | None:
+    """Settle a rejected result (costing its worker reputation unless ``penalise`` is
+    False: see ``verifiers.Verdict``). Returns None when it was already settled."""
     with transaction.atomic():
         assignment, task = taskstate.lock(assignment_id)
         if assignment.state != Assignment.State.SUBMITTED:
             return None
         ledger.reject_result(task.pk, assignment.worker.address, reason, reference=f"reject:{assignment.pk}")
         _close(assignment, Assignment.State.REJECTED, reason)
-        taskstate.penalise(assignment.worker_id, REPUTATION_DOWN)
+        if penalise:
+            taskstate.penalise(assignment.worker_id, REPUTATION_DOWN)
         taskstate.sync_status(task, f"Result of {assignment.worker.name} rejected: {reason[:200]}")
         transaction.on_commit(partial(taskstate.schedule_later, task.pk))
     return assignment

@@ -113,8 +113,11 @@ def verify_cube_training(assignment: Assignment, artifacts: dict[str, Path]) -> 
     }
     if isinstance(outcome["recomputed"].get("val_cosine"), float):
         metrics["heldout_cosine"] = round(outcome["recomputed"]["val_cosine"], 6)
+    # The claim was true (checked above): a model that learned too little is not paid,
+    # but its worker is not penalised (the spec may allow no more: see Verdict).
     if not recomputed < untrained:
-        return Verdict(False, f"held-out val_loss {recomputed:.6g} is no better than untrained ({untrained:.6g}).")
+        reason = f"held-out val_loss {recomputed:.6g} is no better than untrained ({untrained:.6g})."
+        return Verdict(False, reason, metrics, penalise=False)
     required = settings.CUBE_MIN_LOSS_REDUCTION_PCT
     if untrained > 0 and recomputed > untrained * (1 - required / 100):
         removed = 1 - recomputed / untrained
@@ -123,6 +126,7 @@ def verify_cube_training(assignment: Assignment, artifacts: dict[str, Path]) -> 
             f"held-out val_loss {recomputed:.6g} is only {removed:.0%} below the untrained model's"
             f" ({untrained:.6g}); training must remove at least {required}%.",
             metrics,
+            penalise=False,
         )
     return Verdict(True, "", metrics)
 

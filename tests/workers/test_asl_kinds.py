@@ -181,6 +181,7 @@ def test_a_wrong_reported_accuracy_is_rejected(bob: Any, alpha: AslProvider, dat
     verdict = verify_asl_training(assignment, artifacts_of(trained))
     assert not verdict.ok
     assert "differs from reported 0.0500" in verdict.reason
+    assert verdict.penalise
 
 
 def test_below_the_minimum_accuracy_is_not_paid(
@@ -203,6 +204,7 @@ def test_below_the_minimum_accuracy_is_not_paid(
     )
     assert not verdict.ok
     assert "below the required 0.5000" in verdict.reason
+    assert not verdict.penalise
 
 
 def test_an_untrained_model_honestly_reported_is_not_paid_even_with_no_minimum(
@@ -227,6 +229,7 @@ def test_an_untrained_model_honestly_reported_is_not_paid_even_with_no_minimum(
     assert not verdict.ok
     assert "no better than guessing among 5 signs on 10 sequences: at least 0.4947 is needed" in verdict.reason
     assert verdict.metrics["heldout_top1"] == round(honest["top1"], 6)
+    assert not verdict.penalise
 
 
 def test_a_tampered_model_is_rejected(

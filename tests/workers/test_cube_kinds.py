@@ -282,6 +282,7 @@ def test_a_wrong_reported_loss_is_rejected(bob: Any, alpha: Provider, trained: P
     verdict = verify_cube_training(assignment, artifacts_of(trained))
     assert not verdict.ok
     assert "differs from reported" in verdict.reason
+    assert verdict.penalise  # a false claim costs reputation
 
 
 def test_a_proof_without_the_integer_loss_is_rejected(bob: Any, alpha: Provider, trained: Path) -> None:
@@ -347,6 +348,7 @@ def test_an_untrained_model_honestly_reported_is_rejected(
     )
     assert not verdict.ok
     assert "no better than untrained" in verdict.reason
+    assert not verdict.penalise  # the claim was true: not paid, but not a lie
 
 
 def test_a_barely_trained_model_honestly_reported_is_not_paid(bob: Any, alpha: Provider, tmp_path: Path) -> None:
@@ -373,6 +375,7 @@ def test_a_barely_trained_model_honestly_reported_is_not_paid(bob: Any, alpha: P
     # Better than untrained, which was enough before, but not by the 20 % required.
     assert verdict.metrics["heldout_val_loss"] < verdict.metrics["untrained_val_loss"]
     assert "training must remove at least 20%" in verdict.reason
+    assert not verdict.penalise
 
 
 def test_inference_outputs_are_spot_checked(bob: Any, alpha: Provider, trained: Path, tmp_path: Path) -> None:

@@ -235,6 +235,30 @@ def test_a_rejected_result_costs_reputation_and_the_job_is_reassigned(
     assert Task.objects.get(pk=task.pk).status == TaskStatus.COMPLETED
 
 
+def test_a_true_claim_that_misses_the_quality_bar_is_not_paid_and_costs_no_reputation(
+    alpha: Provider, task: Task, assignment: Assignment, bob: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from workers import verifiers
+
+    # Stands in for a trained kind's verifier: the claimed metric matched the recomputed
+    # one, but the model fell short of the task's bar (test_cube_kinds and test_asl_kinds
+    # check that the real verifiers say so).
+    short = verifiers.Verdict(False, "held-out val_loss 1.9 is only 1% below the untrained model's", penalise=False)
+    monkeypatch.setattr(verifiers, "verify", lambda assignment: short)
+    escrow_before = ledger.escrowed(bob)
+    reputation = alpha.worker.reputation
+    assert alpha.submit(assignment, alpha.run_job(assignment, tmp_path)).status_code == 202
+    assert verify_assignment(str(assignment.pk)) == "rejected"
+    assignment.refresh_from_db()
+    assert assignment.state == Assignment.State.REJECTED
+    assert "only 1% below" in assignment.reason
+    alpha.worker.refresh_from_db()
+    assert alpha.worker.reputation == reputation
+    assert alpha.worker.earnings == 0
+    assert ledger.escrowed(bob) == escrow_before
+    assert Task.objects.get(pk=task.pk).status == TaskStatus.OPEN
+
+
 def test_when_every_attempt_is_rejected_the_task_fails_with_a_full_refund(
     alpha: Provider, task: Task, assignment: Assignment, alice: Any, bob: Any, tmp_path: Path
 ) -> None:
