@@ -11,8 +11,9 @@ from __future__ import annotations
 import logging
 from contextlib import suppress
 from datetime import timedelta
+from typing import Any
 
-from celery import shared_task
+from celery import Task, shared_task
 from django.conf import settings
 from django.db import OperationalError
 from django.db.models import F
@@ -60,6 +61,7 @@ def purge_rejected_artifacts() -> int:
 # result in "submitted" (the message is acknowledged when the task ends): try again.
 # Settling is idempotent, so a retry after a partial run is harmless.
 @shared_task(
+    bind=True,
     name="workers.verify_assignment",
     ignore_result=True,
     autoretry_for=(OperationalError,),
@@ -67,7 +69,7 @@ def purge_rejected_artifacts() -> int:
     retry_backoff_max=120,
     max_retries=8,
 )
-def verify_assignment(assignment_id: str) -> str:
+def verify_assignment(self: Task, assignment_id: str) -> str:
     """Judge a submitted result and settle it; at most VERIFY_MAX_ATTEMPTS runs that die.
 
     A run whose process is killed (out of memory, a hard time limit) raises nothing here:
@@ -79,11 +81,16 @@ def verify_assignment(assignment_id: str) -> str:
     needs, so a result that kills the verifier again and again is the result's doing, and
     giving it up without penalty would let a worker do it for free. The task goes back to
     the scheduler, to be completed by another worker or failed with its refund.
+
+    A retry of a run that raised (a database error: ``autoretry_for``) is the same run
+    going on, not a new one: it is not counted, so a busy database (SQLite's "locked")
+    cannot use the count up however often it makes the run retry.
     """
     assignment = Assignment.objects.select_related("task", "worker").filter(pk=assignment_id).first()
     if assignment is None or assignment.state != Assignment.State.SUBMITTED:
         return "skipped"
-    attempts = _start_attempt(assignment)
+    counted = not self.request.retries
+    attempts = _start_attempt(assignment) if counted else _attempts(assignment)
     if attempts is None:
         return "skipped"
     if attempts > settings.VERIFY_MAX_ATTEMPTS:
@@ -95,12 +102,25 @@ def verify_assignment(assignment_id: str) -> str:
         return _verify_and_settle(assignment)
     except Exception:
         # The run ended (an error to retry or to ask again for later): not a run that died.
-        # With the database down this fails too, and the run stays counted.
-        with suppress(OperationalError):
-            Assignment.objects.filter(pk=assignment.pk, verify_attempts__gt=0).update(
-                verify_attempts=F("verify_attempts") - 1
-            )
+        # With the database down this fails too, and the run stays counted (once: its
+        # retries are not counted).
+        if counted:
+            with suppress(OperationalError):
+                _uncount(assignment.pk)
         raise
+
+
+def _uncount(assignment_id: Any) -> None:
+    Assignment.objects.filter(pk=assignment_id, verify_attempts__gt=0).update(verify_attempts=F("verify_attempts") - 1)
+
+
+def _attempts(assignment: Assignment) -> int | None:
+    """The runs counted so far, or None when the result was settled meanwhile."""
+    return (
+        Assignment.objects.filter(pk=assignment.pk, state=Assignment.State.SUBMITTED)
+        .values_list("verify_attempts", flat=True)
+        .first()
+    )
 
 
 def _start_attempt(assignment: Assignment) -> int | None:

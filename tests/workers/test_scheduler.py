@@ -222,8 +222,8 @@ def test_tasks_scheduled_at_once_never_give_one_worker_two_jobs(
     both_chose = threading.Barrier(len(tasks))
     choose = scheduler.eligible_workers
 
-    def choose_then_wait(task: Task, exclude: set[Any]) -> list[Worker]:
-        chosen = choose(task, exclude)
+    def choose_then_wait(task: Task, exclude: set[Any], owners: Any = ()) -> list[Worker]:
+        chosen = choose(task, exclude, owners)
         both_chose.wait(timeout=30)
         return chosen
 

@@ -162,3 +162,41 @@ def test_a_result_that_keeps_killing_the_verifier_is_rejected_and_the_task_refun
     task.refresh_from_db()
     assert task.status == TaskStatus.FAILED
     assert ledger.balance(bob) == before
+
+
+def test_a_run_retried_on_a_locked_database_counts_once_and_the_result_is_still_paid(
+    alice: Any, bob: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from django.db import OperationalError
+
+    from workers import tasks
+
+    provider = test_jobs.Provider(alice, "alpha")
+    task = post_task(bob, "synthetic", {"n": 64}, budget=UNITS_PER_CREDIT)
+    (assignment,) = scheduler.schedule(task.pk)
+    assert provider.submit(assignment, provider.run_job(assignment, tmp_path)).status_code == 202
+    honest = verifiers.verify
+
+    tries: list[int] = []
+
+    def locked(_: Any) -> Any:
+        tries.append(1)
+        raise OperationalError("database is locked")
+
+    def also_locked(_: Any) -> None:  # the run's own bookkeeping meets the same lock
+        raise OperationalError("database is locked")
+
+    # A busy SQLite: the run and each of its automatic retries (eager here: Celery runs
+    # them at once) meet a locked database, and the run cannot even uncount itself.
+    monkeypatch.setattr(verifiers, "verify", locked)
+    monkeypatch.setattr(tasks, "_uncount", also_locked)
+    result = verify_assignment.apply(args=(str(assignment.pk),))
+    assert isinstance(result.result, OperationalError)
+    assert len(tries) == 9  # the run and its 8 retries
+    assignment.refresh_from_db()
+    assert assignment.state == Assignment.State.SUBMITTED
+    assert assignment.verify_attempts == 1  # one run, not one per try
+
+    # Later, asked again with the database free: the honest result is verified and paid.
+    monkeypatch.setattr(verifiers, "verify", honest)
+    assert verify_assignment(str(assignment.pk)) == "accepted"
