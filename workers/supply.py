@@ -92,6 +92,7 @@ class Survey:
     free: list[UUID] = field(default_factory=list)  # fit and hold no unsettled job, best first
     short: Counter[str] = field(default_factory=Counter)  # the others, by reason (REASONS)
     taken: int = 0  # workers just given the task, left out of the rest
+    providers: set[int] = field(default_factory=set)  # owners of the fitting workers
 
     @property
     def online(self) -> int:
@@ -111,6 +112,20 @@ class Survey:
     def warning(self) -> str:
         """For a task not posted yet, when no online worker fits it."""
         return f"No worker can take this task now: {self._state(self.short)}. {self.need.sentence()}"
+
+    def posting_warning(self, replication: int) -> str:
+        """For a task not posted yet: why it would wait, or "" when enough workers fit.
+        Replicas go to different providers, so r replicas need r providers' workers."""
+        if not self.fitting:
+            return self.warning()
+        if len(self.providers) < replication:
+            n = len(self.providers)
+            have = "1 provider has" if n == 1 else f"{n} providers have"
+            return (
+                f"Only {have} fitting workers online, and its {replication} replicas must go to"
+                f" {replication} different providers."
+            )
+        return ""
 
     def _state(self, counts: Counter[str]) -> str:
         other = " other" if self.taken else ""
@@ -228,6 +243,8 @@ def survey(
             result.free.append(worker.pk)
         else:
             result.short[reason] += 1
+        if reason in (None, BUSY):
+            result.providers.add(worker.owner_id)
     return result
 
 

@@ -183,7 +183,8 @@ class TaskQuoteResultSerializer(serializers.Serializer):
     gpu_preferred = serializers.BooleanField()
     workers = WorkerSupplySerializer()
     waiting_reason = serializers.CharField(
-        help_text="Why no online worker can take the task now; empty when one can (free or busy)."
+        help_text="Why the task would wait: no online worker fits it, or fitting workers of fewer providers"
+        " than its replication (replicas go to different providers); empty otherwise (free or busy)."
     )
 
 

@@ -135,7 +135,7 @@ class TaskViewSet(OwnedViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixin
             "memory_bytes": resources.memory_bytes,
             "gpu_preferred": resources.gpu_preferred,
             "workers": {"online": survey.online, "fitting": survey.fitting, "free": len(survey.free)},
-            "waiting_reason": "" if survey.fitting else survey.warning(),
+            "waiting_reason": survey.posting_warning(task_request.replication),
         }
         return Response(s.TaskQuoteResultSerializer(quote).data)
 

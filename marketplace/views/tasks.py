@@ -134,6 +134,7 @@ def _estimate(form: TaskForm) -> dict[str, Any] | None:
         return None
     data = getattr(form, "cleaned_data", {})
     min_reputation = data.get("min_reputation", form.fields["min_reputation"].initial) or 0
+    replication = data.get("replication", form.fields["replication"].initial) or 1
     resources = form.kind.resources(clean)
     need = supply.Need.of(form.kind.name, clean, min_reputation)
     survey = supply.survey(need, max_age=settings.SUPPLY_SNAPSHOT_SECONDS)
@@ -142,8 +143,9 @@ def _estimate(form: TaskForm) -> dict[str, Any] | None:
         "resources": resources,
         "memory": supply.memory(resources.memory_bytes),  # as the waiting reasons write it
         "supply": survey,
-        # With no worker able to take it, the post page says why before the money is held.
-        "warning": survey.warning() if not survey.fitting else "",
+        # With no worker (or too few providers) able to take it, the post page says why
+        # before the money is held.
+        "warning": survey.posting_warning(replication),
     }
 
 

@@ -263,6 +263,15 @@ def test_quote_prices_a_task_and_says_who_could_take_it_without_posting(
     both = alice_client.post(TASKS + "quote/", {"kind": "synthetic", "min_reputation": 50}, format="json").json()
     assert both["workers"] == {"online": 2, "fitting": 1, "free": 1}
     assert both["waiting_reason"] == ""
+    # Two replicas go to two providers: bob's two fitting nodes count once.
+    pair = {"kind": "synthetic", "replication": 2}
+    one_provider = alice_client.post(TASKS + "quote/", pair, format="json").json()
+    assert one_provider["workers"] == {"online": 2, "fitting": 2, "free": 2}
+    assert one_provider["waiting_reason"] == (
+        "Only 1 provider has fitting workers online, and its 2 replicas must go to 2 different providers."
+    )
+    make_worker(alice, name="three", reputation=50)
+    assert alice_client.post(TASKS + "quote/", pair, format="json").json()["waiting_reason"] == ""
     # The errors posting would give, the budget included when it is given.
     short = alice_client.post(TASKS + "quote/", {"kind": "synthetic", "budget": "0.000000001"}, format="json")
     assert short.status_code == 400

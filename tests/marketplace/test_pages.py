@@ -434,6 +434,11 @@ def test_the_estimate_says_whether_an_online_worker_can_take_the_task(alice_web:
     fits = text(alice_web.post(url, synthetic_form(), HTTP_HX_REQUEST="true"))
     assert "Online now: 1 of 2 workers fits, 1 free." in fits
     assert "No worker can take" not in fits
+    assert "replicas must go to" not in fits
+    # Two replicas need two providers' workers: bob alone falls short, and the page says so.
+    pair = text(alice_web.post(url, synthetic_form(replication="2"), HTTP_HX_REQUEST="true"))
+    assert "Online now: 1 of 2 workers fits, 1 free." in pair
+    assert "Only 1 provider has fitting workers online, and its 2 replicas must go to 2 different providers." in pair
     # The form's minimum reputation counts too.
     picky = text(alice_web.post(url, synthetic_form(min_reputation="80"), HTTP_HX_REQUEST="true"))
     assert "1 has reputation below 80" in picky
