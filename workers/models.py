@@ -118,6 +118,9 @@ ASSIGNMENT_TRANSITIONS: dict[str, frozenset[str]] = {
 SETTLED = frozenset({A.ACCEPTED, A.REJECTED, A.EXPIRED})
 # A worker holds at most one of these at a time: its SUBMIT_RESULT nonce is then the next one.
 UNSETTLED = (A.OFFERED, A.RUNNING, A.SUBMITTED)
+# A provider with a replica of a task in one of these states is not given another of it
+# (replicas go to different providers: workers/scheduler.py).
+REPLICA_HELD = (*UNSETTLED, A.ACCEPTED)
 
 
 class Assignment(models.Model):

@@ -23,13 +23,11 @@ from marketplace.models import ACTIVE, Task, TaskStatus
 from marketplace.services import set_reason_locked, transition_locked
 from workers import heldout, supply, taskstate, uploads
 from workers.dashboard import worker_changed
-from workers.models import UNSETTLED, Assignment, Worker
+from workers.models import REPLICA_HELD, UNSETTLED, Assignment, Worker
 
 log = logging.getLogger(__name__)
 
 GENESIS_SEED = "0" * 64
-# A provider with a replica in one of these states is not given another of the same task.
-REPLICA_HELD = (*UNSETTLED, Assignment.State.ACCEPTED)
 EXPIRE_PENALTY = 5  # reputation points lost when a job expires in a worker's hands
 
 

@@ -22,7 +22,7 @@ from django.db.models import Exists, OuterRef
 
 from marketplace.kinds import KINDS, Kind
 from workers import taskstate
-from workers.models import UNSETTLED, Assignment, Worker
+from workers.models import REPLICA_HELD, UNSETTLED, Assignment, Worker
 
 log = logging.getLogger(__name__)
 
@@ -289,6 +289,12 @@ class Demand:
             )
         if self.short[TOOK_PART]:
             out.append(f"It already has or had {self.short[TOOK_PART]} of them.")
+        if self.short[SAME_PROVIDER]:
+            count = self.short[SAME_PROVIDER]
+            out.append(
+                f"{count} {'has a replica' if count == 1 else 'have replicas'} on another of your nodes:"
+                " replicas go to different providers."
+            )
         return out
 
 
@@ -316,6 +322,15 @@ def demand(worker: Worker) -> Demand:
     had = set(
         Assignment.objects.filter(worker=worker, task__in=[t.pk for t in tasks]).values_list("task_id", flat=True)
     )
+    # Replicas go to different providers: a task another of the owner's nodes holds a
+    # replica of is not this node's to take either.
+    siblings = set(
+        Assignment.objects.filter(
+            worker__owner_id=worker.owner_id, state__in=REPLICA_HELD, task__in=[t.pk for t in tasks]
+        )
+        .exclude(worker=worker)
+        .values_list("task_id", flat=True)
+    )
     caps = worker.capabilities if isinstance(worker.capabilities, dict) else {}
     features = caps.get("features")
     offered = set(features) if isinstance(features, list) else set()
@@ -329,6 +344,8 @@ def demand(worker: Worker) -> Demand:
         result.waiting += 1
         if reason is None and task.pk in had:
             reason = TOOK_PART
+        if reason is None and task.pk in siblings:
+            reason = SAME_PROVIDER
         if reason is None:
             result.fits += 1
             continue

@@ -306,3 +306,10 @@ def test_a_workers_page_says_which_waiting_tasks_it_could_take_and_what_the_rest
     Task.objects.filter(pk=broken.pk).update(spec={"count": 1})
     body = text(login("alice").get(f"/workers/{worker.pk}/"))
     assert " 1 of the 5 waiting fits this worker" in body
+    # Another of alice's nodes holds a replica of a task: not this node's to take either.
+    sibling, _ = make_worker(alice, "new-rig", capabilities={**CAPS, "kinds": ["synthetic"]}, reputation=50)
+    pair = post_task(bob, "synthetic", {"n": 64, "generator": "shake128"}, budget=UNITS_PER_CREDIT, replication=2)
+    make_assignment(pair, sibling, state=Assignment.State.RUNNING)
+    body = text(login("alice").get(f"/workers/{worker.pk}/"))
+    assert " 1 of the 6 waiting fits this worker" in body
+    assert "1 has a replica on another of your nodes: replicas go to different providers." in body
