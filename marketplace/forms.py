@@ -188,7 +188,10 @@ class TaskForm(ServiceErrorsMixin, forms.Form):
         label="Minimum worker reputation", min_value=0, max_value=100, initial=0, help_text="0–100."
     )
     replication = forms.IntegerField(
-        min_value=1, max_value=5, initial=1, help_text="Workers of different providers that each compute the same result (1–5)."
+        min_value=1,
+        max_value=5,
+        initial=1,
+        help_text="Workers of different providers that each compute the same result (1–5).",
     )
     max_attempts = forms.IntegerField(
         min_value=1, max_value=10, initial=3, help_text="Assignments tried before the task fails (1–10)."
