@@ -171,6 +171,17 @@ class CapabilitiesView(APIView):
         return Response({"capabilities": services.update_capabilities(request.auth, request.data)})
 
 
+class WorkerThrottle(throttling.SimpleRateThrottle):
+    """Per worker node (its token), for what a node may ask for in a loop."""
+
+    rate = "30/min"
+
+    def get_cache_key(self, request: Request, view: Any) -> str | None:
+        worker = request.auth
+        ident = str(worker.pk) if isinstance(worker, Worker) else self.get_ident(request)
+        return f"throttle_worker_{view.__class__.__name__}_{ident}"
+
+
 class SweepView(APIView):
     """Move this worker's earnings to its owner's account, signed by the node's own key.
 
@@ -181,6 +192,7 @@ class SweepView(APIView):
 
     authentication_classes = [WorkerTokenAuthentication]
     permission_classes = [IsWorker]
+    throttle_classes = [WorkerThrottle]  # a refused sweep is stored for the explorer
 
     @property
     def worker(self) -> Worker:

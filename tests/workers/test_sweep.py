@@ -375,3 +375,14 @@ def test_the_sweep_command_against_a_live_server(alice: Any, bob: Any, tmp_path:
         assert "Traceback" not in refused.stderr
         assert Transaction.objects.filter(type="TRANSFER", sender=worker.address).count() == 1
         assert Assignment.objects.get(pk=assignment.pk).state == Assignment.State.OFFERED
+
+
+def test_a_node_looping_on_sweeps_is_throttled(paid_alpha: Rig) -> None:
+    template = paid_alpha.template().json()
+    forged = paid_alpha.forged(template, keys.generate())
+    codes = [paid_alpha.sweep(forged).status_code for _ in range(30)]  # the template was the 1st of 30
+    assert codes[:29] == [400] * 29
+    assert codes[29] == 429
+    refused = Transaction.objects.filter(status="refused").count()
+    assert paid_alpha.sweep(paid_alpha.signed(template)).status_code == 429
+    assert Transaction.objects.filter(status="refused").count() == refused
