@@ -9,13 +9,15 @@ balance and nonce, and replaying the pending transactions on top must give their
 available balance and next nonce. The first divergence raises ``Divergence`` naming
 the block height, the transaction hash and the field.
 
-The audit runs against a live platform, so it reads one snapshot: called outside a
-transaction, all its queries run in one read-only transaction (REPEATABLE READ on
-PostgreSQL; a DEFERRED one on SQLite, whose WAL journal gives a reader a snapshot
-without holding up writers). Otherwise each query saw the database as of its own start,
+The audit runs against a live platform. The blocks sealed when it starts never change
+(a block is committed with its transactions), so they are replayed outside any
+transaction: a long audit holds no snapshot. The rest is read in one read-only snapshot
+(REPEATABLE READ on PostgreSQL; a DEFERRED transaction on SQLite, whose WAL journal
+gives a reader a snapshot without holding up writers): the blocks sealed meanwhile, the
+accounts and the mempool. Otherwise each query saw the database as of its own start,
 and a block sealed (or a transaction admitted) between reading the blocks, the accounts
-and the mempool was a "divergence" of a healthy chain. A caller's own transaction keeps
-its isolation.
+and the mempool was a "divergence" of a healthy chain. Called inside a transaction, it
+reads everything in the caller's, which keeps its isolation.
 """
 
 from __future__ import annotations
@@ -140,22 +142,50 @@ def _snapshot() -> Iterator[None]:
 
 
 def verify_chain(progress: Callable[[int, int], None] | None = None) -> Summary:
-    """Replay the whole chain; raise Divergence at the first disagreement."""
+    """Replay the whole chain; raise Divergence at the first disagreement.
+
+    Sealed blocks never change, so the blocks there are when it starts are replayed
+    outside any transaction: a long audit holds no snapshot (on PostgreSQL one would hold
+    back vacuum for the audit's length; on SQLite it would stop WAL checkpoints). Then,
+    in one snapshot, the blocks sealed meanwhile and the comparison with the accounts and
+    the mempool, which must all be of one moment.
+    """
+    replay = _Replay(progress)
+    if not connection.in_atomic_block:
+        head = Block.objects.order_by("-height").values_list("height", flat=True).first()
+        if head is not None:
+            replay.advance(upto=head)
     with _snapshot():
-        return _verify_chain(progress)
+        replay.advance(upto=None)
+        return replay.finish()
 
 
-def _verify_chain(progress: Callable[[int, int], None] | None) -> Summary:
-    started = time.perf_counter()
-    ctx = context()
-    validator_key = custody.validator_keys().public_key
-    state: dict[str, list[int]] = defaultdict(lambda: [0, 0])
-    tree = StateTree()
-    deposits = payouts = reversals = tx_total = 0
-    prev: Block | None = None
-    total_blocks = Block.objects.count()
-    for count, block in enumerate(_blocks()):
-        h = block.height
+class _Replay:
+    """The chain replayed so far: a fresh state that starts empty, block after block."""
+
+    def __init__(self, progress: Callable[[int, int], None] | None) -> None:
+        self.started = time.perf_counter()
+        self.progress = progress
+        self.ctx = context()
+        self.validator_key = custody.validator_keys().public_key
+        self.state: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+        self.tree = StateTree()
+        self.deposits = self.payouts = self.reversals = self.transactions = 0
+        self.prev: Block | None = None
+        self.count = 0
+
+    def advance(self, upto: int | None) -> None:
+        """Replay the blocks after the last one replayed, up to height ``upto`` (None: all)."""
+        after = -1 if self.prev is None else self.prev.height
+        total = Block.objects.count()
+        for block in _blocks(after, upto):
+            self._block(block)
+            self.count += 1
+            if self.progress is not None:
+                self.progress(self.count, max(total, self.count))
+
+    def _block(self, block: Block) -> None:
+        h, count, prev, ctx, validator_key = block.height, self.count, self.prev, self.ctx, self.validator_key
         _check(h == count, h, "", "height", f"expected height {count} after block {count - 1}")
         if prev is None:
             expected = genesis_header()
@@ -181,25 +211,25 @@ def _verify_chain(progress: Callable[[int, int], None] | None) -> Summary:
         for i, t in enumerate(txs):
             _check(t.index_in_block == i, h, t.hash, "index_in_block", f"expected position {i}")
             _check(t.status == TxStatus.SEALED, h, t.hash, "status", "a transaction in a block is sealed")
-        _replay_block(txs, state, ctx, block.proposer, h)
+        _replay_block(txs, self.state, ctx, block.proposer, h)
         for t in txs:
             if t.type == encoding.DEPOSIT:
-                deposits += t.amount
+                self.deposits += t.amount
             elif t.type == encoding.PAYOUT:
-                payouts += t.amount
+                self.payouts += t.amount
             elif t.type == encoding.REVERSAL:
-                reversals += t.amount
-        tx_total += len(txs)
+                self.reversals += t.amount
+        self.transactions += len(txs)
         _check(block.gas_used == sum(t.gas_limit for t in txs), h, "", "gas_used", "differs from the transactions'")
         if h > 0:
             # The accounts a transaction moves: its sender, recipient and the fee collector.
             for address in {a for t in txs for a in (t.sender, t.recipient)} | {block.proposer}:
-                balance, nonce = state.get(address, (0, 0))
-                tree.update(address, balance, nonce)
+                balance, nonce = self.state.get(address, (0, 0))
+                self.tree.update(address, balance, nonce)
             roots = {
                 "tx_root": merkle.root_from_leaf_hashes(tx_leaf_hashes(txs)),
                 "compute_root": merkle.root_from_leaf_hashes(compute_leaf_hashes(txs)),
-                "state_root": tree.root(),
+                "state_root": self.tree.root(),
             }
             for name, value in roots.items():
                 _check(getattr(block, name) == value.hex(), h, "", name, "differs from the recomputed root")
@@ -212,40 +242,45 @@ def _verify_chain(progress: Callable[[int, int], None] | None) -> Summary:
             "signature",
             "the validator's signature does not verify",
         )
-        prev = block
-        if progress is not None:
-            progress(count + 1, total_blocks)
+        self.prev = block
 
-    _compare_accounts(state, prev)
-    pending = _compare_pending(state, ctx.validator)
-    total = sum(b for b, _ in state.values())
-    _check(
-        total == deposits - payouts - reversals,
-        None,
-        "",
-        "balance",
-        "sum of balances ≠ deposits − payouts − reversals",
-    )
-    return Summary(
-        blocks=0 if prev is None else prev.height + 1,
-        transactions=tx_total,
-        pending=pending,
-        accounts=Account.objects.count(),
-        total_balance=total,
-        deposits=deposits,
-        payouts=payouts,
-        head_hash="" if prev is None else prev.hash,
-        seconds=time.perf_counter() - started,
-        reversals=reversals,
-    )
+    def finish(self) -> Summary:
+        """Compare the replayed state with the accounts and the mempool (in the caller's
+        snapshot, with every block of that snapshot replayed)."""
+        state, prev = self.state, self.prev
+        _compare_accounts(state, prev)
+        pending = _compare_pending(state, self.ctx.validator)
+        total = sum(b for b, _ in state.values())
+        _check(
+            total == self.deposits - self.payouts - self.reversals,
+            None,
+            "",
+            "balance",
+            "sum of balances ≠ deposits − payouts − reversals",
+        )
+        return Summary(
+            blocks=0 if prev is None else prev.height + 1,
+            transactions=self.transactions,
+            pending=pending,
+            accounts=Account.objects.count(),
+            total_balance=total,
+            deposits=self.deposits,
+            payouts=self.payouts,
+            head_hash="" if prev is None else prev.hash,
+            seconds=time.perf_counter() - self.started,
+            reversals=self.reversals,
+        )
 
 
-def _blocks(chunk: int = 200) -> Iterator[Block]:
-    """Blocks by height, a page at a time. Plain queries, not a server-side cursor, so a
-    divergence raised mid-way leaves no cursor open in the caller's transaction."""
-    after = -1
+def _blocks(after: int, upto: int | None, chunk: int = 200) -> Iterator[Block]:
+    """Blocks above height ``after`` (up to ``upto``, or all), by height, a page at a time.
+    Plain queries, not a server-side cursor, so a divergence raised mid-way leaves no
+    cursor open in the caller's transaction."""
     while True:
-        page = list(Block.objects.filter(height__gt=after).order_by("height")[:chunk])
+        rows = Block.objects.filter(height__gt=after)
+        if upto is not None:
+            rows = rows.filter(height__lte=upto)
+        page = list(rows.order_by("height")[:chunk])
         yield from page
         if len(page) < chunk:
             return
