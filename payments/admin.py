@@ -28,7 +28,7 @@ class PaymentAdmin(ReadOnlyAdmin):
 class WebhookEventAdmin(ReadOnlyAdmin):
     list_display = ["event_id", "type", "outcome", "received_at"]
     list_filter = ["type"]
-    search_fields = ["event_id"]
+    search_fields = ["event_id", "parked_intent_id"]
 
 
 @admin.register(ConnectedAccount)

@@ -86,15 +86,31 @@ class Customer(models.Model):
 
 class WebhookEvent(models.Model):
     """A Stripe event that was processed. Recorded in the same database transaction as
-    its effect, so a redelivered event finds its id here and changes nothing."""
+    its effect, so a redelivered event finds its id here and changes nothing.
+
+    A refund or dispute of a PaymentIntent no payment knows yet (a Checkout payment
+    learns its intent from checkout.session.completed, which Stripe may send later) is
+    parked: its object is kept here until that completion replays it, or is dropped
+    once it has waited ``webhook.PARK_FOR``."""
 
     event_id = models.CharField(max_length=255, unique=True)
     type = models.CharField(max_length=100)
     outcome = models.CharField(max_length=300, blank=True)
     received_at = models.DateTimeField(default=timezone.now)
+    parked_intent_id = models.CharField(
+        max_length=255, blank=True, help_text="The PaymentIntent a parked event waits for; empty once applied."
+    )
+    parked_object = models.JSONField(null=True, blank=True, help_text="The parked event's data.object.")
 
     class Meta:
         ordering = ["-received_at"]
+        indexes = [
+            models.Index(
+                fields=["parked_intent_id", "received_at"],
+                condition=~Q(parked_intent_id=""),
+                name="payments_webhook_parked",
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"{self.type} {self.event_id}"

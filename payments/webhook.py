@@ -9,7 +9,13 @@ stops sending it.
 
 Stripe neither orders its events nor stops retrying one for days, so each is applied on
 its own terms: a refund or dispute before the payment's success is recorded and burnt
-once the success credits it; a dispute's close may come before its creation.
+once the success credits it; a dispute's close may come before its creation. A Checkout
+payment knows its PaymentIntent only from checkout.session.completed, so a refund or
+dispute of an intent no payment knows is parked (its object kept on its WebhookEvent)
+and replayed, in the order received, once a completion names that intent. Parked events
+of intents that never become a payment's (a Stripe account shared with other apps) have
+their objects dropped after ``PARK_FOR``, when a later event is parked (payments has no
+periodic task).
 
 Subscribe the endpoint to: payment_intent.succeeded, payment_intent.payment_failed,
 payment_intent.canceled, checkout.session.completed,
@@ -21,10 +27,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
+from django.db.models import Q
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
@@ -34,6 +43,12 @@ from payments.models import PayoutRequest, WebhookEvent
 log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 256 * 1024  # Stripe's events are a few kB; anything near this is not one
+# Stripe retries a delivery for three days: a completion later than this will not come.
+PARK_FOR = timedelta(days=30)
+PARKED = "parked: no payment with this payment intent yet"
+PARK_EXPIRED = "ignored: parked, and no payment with this payment intent came"
+# The advisory-lock class of "a PaymentIntent's events" (PostgreSQL; any fixed int4).
+INTENT_LOCK_CLASS = 0x5057_5049
 
 
 def _id_of(value: Any) -> str:
@@ -41,6 +56,16 @@ def _id_of(value: Any) -> str:
     if isinstance(value, dict):
         return str(value.get("id", ""))
     return str(value or "")
+
+
+def _lock_intent(intent_id: str) -> None:
+    """Serialise, until the transaction ends, the handling of events that name this
+    PaymentIntent: a refund that parks and the completion that would replay it must not
+    miss each other's uncommitted rows. Taken before any payment row lock. SQLite needs
+    none: its transactions start IMMEDIATE and so serialise every writer."""
+    if intent_id and connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", [INTENT_LOCK_CLASS, intent_id])
 
 
 def _payment_intent_succeeded(obj: dict[str, Any]) -> str:
@@ -72,6 +97,7 @@ def _payment_intent_failed(obj: dict[str, Any], canceled: bool = False) -> str:
 
 def _checkout_completed(obj: dict[str, Any]) -> str:
     metadata = obj.get("metadata") or {}
+    _lock_intent(_id_of(obj.get("payment_intent")))
     payment = services.find_payment(session_id=_id_of(obj.get("id")), payment_id=str(metadata.get("payment_id", "")))
     if payment is None:
         return "ignored: no such payment"
@@ -81,18 +107,24 @@ def _checkout_completed(obj: dict[str, Any]) -> str:
     if obj.get("payment_status") != "paid":
         return f"ignored: payment_status {obj.get('payment_status')}"  # async methods: a later event says paid
     intent_id = _id_of(obj.get("payment_intent"))
-    if intent_id and not payment.payment_intent_id:
+    learnt = bool(intent_id) and not payment.payment_intent_id
+    if learnt:
         payment.payment_intent_id = intent_id
         payment.save(update_fields=["payment_intent_id", "updated_at"])
-    return services.credit_payment(
+    outcome = services.credit_payment(
         payment, amount=int(obj.get("amount_total", -1)), currency=str(obj.get("currency", "")), metadata=metadata
     )
+    if learnt:
+        outcome += "".join(f"; {replayed}" for replayed in _replay_parked(intent_id))
+    return outcome
 
 
 def _charge_refunded(obj: dict[str, Any]) -> str:
-    payment = services.find_payment(charge_id=_id_of(obj.get("id")), intent_id=_id_of(obj.get("payment_intent")))
+    intent_id = _id_of(obj.get("payment_intent"))
+    _lock_intent(intent_id)
+    payment = services.find_payment(charge_id=_id_of(obj.get("id")), intent_id=intent_id)
     if payment is None:
-        return "ignored: no such payment"
+        return PARKED if intent_id else "ignored: no such payment"
     if str(obj.get("currency", "")).lower() != payment.currency:
         log.warning("payment %s: refund in %r ignored", payment.pk, obj.get("currency"))
         return "ignored: currency mismatch"
@@ -100,9 +132,11 @@ def _charge_refunded(obj: dict[str, Any]) -> str:
 
 
 def _dispute(obj: dict[str, Any], apply: Callable[..., str]) -> str:
-    payment = services.find_payment(charge_id=_id_of(obj.get("charge")), intent_id=_id_of(obj.get("payment_intent")))
+    intent_id = _id_of(obj.get("payment_intent"))
+    _lock_intent(intent_id)
+    payment = services.find_payment(charge_id=_id_of(obj.get("charge")), intent_id=intent_id)
     if payment is None:
-        return "ignored: no such payment"
+        return PARKED if intent_id else "ignored: no such payment"
     if str(obj.get("currency", "")).lower() != payment.currency:
         log.warning("payment %s: dispute in %r ignored", payment.pk, obj.get("currency"))
         return "ignored: currency mismatch"
@@ -145,6 +179,36 @@ HANDLERS: dict[str, Callable[[dict[str, Any]], str]] = {
 }
 
 
+def _replay_parked(intent_id: str) -> list[str]:
+    """Apply the events parked for this PaymentIntent, which a payment has just learnt,
+    through their own handlers in the order they were received, each once: its row is
+    locked and unparked as it is applied. Returns their outcomes."""
+    outcomes = []
+    parked = WebhookEvent.objects.select_for_update().filter(parked_intent_id=intent_id).order_by("received_at", "id")
+    for record in parked:
+        outcome = HANDLERS[record.type](record.parked_object or {})
+        if outcome == PARKED:  # cannot happen while the payment knows the intent: keep it rather than lose it
+            continue
+        log.info("stripe event %s %s replayed: %s", record.event_id, record.type, outcome)
+        record.outcome = f"{PARKED}; replayed: {outcome}"[:300]
+        record.parked_intent_id, record.parked_object = "", None
+        record.save(update_fields=["outcome", "parked_intent_id", "parked_object"])
+        outcomes.append(f"replayed {record.event_id}: {outcome}")
+    return outcomes
+
+
+def _park(record: WebhookEvent, obj: dict[str, Any]) -> None:
+    """Keep the event's object for the completion that names its intent, and drop the
+    parked events that have waited longer than ``PARK_FOR`` (their rows stay, so a late
+    redelivery is still a duplicate). Cheap: the partial index holds only parked rows."""
+    record.parked_intent_id = _id_of(obj.get("payment_intent"))
+    record.parked_object = obj
+    expired = WebhookEvent.objects.filter(~Q(parked_intent_id=""), received_at__lt=timezone.now() - PARK_FOR)
+    dropped = expired.update(parked_intent_id="", parked_object=None, outcome=PARK_EXPIRED)
+    if dropped:
+        log.info("stripe webhook: %d parked events dropped after %s", dropped, PARK_FOR)
+
+
 def handle_event(event: dict[str, Any]) -> str:
     """Apply one verified event exactly once. Returns the outcome recorded with it."""
     event_id, event_type = str(event.get("id", "")), str(event.get("type", ""))
@@ -160,7 +224,9 @@ def handle_event(event: dict[str, Any]) -> str:
             return "duplicate"
         outcome = handler(obj)
         record.outcome = outcome[:300]
-        record.save(update_fields=["outcome"])
+        if outcome == PARKED:
+            _park(record, obj)
+        record.save(update_fields=["outcome", "parked_intent_id", "parked_object"])
     return outcome
 
 

@@ -10,7 +10,7 @@ import httpx
 from ledger.models import Transaction
 from ledger.replay import verify_chain
 from ledger.sealer import seal_all
-from payments import services
+from payments import services, stripe_client
 from payments.models import Payment
 from tests.payments.conftest import event
 
@@ -52,6 +52,35 @@ def credited(
     assert deliver(event("payment_intent.succeeded", intent)).json()["outcome"] == "credited"
     payment.refresh_from_db()
     return payment, charge_of(ls, payment.charge_id)
+
+
+def paid_checkout(ls: httpx.Client, user: Any, credits: int = 10) -> tuple[Payment, dict[str, Any], dict[str, Any]]:
+    """Start a Checkout purchase through the service and pay it as Stripe's hosted page
+    would: a PaymentIntent with the session's metadata, confirmed with the Visa test card
+    at localstripe (whose sessions make none). Returns the payment (which knows only its
+    session), its checkout.session.completed object, and the PaymentIntent."""
+    purchase = services.start_purchase(
+        user, credits, checkout=True, success_url="https://proofwork.test/ok", cancel_url="https://proofwork.test/no"
+    )
+    payment = purchase.payment
+    metadata = {"payment_id": str(payment.pk), "user_id": str(user.pk), "units": str(payment.units)}
+    pi = stripe_client.create_payment_intent(
+        payment.amount, payment.currency, services.customer_of(user), metadata, idempotency_key=f"checkout:{payment.pk}"
+    )
+    assert confirm_card(ls, pi.client_secret).status_code == 200
+    intent = retrieve_intent(ls, pi.id)
+    assert intent["status"] == "succeeded"
+    assert payment.payment_intent_id is None
+    session = {
+        "id": payment.checkout_session_id,
+        "object": "checkout.session",
+        "amount_total": payment.amount,
+        "currency": payment.currency,
+        "payment_status": "paid",
+        "payment_intent": pi.id,
+        "metadata": metadata,
+    }
+    return payment, session, intent
 
 
 def charge_of(ls: httpx.Client, charge_id: str) -> dict[str, Any]:

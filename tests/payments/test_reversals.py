@@ -6,19 +6,26 @@ as in test_purchase; the charges and refunds are localstripe's."""
 
 from __future__ import annotations
 
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.core.management import call_command
+from django.db import connection, connections, transaction
 from django.db.models import Q
+from django.utils import timezone
 
 from ledger import services as ledger
 from ledger.models import Transaction
 from marketplace.units import UNITS_PER_CREDIT
-from payments.models import Payment
+from payments.models import Payment, WebhookEvent
+from payments.webhook import PARK_EXPIRED, PARK_FOR, PARKED, handle_event
 from tests.factories import UserFactory
 from tests.payments.conftest import event
-from tests.payments.helpers import chain_agrees, charge_of, credited, paid_intent
+from tests.payments.helpers import chain_agrees, charge_of, credited, paid_checkout, paid_intent
 
 pytestmark = pytest.mark.django_db
 
@@ -260,8 +267,6 @@ def test_a_dispute_about_another_charge_of_the_payment_is_not_restored(carol: An
 
 
 def test_a_reversal_made_again_with_its_reference_is_counted_once(carol: Any, ls: Any, deliver: Any) -> None:
-    from django.db import transaction
-
     from payments import services
 
     payment, intent = paid_intent(ls, carol, credits=10)
@@ -275,3 +280,178 @@ def test_a_reversal_made_again_with_its_reference_is_counted_once(carol: Any, ls
     assert payment.reversed_units == 3 * CREDIT
     assert ledger.balance(carol) == 7 * CREDIT
     audited()
+
+
+# --- Checkout payments: refunds and disputes before checkout.session.completed ---------
+# The payment knows only its session until the completion names its PaymentIntent, so a
+# refund or dispute that comes first is parked and replayed by the completion.
+
+
+def parked(evt: dict[str, Any]) -> WebhookEvent:
+    return WebhookEvent.objects.get(event_id=evt["id"])
+
+
+@pytest.mark.parametrize(("refunded", "left"), [(300, 7), (1000, 0)])
+def test_a_refund_before_the_checkout_completion_is_parked_then_burnt_once_credited(
+    carol: Any, ls: Any, deliver: Any, refunded: int, left: int
+) -> None:
+    payment, session, intent = paid_checkout(ls, carol, credits=10)
+    charge = refund(ls, charge_id_of(intent), refunded if refunded < 1000 else None)
+    refunded_event = event("charge.refunded", charge)
+    assert deliver(refunded_event).json()["outcome"] == PARKED
+    assert parked(refunded_event).parked_intent_id == intent["id"]
+    assert ledger.balance(carol) == 0
+
+    completed = event("checkout.session.completed", session)
+    outcome = deliver(completed).json()["outcome"]
+    assert outcome == f"credited; replayed {refunded_event['id']}: reversed {(10 - left) * CREDIT} units", outcome
+    assert ledger.balance(carol) == left * CREDIT
+    payment.refresh_from_db()
+    assert (payment.status, payment.payment_intent_id, payment.refunded_amount) == ("refunded", intent["id"], refunded)
+    assert history(carol) == [
+        ("DEPOSIT", 10 * CREDIT, f"payment:{payment.pk}"),
+        ("REVERSAL", (10 - left) * CREDIT, f"refund:{payment.pk}:{refunded}"),
+    ]
+    record = parked(refunded_event)
+    assert (record.parked_intent_id, record.parked_object) == ("", None)
+    assert record.outcome.startswith(f"{PARKED}; replayed: reversed")
+    # Stripe's retries of either event, and the async success, change nothing more.
+    assert deliver(refunded_event).json()["outcome"] == "duplicate"
+    assert deliver(completed).json()["outcome"] == "duplicate"
+    assert deliver(event("charge.refunded", charge)).json()["outcome"] == "ignored: no new refund"
+    assert (
+        deliver(event("checkout.session.async_payment_succeeded", session)).json()["outcome"]
+        == "ignored: already refunded"
+    )
+    assert ledger.balance(carol) == left * CREDIT
+    audited()
+
+
+def test_refunds_parked_before_the_completion_are_replayed_in_the_order_received(
+    carol: Any, ls: Any, deliver: Any
+) -> None:
+    payment, session, intent = paid_checkout(ls, carol, credits=10)
+    first = event("charge.refunded", refund(ls, charge_id_of(intent), 300))
+    second = event("charge.refunded", refund(ls, charge_id_of(intent), 200))
+    assert deliver(first).json()["outcome"] == deliver(second).json()["outcome"] == PARKED
+    # A redelivery while parked is a duplicate, not a second parked copy.
+    assert deliver(first).json()["outcome"] == "duplicate"
+
+    outcome = deliver(event("checkout.session.completed", session)).json()["outcome"]
+    assert outcome.count("replayed") == 2, outcome
+    assert ledger.balance(carol) == 5 * CREDIT
+    assert history(carol) == [
+        ("DEPOSIT", 10 * CREDIT, f"payment:{payment.pk}"),
+        ("REVERSAL", 3 * CREDIT, f"refund:{payment.pk}:300"),
+        ("REVERSAL", 2 * CREDIT, f"refund:{payment.pk}:500"),
+    ]
+    assert deliver(first).json()["outcome"] == deliver(second).json()["outcome"] == "duplicate"
+    assert ledger.balance(carol) == 5 * CREDIT
+    audited()
+
+
+@pytest.mark.parametrize(("disputed", "left"), [(400, 6), (1000, 0)])
+def test_a_dispute_before_the_async_checkout_success_is_parked_then_burnt_once_credited(
+    carol: Any, ls: Any, deliver: Any, disputed: int, left: int
+) -> None:
+    payment, session, intent = paid_checkout(ls, carol, credits=10)
+    opened = event(
+        "charge.dispute.created", {**dispute(payment, charge_id_of(intent), disputed), "payment_intent": intent["id"]}
+    )
+    assert deliver(opened).json()["outcome"] == PARKED
+    assert ledger.balance(carol) == 0
+
+    outcome = deliver(event("checkout.session.async_payment_succeeded", session)).json()["outcome"]
+    assert outcome.startswith(f"credited; replayed {opened['id']}: reversed"), outcome
+    assert ledger.balance(carol) == left * CREDIT
+    payment.refresh_from_db()
+    assert (payment.status, payment.disputed_amount, payment.dispute_id) == ("disputed", disputed, "dp_test_1")
+    assert history(carol) == [
+        ("DEPOSIT", 10 * CREDIT, f"payment:{payment.pk}"),
+        ("REVERSAL", (10 - left) * CREDIT, "dispute:dp_test_1"),
+    ]
+    assert deliver(opened).json()["outcome"] == "duplicate"
+    assert ledger.balance(carol) == left * CREDIT
+    audited()
+
+
+def test_a_dispute_opened_and_won_before_the_completion_is_replayed_in_order(carol: Any, ls: Any, deliver: Any) -> None:
+    payment, session, intent = paid_checkout(ls, carol, credits=10)
+    opened = {**dispute(payment, charge_id_of(intent)), "payment_intent": intent["id"]}
+    assert deliver(event("charge.dispute.created", opened)).json()["outcome"] == PARKED
+    assert deliver(event("charge.dispute.closed", {**opened, "status": "won"})).json()["outcome"] == PARKED
+
+    deliver(event("checkout.session.completed", session))
+    # Opened, then won: burnt, then given back (in the other order the win would be
+    # "won before it was opened" and nothing would move).
+    assert history(carol) == [
+        ("DEPOSIT", 10 * CREDIT, f"payment:{payment.pk}"),
+        ("REVERSAL", 10 * CREDIT, "dispute:dp_test_1"),
+        ("DEPOSIT", 10 * CREDIT, "dispute-won:dp_test_1"),
+    ]
+    assert ledger.balance(carol) == 10 * CREDIT
+    payment.refresh_from_db()
+    assert (payment.status, payment.dispute_status, payment.reversed_units) == ("succeeded", "won", 0)
+    audited()
+
+
+def test_an_event_of_an_intent_that_never_becomes_ours_stays_parked_then_is_dropped(
+    carol: Any, ls: Any, deliver: Any
+) -> None:
+    _, session, _ = paid_checkout(ls, carol, credits=10)
+    stranger = {"id": "ch_elsewhere", "object": "charge", "payment_intent": "pi_elsewhere", "currency": "usd"}
+    theirs = event("charge.refunded", {**stranger, "amount_refunded": 500})
+    assert deliver(theirs).json()["outcome"] == PARKED
+    # Our own completion replays nothing of another intent's.
+    assert deliver(event("checkout.session.completed", session)).json()["outcome"] == "credited"
+    assert ledger.balance(carol) == 10 * CREDIT
+    assert parked(theirs).parked_intent_id == "pi_elsewhere"
+
+    WebhookEvent.objects.filter(event_id=theirs["id"]).update(
+        received_at=timezone.now() - PARK_FOR - timedelta(hours=1)
+    )
+    recent = event("charge.refunded", {**stranger, "amount_refunded": 600})
+    assert deliver(recent).json()["outcome"] == PARKED  # parking drops what waited too long
+    old = parked(theirs)
+    assert (old.parked_intent_id, old.parked_object, old.outcome) == ("", None, PARK_EXPIRED)
+    assert parked(recent).parked_intent_id == "pi_elsewhere"
+    # The dropped event's row stays: a very late redelivery is still a duplicate.
+    assert deliver(theirs).json()["outcome"] == "duplicate"
+    # An event naming no intent at all cannot be matched later: ignored as before.
+    no_intent = {**stranger, "id": "ch_nothing", "payment_intent": None}
+    assert deliver(event("charge.refunded", no_intent)).json()["outcome"] == "ignored: no such payment"
+    assert WebhookEvent.objects.exclude(parked_intent_id="").count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.skipif(
+    connection.vendor != "postgresql", reason="needs PostgreSQL's row visibility; SQLite serialises every writer"
+)
+def test_a_refund_racing_the_checkout_completion_is_applied_not_parked_for_ever(carol: Any, ls: Any) -> None:
+    _, session, intent = paid_checkout(ls, carol, credits=10)
+    charge = refund(ls, charge_id_of(intent), 300)
+    completing = threading.Event()
+
+    def complete() -> str:
+        try:
+            with transaction.atomic():
+                outcome = handle_event(event("checkout.session.completed", session))
+                completing.set()
+                time.sleep(1)  # the refund comes now, while the intent id is not committed
+            return outcome
+        finally:
+            completing.set()
+            connections.close_all()
+
+    def refunded() -> str:
+        try:
+            completing.wait(20)
+            return handle_event(event("charge.refunded", charge))
+        finally:
+            connections.close_all()
+
+    with ThreadPoolExecutor(2) as pool:
+        outcomes = [f.result() for f in [pool.submit(complete), pool.submit(refunded)]]
+    assert outcomes == ["credited", f"reversed {3 * CREDIT} units"]
+    assert ledger.balance(carol) == 7 * CREDIT
+    assert not WebhookEvent.objects.exclude(parked_intent_id="").exists()
