@@ -23,6 +23,7 @@ import json
 import logging
 import os
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,15 @@ log = logging.getLogger(__name__)
 
 _MARKER_PREFIX = "relay."
 _counter = itertools.count()
+
+
+def _number(text: str) -> int | None:
+    """The non-negative integer a spool file's name part spells, or None."""
+    try:
+        value = int(text)
+    except ValueError:
+        return None
+    return value if value >= 0 else None
 
 
 def _alive(pid: int) -> bool:
@@ -54,6 +64,9 @@ class EmbeddedChannelLayer(InMemoryChannelLayer):
     # to a group (200 browsers on one task: ~80,000 steps per progress event, and enough
     # garbage to trigger full collections mid-fan-out). Once a second keeps the bounds.
     SWEEP_INTERVAL = 1.0
+    # A temporary spool file is renamed right after it is written; one this old was left by
+    # a writer that died in between.
+    ABANDONED_AFTER = 60.0
 
     def __init__(self, spool: str, poll_interval: float = 0.1, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -113,7 +126,10 @@ class EmbeddedChannelLayer(InMemoryChannelLayer):
     async def relay_pending(self) -> int:
         """Deliver (and remove) every spooled message; returns how many were delivered."""
         delivered = 0
-        names = sorted(n for n in os.listdir(self.spool) if n.endswith(".json"))
+        listed = os.listdir(self.spool)
+        self._remove_abandoned(n for n in listed if n.startswith("."))
+        # A writer's ".<name>" is still being written: it is its writer's until renamed.
+        names = sorted(n for n in listed if n.endswith(".json") and not n.startswith("."))
         for name in names:
             path = self.spool / name
             try:
@@ -121,18 +137,45 @@ class EmbeddedChannelLayer(InMemoryChannelLayer):
                 path.unlink()
             except FileNotFoundError:
                 continue
-            written_ns = int(name.split("-", 1)[0])
-            if written_ns < self._since_ns:
+            written_ns = _number(name.split("-", 1)[0])
+            if written_ns is not None and written_ns < self._since_ns:
                 continue
-            try:
-                envelope = json.loads(raw)
-                group, message = envelope["group"], envelope["message"]
-            except (ValueError, KeyError, TypeError):
+            envelope = self._envelope(raw) if written_ns is not None else None
+            if envelope is None:
                 log.warning("dropping malformed spooled channel message %s", name)
                 continue
-            await self._local_group_send(group, message)
+            await self._local_group_send(*envelope)
             delivered += 1
         return delivered
+
+    def _envelope(self, raw: bytes) -> tuple[str, dict[str, Any]] | None:
+        """The group and message of a spooled file, or None unless it is one a consumer can
+        take: a message without a type, or with a socket's own ``websocket.*`` type, would
+        crash (or close) every consumer of the group."""
+        try:
+            envelope = json.loads(raw)
+            group, message = envelope["group"], envelope["message"]
+        except (ValueError, KeyError, TypeError, RecursionError):
+            return None
+        try:
+            self.require_valid_group_name(group)
+        except TypeError:
+            return None
+        if not isinstance(message, dict):
+            return None
+        kind = message.get("type")
+        if not isinstance(kind, str) or kind.startswith("websocket.") or "__asgi_channel__" in message:
+            return None
+        return group, message
+
+    def _remove_abandoned(self, temporaries: Iterable[str]) -> None:
+        """Remove temporary files whose writer died before renaming them (else they stay)."""
+        cutoff = time.time() - self.ABANDONED_AFTER
+        for name in temporaries:
+            path = self.spool / name
+            with contextlib.suppress(FileNotFoundError):
+                if path.stat().st_mtime < cutoff:
+                    path.unlink()
 
     # --- every process: send locally when serving, else through the spool ---------------
 
@@ -142,7 +185,9 @@ class EmbeddedChannelLayer(InMemoryChannelLayer):
         except FileNotFoundError:
             return False
         for marker in markers:
-            pid = int(marker[len(_MARKER_PREFIX) :])
+            pid = _number(marker[len(_MARKER_PREFIX) :])
+            if not pid:  # not a marker this module wrote (and 0 would name every process)
+                continue
             if pid != os.getpid() and _alive(pid):
                 return True
             if not _alive(pid):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -79,3 +80,43 @@ def env_url(name: str, schemes: tuple[str, ...], environ: Mapping[str, str] | No
     if scheme not in schemes:
         raise ImproperlyConfigured(f"{name} must start with one of {', '.join(s + '://' for s in schemes)}")
     return raw
+
+
+def next_redis_database(url: str) -> str:
+    """``url`` with the Redis database after its own (``redis://h:6379/0`` → ``…/1``).
+
+    The cache lives beside the broker in a database of its own: clearing it (``FLUSHDB``)
+    must never drop queued Celery messages or the broker's bindings.
+    """
+    parts = urlsplit(url)
+    if "db" in parse_qs(parts.query):
+        raise ImproperlyConfigured("REDIS_URL must name its database in the path (redis://host:6379/0), not ?db=")
+    raw = parts.path.strip("/") or "0"
+    if not raw.isdigit():
+        raise ImproperlyConfigured(f"REDIS_URL's path must be a database number, not {parts.path!r}")
+    database = int(raw) + 1
+    if database > 15:
+        raise ImproperlyConfigured(
+            "The cache takes the Redis database after REDIS_URL's, and there is none after 15: set PROOFWORK_CACHE_URL"
+        )
+    return urlunsplit((parts.scheme, parts.netloc, f"/{database}", parts.query, parts.fragment))
+
+
+def redis_database(url: str) -> tuple[str, int, int]:
+    """The Redis server and database a ``redis://`` URL names: (host, port, database)."""
+    parts = urlsplit(url)
+    query = parse_qs(parts.query).get("db")
+    raw = query[0] if query else (parts.path.strip("/") or "0")
+    return (parts.hostname or "localhost", parts.port or 6379, int(raw) if raw.isdigit() else -1)
+
+
+def refuse_shared_cache(cache_url: str, **others: str | None) -> None:
+    """Refuse a cache in the same Redis database as the broker or the channel layer:
+    clearing the cache (FLUSHDB) would drop their queued messages."""
+    cache = redis_database(cache_url)
+    for name, url in others.items():
+        if url and url.split("://", 1)[0].lower() in ("redis", "rediss") and redis_database(url) == cache:
+            raise ImproperlyConfigured(
+                f"The cache ({cache_url}) is in the same Redis database as {name}: give it one of its own"
+                " (PROOFWORK_CACHE_URL)"
+            )

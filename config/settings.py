@@ -17,7 +17,7 @@ import dj_database_url
 import django_stubs_ext
 from django.core.exceptions import ImproperlyConfigured
 
-from config.env import env_bool, env_int, env_list, env_str, env_url
+from config.env import env_bool, env_int, env_list, env_str, env_url, next_redis_database, refuse_shared_cache
 
 django_stubs_ext.monkeypatch()  # lets admin.ModelAdmin[Model] work at run time
 
@@ -198,6 +198,20 @@ else:
         }
     }
 
+# --- Cache: the API's throttle counters -----------------------------------------
+# With Redis every web process counts against the same limits (the database after
+# REDIS_URL's, or PROOFWORK_CACHE_URL); the embedded platform's one web process keeps them
+# in its memory.
+CACHE_URL = env_url("PROOFWORK_CACHE_URL", ("redis", "rediss")) or (REDIS_URL and next_redis_database(REDIS_URL))
+if CACHE_URL:
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": CACHE_URL,
+            "KEY_PREFIX": "proofwork",
+        }
+    }
+
 # --- Celery ---------------------------------------------------------------------
 CELERY_BROKER_DIR = VAR_DIR / "celery"
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL") or REDIS_URL or "filesystem://"
@@ -217,8 +231,16 @@ if CELERY_BROKER_URL == "filesystem://":
     # Kombu's transport with atomic message files: the stock one lets a consumer read a
     # message before it is written and die on it (workers/agent/fsbroker.py).
     CELERY_BROKER_TRANSPORT = "workers.agent.fsbroker:Transport"
+elif CELERY_BROKER_URL.split("://", 1)[0] in ("redis", "rediss"):
+    # A message not acknowledged within the visibility timeout goes back to its queue (an
+    # hour by default): a verification or a job running longer would be delivered twice.
+    # A message whose consumer died for good is recovered by the platform itself (resent
+    # verifications, expired and reassigned jobs), so it may wait a day.
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 24 * 3600}
 else:
     CELERY_BROKER_TRANSPORT_OPTIONS = {}
+if CACHE_URL:
+    refuse_shared_cache(CACHE_URL, CELERY_BROKER_URL=CELERY_BROKER_URL, REDIS_URL=REDIS_URL)
 CELERY_TASK_SERIALIZER = "json"
 CELERY_RESULT_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
@@ -317,6 +339,10 @@ VERIFY_MAX_ATTEMPTS = env_int("PROOFWORK_VERIFY_MAX_ATTEMPTS", 3, minimum=1)
 # A cube model is paid only if its held-out loss is at least this many percent below the
 # untrained model's: one optimiser step, honestly reported, is not a trained model.
 CUBE_MIN_LOSS_REDUCTION_PCT = env_int("PROOFWORK_CUBE_MIN_LOSS_REDUCTION_PCT", 20, minimum=0, maximum=99)
+# A task whose result fell short of its quality bar (a true claim: see workers/settlement.py),
+# with none of its replicas accepted, that no other provider has taken this many seconds
+# later fails with a full refund: the spec may make the bar unreachable.
+SHORTFALL_WAIT = env_int("PROOFWORK_SHORTFALL_WAIT", 3600, minimum=0)
 ARTIFACT_MAX_BYTES = env_int("PROOFWORK_ARTIFACT_MAX_BYTES", 2 * 1024**3, minimum=1)
 # How often waiting tasks are offered again and silent workers' jobs expired.
 SCHEDULER_INTERVAL = env_int("PROOFWORK_SCHEDULER_INTERVAL", 5, minimum=1)

@@ -19,8 +19,9 @@ class BlocksConsumer(AsyncJsonWebsocketConsumer):
     async def disconnect(self, code: int) -> None:
         await self.channel_layer.group_discard(BLOCKS_GROUP, self.channel_name)
 
-    async def receive_json(self, content: Any, **kwargs: Any) -> None:
-        """Nothing to say to the server; ignore rather than error."""
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None, **kwargs: Any) -> None:
+        """Nothing to say to the server: any frame is ignored, undecoded (the JSON base
+        class would raise on one that is not JSON, closing the socket with 1011)."""
 
     async def block_sealed(self, event: dict[str, Any]) -> None:
         await self.send_json(event)

@@ -83,7 +83,10 @@ def _row(p: _Prepared, status: str, now: datetime) -> Transaction:
         "index_in_block": None,
         "created_at": now,
     }
-    return _new_row(*[values[name] for name in _ROW_FIELDS])
+    row = _new_row(*[values[name] for name in _ROW_FIELDS])
+    if p.refusal:
+        row.refusal_field = p.refusal.field
+    return row
 
 
 @dataclass

@@ -172,6 +172,9 @@ class Transaction(models.Model):
     )
     index_in_block = models.IntegerField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
+    # Not stored: on a refused row admission returns, the transaction field at fault
+    # (``Refusal.field``), so the API's 400 can name it; "" on rows read back.
+    refusal_field = ""
 
     class Meta:
         ordering = ["-id"]

@@ -70,7 +70,7 @@ def verify_proof(proof: dict[str, Any], validator_public_key: bytes | None = Non
                 cpath,
                 header.compute_root,
             )
-    except (KeyError, TypeError, ValueError):
+    except (KeyError, TypeError, ValueError, OverflowError):  # OverflowError: int() of an infinite number
         checks["well_formed"] = False
     return checks
 

@@ -23,6 +23,7 @@ reads everything in the caller's, which keeps its isolation.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import time
 from collections import defaultdict
@@ -82,7 +83,10 @@ def _replay_block(
     and apply it to ``state``, in order."""
     encoded: list[tuple[Transaction, encoding.Tx, bytes, bytes]] = []
     for t in txs:
-        tx = t.as_tx()
+        try:
+            tx = t.as_tx()
+        except ValueError as exc:  # the only column as_tx decodes
+            raise Divergence(height, t.hash, "public_key", str(exc)) from None
         try:
             message = tx.encode()
             signature = bytes.fromhex(t.signature)
@@ -141,6 +145,13 @@ def _snapshot() -> Iterator[None]:
         yield
 
 
+def _audit_context() -> ChainContext:
+    """The rules as the audit applies them: this chain's, without the least gas price.
+    That is what admission accepts from now on (LEDGER_GAS_PRICE), not a rule of the
+    chain: transactions sealed, or pending, at an earlier, lower price stay valid."""
+    return dataclasses.replace(context(), min_gas_price=0)
+
+
 def verify_chain(progress: Callable[[int, int], None] | None = None) -> Summary:
     """Replay the whole chain; raise Divergence at the first disagreement.
 
@@ -160,13 +171,25 @@ def verify_chain(progress: Callable[[int, int], None] | None = None) -> Summary:
         return replay.finish()
 
 
+# The header columns decoded from hex (to encode the header, check the signature).
+_HEX_COLUMNS = ("prev_hash", "proposer_key", "tx_root", "compute_root", "state_root", "signature")
+
+
+def _is_hex(text: str) -> bool:
+    try:
+        bytes.fromhex(text)
+    except ValueError:
+        return False
+    return True
+
+
 class _Replay:
     """The chain replayed so far: a fresh state that starts empty, block after block."""
 
     def __init__(self, progress: Callable[[int, int], None] | None) -> None:
         self.started = time.perf_counter()
         self.progress = progress
-        self.ctx = context()
+        self.ctx = _audit_context()
         self.validator_key = custody.validator_keys().public_key
         self.state: dict[str, list[int]] = defaultdict(lambda: [0, 0])
         self.tree = StateTree()
@@ -187,6 +210,8 @@ class _Replay:
     def _block(self, block: Block) -> None:
         h, count, prev, ctx, validator_key = block.height, self.count, self.prev, self.ctx, self.validator_key
         _check(h == count, h, "", "height", f"expected height {count} after block {count - 1}")
+        for name in _HEX_COLUMNS:
+            _check(_is_hex(getattr(block, name)), h, "", name, "is not hexadecimal")
         if prev is None:
             expected = genesis_header()
             stored = block.header()
@@ -300,7 +325,7 @@ def _compare_accounts(state: dict[str, list[int]], head: Block | None) -> None:
 
 def _compare_pending(state: dict[str, list[int]], collector: str) -> int:
     """Replay the mempool on top of the sealed state: it must give available/next_nonce."""
-    ctx = context()
+    ctx = _audit_context()
     after = defaultdict(lambda: [0, 0], {a: list(v) for a, v in state.items()})
     pending = list(Transaction.objects.filter(status=TxStatus.PENDING).order_by("id"))
     _replay_block(pending, after, ctx, collector, None)

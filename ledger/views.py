@@ -8,6 +8,7 @@ from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
 
+from ledger import custody
 from ledger.api.views import BLOCK_TX_LIMIT, get_transaction, history, wallet_of
 from ledger.bech32 import AddressError, decode_address
 from ledger.models import Account, Block
@@ -23,13 +24,14 @@ def explorer(request: HttpRequest) -> HttpResponse:
 def block_detail(request: HttpRequest, height: int) -> HttpResponse:
     block = get_object_or_404(Block, height=height)
     txs = list(block.transactions.order_by("index_in_block")[:BLOCK_TX_LIMIT])
-    return render(request, "ledger/block.html", {"blk": block, "txs": txs, "limit": BLOCK_TX_LIMIT})
+    later = Block.objects.filter(height=height + 1).exists()  # the head links to no next block
+    return render(request, "ledger/block.html", {"blk": block, "txs": txs, "limit": BLOCK_TX_LIMIT, "later": later})
 
 
 def tx_detail(request: HttpRequest, tx_hash: str) -> HttpResponse:
     tx = get_transaction(tx_hash)
     proof = build_proof(tx)
-    checks = verify_proof(proof) if proof else {}
+    checks = verify_proof(proof, custody.validator_keys().public_key) if proof else {}
     return render(
         request,
         "ledger/transaction.html",

@@ -69,6 +69,11 @@ class TaskAdmin(admin.ModelAdmin[Task]):
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # tasks are posted through the marketplace, which validates and escrows
 
+    def has_delete_permission(self, request: HttpRequest, obj: Task | None = None) -> bool:
+        # A task is a record of money held and paid (its escrow on the ledger, its workers'
+        # results) and the source of its inference tasks' models: cancel it instead.
+        return False
+
     @admin.action(description="Cancel selected tasks", permissions=["change"])
     def cancel(self, request: HttpRequest, queryset: QuerySet[Task]) -> None:
         done = 0

@@ -117,6 +117,10 @@ class TaskConsumer(LiveConsumer):
             await self.channel_layer.group_discard(self.group, self.channel_name)
             self.group = None
 
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None, **kwargs: Any) -> None:
+        """The feed is one-way: any frame is ignored, undecoded (the JSON base class would
+        raise on one that is not JSON, closing the socket with 1011)."""
+
     async def task_status(self, event: dict[str, Any]) -> None:
         if await self._may_relay(event):
             await self.send_json(event)

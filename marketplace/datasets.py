@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import struct
-from typing import IO
+from typing import IO, Any
 
 from django.conf import settings
 from rest_framework.exceptions import ValidationError
@@ -86,7 +87,7 @@ def clean_name(filename: str | None) -> str:
     return (base or "dataset")[:200]
 
 
-_FLOAT_TENSOR_TYPES = {"F16", "F32", "F64"}
+_FLOAT_TENSOR_TYPES = {"F16": 2, "F32": 4, "F64": 8}  # bytes per value
 
 
 def embeddings_shape(fileobj: IO[bytes], fmt: str) -> tuple[list[int], str]:
@@ -107,8 +108,27 @@ def embeddings_shape(fileobj: IO[bytes], fmt: str) -> tuple[list[int], str]:
                 shape, _, dtype = np.lib.format.read_array_header_2_0(fileobj)
         except (ValueError, OSError, SyntaxError) as exc:
             raise ValueError(f"the .npy header cannot be read ({exc})") from None
+        _check_length(fileobj, fileobj.tell(), math.prod(shape) * dtype.itemsize)
         kind = "float" if dtype.kind == "f" and not dtype.hasobject else str(dtype)
         return list(shape), kind
+    entry, length = _safetensors_entry(fileobj)
+    name = str(entry.get("dtype"))
+    offsets = entry.get("data_offsets")
+    if name in _FLOAT_TENSOR_TYPES:
+        if not (isinstance(offsets, list) and len(offsets) == 2):
+            raise ValueError("the tensor's data_offsets are not a pair of integers")
+        if not all(isinstance(n, int) and not isinstance(n, bool) for n in offsets):
+            raise ValueError("the tensor's data_offsets are not integers")
+        need = math.prod(entry["shape"]) * _FLOAT_TENSOR_TYPES[name]
+        if offsets[1] - offsets[0] != need:
+            raise ValueError(f"the tensor's data_offsets span {offsets[1] - offsets[0]} bytes, its shape {need}")
+        _check_length(fileobj, 8 + length + offsets[0], need)
+    return list(entry["shape"]), "float" if name in _FLOAT_TENSOR_TYPES else name
+
+
+def _safetensors_entry(fileobj: IO[bytes]) -> tuple[dict[str, Any], int]:
+    """The embeddings tensor's header entry of a safetensors file (at its start) and the
+    header's length. ValueError names what is wrong."""
     head = fileobj.read(8)
     (length,) = struct.unpack("<Q", head) if len(head) == 8 else (0,)
     if not 2 <= length <= 100 * 1024 * 1024:
@@ -125,5 +145,26 @@ def embeddings_shape(fileobj: IO[bytes], fmt: str) -> tuple[list[int], str]:
         raise ValueError("expected an 'embeddings' tensor (or a single tensor)")
     if not all(isinstance(n, int) and not isinstance(n, bool) for n in entry["shape"]):
         raise ValueError("the tensor's shape is not a list of integers")
-    name = str(entry.get("dtype"))
-    return list(entry["shape"]), "float" if name in _FLOAT_TENSOR_TYPES else name
+    return entry, length
+
+
+def embeddings_map(path: str, fmt: str) -> Any:
+    """The embeddings of a file ``embeddings_shape`` accepted as floats, memory-mapped
+    read-only (nothing read until used): a numpy array."""
+    import numpy as np
+
+    if fmt == "npy":
+        return np.load(path, mmap_mode="r", allow_pickle=False)
+    with open(path, "rb") as handle:
+        entry, length = _safetensors_entry(handle)
+    dtype = np.dtype({"F16": "<f2", "F32": "<f4", "F64": "<f8"}[str(entry["dtype"])])
+    start = 8 + length + int(entry["data_offsets"][0])
+    return np.memmap(path, dtype=dtype, mode="r", offset=start, shape=tuple(entry["shape"]))
+
+
+def _check_length(fileobj: IO[bytes], start: int, need: int) -> None:
+    """ValueError unless the file holds ``need`` bytes of tensor data from ``start``: a header
+    can promise rows its file does not hold, which no worker could then load."""
+    size = fileobj.seek(0, os.SEEK_END)
+    if size < start + need:
+        raise ValueError(f"the file is {size} bytes, too short for the {need}-byte tensor its header describes")

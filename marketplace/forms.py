@@ -182,6 +182,11 @@ class TaskForm(ServiceErrorsMixin, forms.Form):
         decimal_places=9,
         min_value=Decimal(1) / UNITS_PER_CREDIT,
         max_value=Decimal(9_000_000_000),
+        # Django's own say "greater than or equal to 1E-9": the bounds in credits, as the API words them.
+        error_messages={
+            "min_value": f"Must be at least {format_credits(1)} credits.",
+            "max_value": f"Must be at most {format_credits(9_000_000_000 * UNITS_PER_CREDIT)} credits.",
+        },
         help_text="The most you pay, in credits (up to 9 decimal places). It must cover the estimated price.",
     )
     min_reputation = forms.IntegerField(

@@ -11,9 +11,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
+from pathlib import Path
 from typing import Any
 from uuid import UUID
 
+from django.core.cache import cache
 from django.core.files import File
 from django.core.files.uploadedfile import UploadedFile
 from django.db import transaction
@@ -21,7 +23,7 @@ from django.utils import timezone
 from rest_framework.exceptions import ValidationError
 
 from ledger import services as ledger
-from marketplace.datasets import clean_name, embeddings_shape, inspect_upload
+from marketplace.datasets import clean_name, embeddings_map, embeddings_shape, inspect_upload
 from marketplace.events import DashboardTaskEvent, TaskStatusEvent, dashboard_group, send_event, task_group
 from marketplace.kinds import get_kind
 from marketplace.models import ApiToken, Dataset, Task, TaskEvent, TaskStatus, User, check_transition, hash_token
@@ -89,6 +91,8 @@ def check_task_request(
             raise ValidationError({"spec": {"source_task": ["That training task has not completed."]}})
         if kind.name == "cube_inference" and dataset is not None:
             _check_embeddings(dataset, int(source.spec.get("teacher_dim", 768)))
+        if kind.name == "asl_inference" and dataset is not None:
+            _check_sequences(dataset)
         spec["source_task"] = str(spec["source_task"])
 
     price = kind.estimate_price(spec)
@@ -119,6 +123,41 @@ def _check_embeddings(dataset: Dataset, width: int) -> None:
         )
     if dtype != "float":
         raise ValidationError({"dataset": [f"{dataset.name}: dtype {dtype} is not a float type."]})
+    _check_finite(dataset)
+
+
+def _check_finite(dataset: Dataset) -> None:
+    """Refuse inputs holding a NaN or an infinity: every worker would fail on them (and lose
+    reputation for the requester's data). One pass over the mapped file, a block at a time;
+    a dataset found clean is remembered by its content hash, so quotes do not read it again."""
+    from training.cube.data import first_non_finite_row
+
+    key = f"dataset-finite:{dataset.sha256}"
+    if cache.get(key):
+        return
+    row = first_non_finite_row(embeddings_map(dataset.file.path, dataset.format))
+    if row is not None:
+        raise ValidationError({"dataset": [f"{dataset.name}: row {row} holds NaN or infinite values."]})
+    cache.set(key, True, 7 * 24 * 3600)
+
+
+def _check_sequences(dataset: Dataset) -> None:
+    """Refuse an archive of inference inputs the worker's predict would refuse before reading
+    a sequence: not a zip, no sequence files, a train.csv naming missing files (the archive's
+    directory and train.csv only). A .parquet dataset is one sequence, its format sniffed."""
+    from training.asl.infer import count_inputs
+    from training.asl.parquet import DatasetError
+
+    if dataset.format != "zip":
+        return
+    path = Path(dataset.file.path)
+    try:
+        count_inputs(path)
+    except DatasetError as exc:
+        # Errors name the archive by its stored name; the requester knows it by theirs.
+        where = str(exc).replace(path.name, dataset.name, 1)
+        where = where if where.startswith(f"{dataset.name}: ") else f"{dataset.name}: {where}"
+        raise ValidationError({"dataset": [f"{where}."]}) from None
 
 
 def post_task(owner: User, request: TaskRequest) -> Task:

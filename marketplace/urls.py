@@ -13,7 +13,7 @@ urlpatterns = [
     path("accounts/signup/", views.signup, name="signup"),
     path(
         "accounts/login/",
-        auth_views.LoginView.as_view(authentication_form=forms.LoginForm, redirect_authenticated_user=True),
+        views.LoginView.as_view(authentication_form=forms.LoginForm),
         name="login",
     ),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -57,6 +58,21 @@ def bob_client(bob: Any) -> APIClient:
 @pytest.fixture(autouse=True)
 def _media_root(settings: Any, tmp_path: Any) -> None:
     settings.MEDIA_ROOT = tmp_path / "media"
+
+
+@pytest.fixture(autouse=True)
+def _fresh_channel_layer() -> Iterator[None]:
+    """Every test gets channel-layer instances of its own. Each ``async_to_sync`` conversation
+    runs on a new event loop, and channels_redis keeps per-instance receive state (a receive
+    count, a lock per channel) that a loop ending with a receive in flight leaves behind: the
+    next loop's receive then fails ("bound to a different event loop", or "two event loops
+    are trying to receive()"). Seen in CI, in tests that ran after such a conversation; the
+    daphne server runs one loop, so the platform itself never shares an instance this way."""
+    from channels.layers import channel_layers
+
+    channel_layers.backends.clear()
+    yield
+    channel_layers.backends.clear()
 
 
 @pytest.fixture(autouse=True)

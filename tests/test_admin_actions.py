@@ -46,3 +46,25 @@ def test_superusers_are_offered_the_service_actions() -> None:
         "workers.Worker.resume",
         "workers.Worker.retire",
     } <= offered
+
+
+def test_no_one_deletes_a_task_in_the_admin(bob: Any) -> None:
+    """A task holds escrow and is the source of its inference tasks' models: deleting it
+    would strand the money and the tasks built on it. Cancelling refunds it instead."""
+    from django.test import Client
+
+    from marketplace.models import Task
+    from marketplace.units import UNITS_PER_CREDIT
+    from tests.factories import post_task
+
+    task = post_task(bob, "synthetic", {"n": 64}, budget=UNITS_PER_CREDIT)
+    root: Any = UserFactory(username="root", is_staff=True, is_superuser=True)
+    client = Client()
+    client.force_login(root)
+    assert client.get(f"/admin/marketplace/task/{task.pk}/delete/").status_code == 403
+    assert client.post(f"/admin/marketplace/task/{task.pk}/delete/", {"post": "yes"}).status_code == 403
+    changelist = client.post(
+        "/admin/marketplace/task/", {"action": "delete_selected", "_selected_action": [str(task.pk)], "post": "yes"}
+    )
+    assert changelist.status_code in (200, 302)
+    assert Task.objects.filter(pk=task.pk).exists()

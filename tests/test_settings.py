@@ -19,7 +19,7 @@ import pytest
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
-from config.env import env_bool, env_int, env_list, env_str, env_url
+from config.env import env_bool, env_int, env_list, env_str, env_url, next_redis_database
 
 ROOT = Path(settings.BASE_DIR)
 
@@ -73,6 +73,29 @@ def test_env_url_checks_the_scheme() -> None:
         env_url("U", ("redis",), environ={"U": "localhost:6379"})
 
 
+def test_the_cache_takes_the_redis_database_after_the_brokers() -> None:
+    assert next_redis_database("redis://127.0.0.1:6379/0") == "redis://127.0.0.1:6379/1"
+    assert next_redis_database("rediss://u:p@cache:6380") == "rediss://u:p@cache:6380/1"
+    assert next_redis_database("redis://h:6379/4?timeout=5") == "redis://h:6379/5?timeout=5"
+    with pytest.raises(ImproperlyConfigured, match="PROOFWORK_CACHE_URL"):
+        next_redis_database("redis://h:6379/15")
+    with pytest.raises(ImproperlyConfigured, match="database number"):
+        next_redis_database("redis://h:6379/cache")
+    with pytest.raises(ImproperlyConfigured, match="not \\?db="):
+        next_redis_database("redis://h:6379?db=4")
+
+
+def test_a_cache_sharing_the_brokers_redis_database_stops_start_up(tmp_path: Path) -> None:
+    # Clearing the cache (FLUSHDB) would drop the broker's queued messages.
+    base = {"PROOFWORK_VAR_DIR": str(tmp_path), "REDIS_URL": "redis://cache.internal:6379/0"}
+    result = run_python({**base, "CELERY_BROKER_URL": "redis://cache.internal/1"}, "-c", PROBE)
+    assert result.returncode != 0
+    assert "same Redis database as CELERY_BROKER_URL" in result.stderr
+    result = run_python({**base, "PROOFWORK_CACHE_URL": "redis://cache.internal:6379/0"}, "-c", PROBE)
+    assert "same Redis database as CELERY_BROKER_URL" in result.stderr
+    assert probe({**base, "CELERY_BROKER_URL": "redis://other:6379/1"})["cache"][1] == "redis://cache.internal:6379/1"
+
+
 # --- settings selection, each in a fresh process ------------------------------------------
 
 PROBE = """
@@ -84,6 +107,8 @@ print(json.dumps({
     "db_name": str(settings.DATABASES["default"]["NAME"]),
     "broker": settings.CELERY_BROKER_URL,
     "layer": layer,
+    "transport_options": settings.CELERY_BROKER_TRANSPORT_OPTIONS,
+    "cache": [settings.CACHES["default"]["BACKEND"], settings.CACHES["default"].get("LOCATION", "")],
     "debug": settings.DEBUG,
     "secret_len": len(settings.SECRET_KEY),
     "session_secure": settings.SESSION_COOKIE_SECURE,
@@ -138,6 +163,7 @@ def test_no_environment_runs_embedded() -> None:
     assert got["db_name"] == str(ROOT / "var" / "db.sqlite3")
     assert got["broker"] == "filesystem://"
     assert got["layer"] == "config.channel_layers.EmbeddedChannelLayer"
+    assert got["cache"][0] == "django.core.cache.backends.locmem.LocMemCache"
     assert got["debug"] is True
     assert got["secret_len"] >= 50
     assert got["session_secure"] is False
@@ -173,6 +199,12 @@ def test_database_and_redis_urls_switch_to_postgres_and_redis(tmp_path: Path) ->
     assert got["db_name"] == "proofwork"
     assert got["broker"] == "redis://cache.internal:6379/2"
     assert got["layer"] == "channels_redis.core.RedisChannelLayer"
+    # A verification longer than Redis's default hour is not delivered twice.
+    assert got["transport_options"] == {"visibility_timeout": 86400}
+    # Throttle counters are shared by every web process, beside the broker, not in its database.
+    assert got["cache"] == ["django.core.cache.backends.redis.RedisCache", "redis://cache.internal:6379/3"]
+    own = probe({"PROOFWORK_VAR_DIR": str(tmp_path), "PROOFWORK_CACHE_URL": "redis://other:6379/0"})
+    assert own["cache"] == ["django.core.cache.backends.redis.RedisCache", "redis://other:6379/0"]
     # Nothing else changes without the production flag.
     assert got["debug"] is True
 

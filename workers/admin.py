@@ -80,7 +80,7 @@ class WorkerAdmin(ReadOnlyAdmin):
 @admin.register(Assignment)
 class AssignmentAdmin(ReadOnlyAdmin):
     list_display = ["id", "task", "worker", "attempt", "state", "progress", "created_at", "settled_at", "reason"]
-    list_filter = ["state", "task__kind"]
+    list_filter = ["state", "shortfall", "task__kind"]
     search_fields = ["id", "task__id", "task__title", "worker__name", "worker__address"]
     list_select_related = ["task", "worker"]
     date_hierarchy = "created_at"

@@ -57,6 +57,11 @@ LOG_LINE_CHARS = 500
 HEARTBEAT_WRITE_INTERVAL = timedelta(seconds=5)
 MAX_METRICS = 32
 MAX_EXACT = 2**53  # the largest integer every JSON reader (and a float) holds exactly
+# A metric's bound: any two such values differ by a finite float, so the task page's chart
+# can scale between them (±1.7e308 and ∓1.7e308 span an infinite range and draw nothing).
+MAX_METRIC = 1e300
+# A chart point's own keys (``_persist``): a metric of that name would overwrite them.
+RESERVED_METRICS = frozenset({"t", "step"})
 # The node's last progress point travels on this socket while its result goes over HTTP,
 # so it may arrive just after the result: a submitted job still takes its reports.
 REPORTABLE = (Assignment.State.OFFERED, Assignment.State.RUNNING, Assignment.State.SUBMITTED)
@@ -95,7 +100,8 @@ def percent(step: int, total: int) -> float:
 
 
 def clean_metrics(raw: Any) -> dict[str, float] | None:
-    """Metrics as at most 32 named finite numbers; None when anything else was sent.
+    """Metrics as at most 32 named numbers within ±1e300; None when anything else was sent
+    (or a name a history point uses itself, ``t`` or ``step``).
 
     Refusing the whole event (rather than dropping bad values) keeps a buggy runner
     visible to its operator instead of charting a silently partial series.
@@ -106,8 +112,9 @@ def clean_metrics(raw: Any) -> dict[str, float] | None:
         return None
     out = {}
     for key, value in raw.items():
-        cleaned = number(value)
-        if not (isinstance(key, str) and 0 < len(key) <= 64 and text_error(key) is None and cleaned is not None):
+        cleaned = number(value, -MAX_METRIC, MAX_METRIC)
+        named = isinstance(key, str) and 0 < len(key) <= 64 and key not in RESERVED_METRICS
+        if not (named and text_error(key) is None and cleaned is not None):
             return None
         out[key] = cleaned
     return out
@@ -119,7 +126,7 @@ def progress_error(content: dict[str, Any]) -> str | None:
     if not (is_count(step) and is_count(total) and step <= total and total > 0):
         return "progress needs integers 0 ≤ step ≤ total ≤ 2**53, total > 0."
     if clean_metrics(content.get("metrics")) is None:
-        return "metrics must map at most 32 names to finite numbers (integers within ±2**53)."
+        return "metrics must map at most 32 names (not t or step) to numbers within ±1e300 (integers within ±2**53)."
     if content.get("eta") is not None and number(content["eta"], 0, MAX_EXACT) is None:
         return "eta must be a number of seconds between 0 and 2**53, or null."
     if content.get("sent_at") is not None and number(content["sent_at"], 0, MAX_EXACT) is None:
@@ -185,6 +192,12 @@ class WorkerConsumer(LiveConsumer):
                 await self.channel_layer.send(oldest, {"type": "worker.displaced"})
         self._logged: set[str] = set()  # assignments whose buffered lines to write on close
         await self.channel_layer.group_add(worker_group(worker.pk), self.channel_name)
+        # Checked again now that the socket is in the group: a suspension (or retirement, or
+        # the owner's deactivation) committed since the token check sent its close to a group
+        # this socket was not in yet, and the node would go on reporting.
+        if not await self._usable():
+            await self.close(code=4401)
+            return
         await self.accept()
         await self._heartbeat()
         await database_sync_to_async(worker_changed)(worker.pk)  # the owner's dashboard: online
@@ -232,6 +245,10 @@ class WorkerConsumer(LiveConsumer):
     async def worker_displaced(self, event: dict[str, Any]) -> None:
         """Sent by a newer socket of the same worker that took this one's place."""
         await self.close(code=4429, reason=f"Too many open sockets: over {MAX_SOCKETS}, the oldest is closed.")
+
+    @database_sync_to_async
+    def _usable(self) -> bool:
+        return Worker.objects.usable().filter(pk=self.worker_id).exists()
 
     @database_sync_to_async
     def _heartbeat(self) -> bool:

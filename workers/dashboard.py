@@ -89,8 +89,9 @@ class DashboardConsumer(LiveConsumer):
         if self.group:
             await self.channel_layer.group_discard(self.group, self.channel_name)
 
-    async def receive_json(self, content: Any, **kwargs: Any) -> None:
-        # The feed is one-way; say so rather than ignore a client that talks.
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None, **kwargs: Any) -> None:
+        # The feed is one-way; say so rather than ignore a client that talks. Any frame,
+        # undecoded: the JSON base class would raise on one that is not JSON (a 1011).
         await self.send_json({"type": "error", "detail": "This socket only sends events."})
 
     async def dashboard_task(self, event: dict[str, Any]) -> None:

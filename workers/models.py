@@ -8,6 +8,7 @@ from typing import ClassVar
 
 from django.conf import settings
 from django.db import models
+from django.db.models import Q
 from django.utils import timezone
 
 
@@ -123,6 +124,23 @@ UNSETTLED = (A.OFFERED, A.RUNNING, A.SUBMITTED)
 REPLICA_HELD = (*UNSETTLED, A.ACCEPTED)
 
 
+class Shortfall(models.TextChoices):
+    """A rejected result whose claim was true but whose model missed the task's quality bar
+    (see ``verifiers.Verdict``): not penalised at once, since the spec may make the bar
+    unreachable; penalised once another worker's result on the task meets the bar."""
+
+    NONE = "", "—"
+    PENDING = "pending", "Short of the bar, not penalised"
+    PENALISED = "penalised", "Short of a bar another worker met, penalised"
+
+
+# A provider with such an assignment of a task is not offered the task (again): a live or
+# accepted replica (replicas go to different providers), or a result short of the task's
+# quality bar (its other nodes run the same code and would fall short the same way, or a
+# node would burn the task's attempts at no cost).
+BARS_PROVIDER = Q(state__in=REPLICA_HELD) | ~Q(shortfall=Shortfall.NONE)
+
+
 class Assignment(models.Model):
     """One worker's attempt at one task: the unit that is run, submitted and paid."""
 
@@ -152,6 +170,13 @@ class Assignment(models.Model):
     last_progress_at = models.DateTimeField(null=True, blank=True)
     result = models.JSONField(default=dict, blank=True, help_text="The signed ComputeResult.")
     reason = models.CharField(max_length=300, blank=True, help_text="Why it was rejected or expired.")
+    shortfall = models.CharField(
+        max_length=10,
+        choices=Shortfall.choices,
+        default=Shortfall.NONE,
+        blank=True,
+        help_text="A true claim short of the task's quality bar: penalised only once another worker meets the bar.",
+    )
     artifacts_deleted_at = models.DateTimeField(
         null=True, blank=True, help_text="When a rejected result's uploads were deleted (workers/retention.py)."
     )

@@ -23,7 +23,7 @@ from marketplace.models import ACTIVE, Task, TaskStatus
 from marketplace.services import set_reason_locked, transition_locked
 from workers import heldout, supply, taskstate, uploads
 from workers.dashboard import worker_changed
-from workers.models import REPLICA_HELD, UNSETTLED, Assignment, Worker
+from workers.models import BARS_PROVIDER, REPLICA_HELD, UNSETTLED, Assignment, Shortfall, Worker
 
 log = logging.getLogger(__name__)
 
@@ -117,16 +117,21 @@ def schedule(task_id: UUID) -> list[Assignment]:
         exclude = {w for w, _ in previous}
         # Replicas are computed by different providers: one that holds a live or accepted
         # replica is not given another (a trained model's result depends only on the spec and
-        # the data, so one provider's nodes could compute once and submit it r times).
-        owners = set(
-            Assignment.objects.filter(task=task, state__in=REPLICA_HELD).values_list("worker__owner_id", flat=True)
-        )
+        # the data, so one provider's nodes could compute once and submit it r times), nor
+        # one whose result fell short of the task's bar (BARS_PROVIDER).
+        owners = set(Assignment.objects.filter(BARS_PROVIDER, task=task).values_list("worker__owner_id", flat=True))
         workers = _lock_free_workers(eligible_workers(task, exclude, owners), missing)
         short = missing - len(workers)
         taken = {w.pk for w in workers}
         reason = _short_reason(task, short, exclude, taken, owners | {w.owner_id for w in workers}) if short else ""
         if not workers:
-            set_reason_locked(task, reason)
+            shortfall = _latest_shortfall(task)
+            if shortfall is not None and _waited_out(shortfall):
+                failed = _SHORTFALL_FAILED.format(minutes=_wait_minutes())
+                transition_locked(task, TaskStatus.FAILED, failed, reason=failed)
+                _after_failure(task)
+                return []
+            set_reason_locked(task, (_SHORTFALL_NOTE.format(minutes=_wait_minutes()) if shortfall else "") + reason)
             return []
         seed = latest_block_hash()
         deadline = timezone.now() + timedelta(seconds=settings.ASSIGNMENT_DEADLINE)
@@ -150,6 +155,38 @@ def _short_reason(task: Task, short: int, exclude: set[UUID], taken: set[UUID], 
     held = task.replication - short
     reason = waiting_reason(task, exclude, taken, owners)
     return (f"{held}/{task.replication} replicas in hand. " if held else "") + reason
+
+
+_SHORTFALL_FAILED = (
+    "Failed: a result fell short of the task's quality bar and no other provider took the task"
+    " within {minutes} minutes: the spec may make the bar unreachable. Fully refunded."
+)
+_SHORTFALL_NOTE = (
+    "A result fell short of the task's quality bar, so its provider is not offered the task again;"
+    " if no other provider takes it within {minutes} minutes, it fails with a full refund."
+    " Cancelling also refunds it in full. "
+)
+
+
+def _wait_minutes() -> int:
+    return max(1, round(settings.SHORTFALL_WAIT / 60))
+
+
+def _latest_shortfall(task: Task) -> Assignment | None:
+    """The task's latest result rejected short of its bar, if no replica is accepted or live."""
+    mine = Assignment.objects.filter(task=task)
+    if mine.filter(state__in=REPLICA_HELD).exists():
+        return None
+    return (
+        mine.filter(state=Assignment.State.REJECTED).exclude(shortfall=Shortfall.NONE).order_by("-settled_at").first()
+    )
+
+
+def _waited_out(shortfall: Assignment) -> bool:
+    """No other provider has taken the task for ``SHORTFALL_WAIT`` seconds since ``shortfall``:
+    the task's bar may be unreachable."""
+    settled = shortfall.settled_at or timezone.now()
+    return timezone.now() - settled >= timedelta(seconds=settings.SHORTFALL_WAIT)
 
 
 def _after_failure(task: Task) -> None:

@@ -3,9 +3,10 @@
 Accepted → the reward leaves escrow for the worker (minus the platform fee), the
 worker's signed SUBMIT_RESULT enters the mempool, reputation rises; when every replica
 is accepted the task completes and the rest of the escrow goes back to the requester.
-Rejected → REJECT_RESULT on the chain, reputation falls (unless the worker's claim was
-true and only the task's quality bar was missed), the job is reassigned until the task's
-attempts run out, then the task fails with a full refund.
+Rejected → REJECT_RESULT on the chain, reputation falls, the job is reassigned until the
+task's attempts run out, then the task fails with a full refund. A true claim that only
+missed the task's quality bar costs nothing at once (the spec may make the bar
+unreachable) but ``SHORT_PENALTY`` once another worker's result on the task meets it.
 All of it in one database transaction per verdict, idempotent per assignment.
 """
 
@@ -25,12 +26,16 @@ from marketplace.models import ACTIVE, Task, TaskStatus
 from marketplace.services import transition_locked
 from workers import taskstate
 from workers.dashboard import worker_changed
-from workers.models import Assignment, Worker
+from workers.models import Assignment, Shortfall, Worker
 
 log = logging.getLogger(__name__)
 
 REPUTATION_UP = 2
 REPUTATION_DOWN = 10
+# A result short of a quality bar that another worker then met on the same task: the bar
+# was reachable, so the short result was poor work (or a node burning the task's attempts
+# at no cost), though honest runs near the bar can miss it too, hence less than a false claim.
+SHORT_PENALTY = 5
 
 
 def reward_per_replica(task: Task) -> int:
@@ -65,6 +70,9 @@ def accept(assignment_id: UUID, metrics: dict[str, object]) -> Assignment | None
         from workers.jobs import tx_from_json
 
         tx, signature = tx_from_json(assignment.result["transaction"])
+        # The rows of the workers whose short results this acceptance penalises, before any
+        # account: a sweep locks its worker's row, then accounts (workers/sweep.py).
+        short = _lock_shortfalls(task)
         # Every account this settlement touches, locked at once (see lock_task_accounts);
         # the nonce is read under the worker account's lock, so it cannot move after.
         ledger.lock_task_accounts(task.pk, worker.address)
@@ -91,6 +99,8 @@ def accept(assignment_id: UUID, metrics: dict[str, object]) -> Assignment | None
                 else {}
             ),
         )
+        for earlier in short:  # the bar was reachable: each short result now costs its worker
+            _penalise_short(earlier)
         accepted = Assignment.objects.filter(task=task, state=Assignment.State.ACCEPTED).count()
         if accepted >= task.replication:
             complete(task, assignment, metrics)
@@ -99,6 +109,26 @@ def accept(assignment_id: UUID, metrics: dict[str, object]) -> Assignment | None
             taskstate.sync_status(task, message, reason=message)
             transaction.on_commit(partial(taskstate.schedule_later, task.pk))
     return assignment
+
+
+def _lock_shortfalls(task: Task) -> list[Assignment]:
+    """The task's results rejected short of its bar and not yet penalised, their workers'
+    rows locked (in primary-key order)."""
+    short = list(
+        Assignment.objects.select_for_update().filter(
+            task=task, state=Assignment.State.REJECTED, shortfall=Shortfall.PENDING
+        )
+    )
+    list(Worker.objects.select_for_update().filter(pk__in={a.worker_id for a in short}).order_by("pk"))
+    return short
+
+
+def _penalise_short(assignment: Assignment) -> None:
+    """A result excused when rejected short of the bar costs ``SHORT_PENALTY``, once."""
+    taskstate.penalise(assignment.worker_id, SHORT_PENALTY)
+    assignment.shortfall = Shortfall.PENALISED
+    assignment.save(update_fields=["shortfall"])
+    transaction.on_commit(partial(worker_changed, assignment.worker_id))
 
 
 def complete(task: Task, last: Assignment, metrics: dict[str, object]) -> None:
@@ -151,16 +181,22 @@ def give_up(assignment_id: UUID, reason: str) -> Assignment | None:
 
 
 def reject(assignment_id: UUID, reason: str, *, penalise: bool = True) -> Assignment | None:
-    """Settle a rejected result (costing its worker reputation unless ``penalise`` is
-    False: see ``verifiers.Verdict``). Returns None when it was already settled."""
+    """Settle a rejected result, costing its worker reputation. With ``penalise`` False
+    (a true claim short of the quality bar: see ``verifiers.Verdict``) the cost waits for
+    another worker to meet the bar (``accept``), and the worker's provider is
+    not offered the task again. Returns None when it was already settled."""
     with transaction.atomic():
         assignment, task = taskstate.lock(assignment_id)
         if assignment.state != Assignment.State.SUBMITTED:
             return None
         ledger.reject_result(task.pk, assignment.worker.address, reason, reference=f"reject:{assignment.pk}")
-        _close(assignment, Assignment.State.REJECTED, reason)
         if penalise:
             taskstate.penalise(assignment.worker_id, REPUTATION_DOWN)
+        elif Assignment.objects.filter(task=task, state=Assignment.State.ACCEPTED).exists():
+            _penalise_short(assignment)  # another replica already met the bar: it is reachable
+        else:
+            assignment.shortfall = Shortfall.PENDING
+        _close(assignment, Assignment.State.REJECTED, reason)
         taskstate.sync_status(task, f"Result of {assignment.worker.name} rejected: {reason[:200]}")
         transaction.on_commit(partial(taskstate.schedule_later, task.pk))
     return assignment
@@ -171,7 +207,7 @@ def _close(assignment: Assignment, state: str, reason: str = "") -> None:
     assignment.state = state
     assignment.settled_at = timezone.now()
     assignment.reason = reason[:300]
-    assignment.save(update_fields=["state", "settled_at", "reason", "metrics"])
+    assignment.save(update_fields=["state", "settled_at", "reason", "metrics", "shortfall"])
     transaction.on_commit(partial(worker_changed, assignment.worker_id))
 
 

@@ -22,7 +22,7 @@ from django.db.models import Exists, OuterRef
 
 from marketplace.kinds import KINDS, Kind
 from workers import taskstate
-from workers.models import REPLICA_HELD, UNSETTLED, Assignment, Worker
+from workers.models import BARS_PROVIDER, UNSETTLED, Assignment, Worker
 
 log = logging.getLogger(__name__)
 
@@ -149,7 +149,10 @@ def _describe(reason: str, count: int, need: Need) -> str:
     if reason == TOOK_PART:
         return f"{count} {'has' if one else 'have'} this task already, or had it"
     if reason == SAME_PROVIDER:
-        return f"{count} {'belongs' if one else 'belong'} to a provider already computing a replica of it"
+        return (
+            f"{count} {'belongs' if one else 'belong'} to a provider already computing a replica of it"
+            " (or whose result fell short of its quality bar)"
+        )
     return f"{count} {'fits but is' if one else 'fit but are'} busy with another job"
 
 
@@ -226,7 +229,8 @@ def survey(
 
     ``exclude``: workers that have or had the task (never offered it again); ``taken``:
     those just given it, left out (even if the list read earlier missed them); ``owners``:
-    providers that hold a replica of it already (their other nodes are not offered another).
+    providers that hold a replica of it already or fell short of its bar (BARS_PROVIDER:
+    their other nodes are not offered it).
     """
     result = Survey(need, taken=len(taken))
     for worker in online_workers(max_age):
@@ -292,8 +296,8 @@ class Demand:
         if self.short[SAME_PROVIDER]:
             count = self.short[SAME_PROVIDER]
             out.append(
-                f"{count} {'has a replica' if count == 1 else 'have replicas'} on another of your nodes:"
-                " replicas go to different providers."
+                f"{count} {'has a replica' if count == 1 else 'have replicas'} on another of your nodes"
+                " (or had one short of its quality bar): replicas go to different providers."
             )
         return out
 
@@ -323,11 +327,9 @@ def demand(worker: Worker) -> Demand:
         Assignment.objects.filter(worker=worker, task__in=[t.pk for t in tasks]).values_list("task_id", flat=True)
     )
     # Replicas go to different providers: a task another of the owner's nodes holds a
-    # replica of is not this node's to take either.
+    # replica of (or fell short of the bar of) is not this node's to take either.
     siblings = set(
-        Assignment.objects.filter(
-            worker__owner_id=worker.owner_id, state__in=REPLICA_HELD, task__in=[t.pk for t in tasks]
-        )
+        Assignment.objects.filter(BARS_PROVIDER, worker__owner_id=worker.owner_id, task__in=[t.pk for t in tasks])
         .exclude(worker=worker)
         .values_list("task_id", flat=True)
     )

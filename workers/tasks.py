@@ -9,13 +9,15 @@ gone or already done, so a redelivered message is harmless.
 from __future__ import annotations
 
 import logging
-from contextlib import suppress
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from datetime import timedelta
 from typing import Any
 
 from celery import Task, shared_task
 from django.conf import settings
-from django.db import OperationalError
+from django.db import OperationalError, connections
 from django.db.models import F
 from django.utils import timezone
 
@@ -99,7 +101,8 @@ def verify_assignment(self: Task, assignment_id: str) -> str:
         settled = settlement.reject(assignment.pk, reason)
         return "skipped" if settled is None else str(settled.state)
     try:
-        return _verify_and_settle(assignment)
+        with _lease(assignment.pk):
+            return _verify_and_settle(assignment)
     except Exception:
         # The run ended (an error to retry or to ask again for later): not a run that died.
         # With the database down this fails too, and the run stays counted (once: its
@@ -108,6 +111,42 @@ def verify_assignment(self: Task, assignment_id: str) -> str:
             with suppress(OperationalError):
                 _uncount(assignment.pk)
         raise
+
+
+@contextmanager
+def _lease(assignment_id: Any) -> Iterator[None]:
+    """Keep the result's ``verify_sent_at`` fresh while this run is alive.
+
+    ``jobs.resend_stalled_verifications`` asks again for a result whose verification was
+    last asked for (or last showed life) ``VERIFY_RESEND_AFTER`` ago: without this, a
+    verification slower than that was sent again while it ran, and every 15 minutes
+    another run started beside it, each counted, until the count rejected a result whose
+    first run was still working. A run that dies stops renewing, so its result is asked
+    for again as before. The renewal runs on its own thread (and database connection,
+    closed when the run ends), every third of the resend period.
+    """
+    stop = threading.Event()
+    interval = max(settings.VERIFY_RESEND_AFTER / 3, 0.05)
+
+    def renew() -> None:
+        try:
+            while not stop.wait(interval):
+                try:
+                    Assignment.objects.filter(pk=assignment_id, state=Assignment.State.SUBMITTED).update(
+                        verify_sent_at=timezone.now()
+                    )
+                except Exception:  # a busy or lost database: the next renewal tries again
+                    log.warning("could not renew the verification lease of %s", assignment_id, exc_info=True)
+        finally:
+            connections.close_all()  # this thread's own connections
+
+    thread = threading.Thread(target=renew, name=f"verify-lease-{assignment_id}", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
 
 
 def _uncount(assignment_id: Any) -> None:

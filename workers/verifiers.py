@@ -44,11 +44,13 @@ class Verdict:
     ok: bool
     reason: str = ""
     metrics: dict[str, Any] = field(default_factory=dict)
-    # A rejection costs the worker reputation, except when its claim was true and the
-    # model only fell short of the task's quality bar (min_accuracy, beating chance or
-    # the untrained model): the requester's spec or data may make the bar unreachable
-    # for an honest run (a learning rate of 1e-7, one epoch), and that is not the
-    # worker's fault. Not paid either way; the job goes to another worker.
+    # A rejection costs the worker reputation at once, except when its claim was true and
+    # the model only fell short of the task's quality bar (min_accuracy, beating chance or
+    # the untrained model): the requester's spec or data may make the bar unreachable for
+    # an honest run (a learning rate of 1e-7, one epoch), and that is not the worker's
+    # fault. Such a result costs less, and only once another provider's result on the
+    # task meets the bar (settlement.SHORT_PENALTY); its provider is not offered the task
+    # again. Not paid either way; the job goes to another worker.
     penalise: bool = True
 
 

@@ -4,8 +4,9 @@ asl_training: the model's config must be the spec's over the dataset's signs and
 labels the dataset's, the signed result_hash must be the sha256 of model.safetensors, and
 the top-1 accuracy recomputed on the held-out participants no worker received must match
 the reported ``val_top1_micro`` (``training.asl.run.accepts``: three binomial standard
-errors), reach the spec's ``min_accuracy`` and beat guessing (``chance_floor``: chance
-plus 2.33 standard errors, so an untrained model honestly reported is not paid). asl_inference: the predictions' hash, then
+errors), reach the spec's ``min_accuracy`` and beat guessing (``chance_floor``: a score guessing
+reaches at most once in 100, so an untrained model honestly reported is not paid).
+asl_inference: the predictions' hash, every row's width and sequence id, then
 k sequences chosen with a platform secret recomputed with the source task's model.
 """
 
@@ -136,7 +137,9 @@ def verify_asl_inference(assignment: Assignment, artifacts: dict[str, Path]) -> 
     if len(header) != 2 + 2 * top_k:
         return Verdict(False, f"predictions.csv must report the top {top_k} signs per sequence.")
     with tempfile.TemporaryDirectory(prefix="proofwork-verify-") as tmp:
-        inputs = copy_dataset(task, Path(tmp))
+        # Under the agent's own name for its download: the path column of a single
+        # .parquet sequence is that file's name (training.asl.infer), dataset.parquet.
+        inputs = copy_dataset(task, Path(tmp), stem="dataset")
         samples = int(task.spec.get("verify_samples", 16))
         outcome = verify_predictions(model_dir, inputs, path, samples=samples, seed=spot_check_seed(assignment))
     if not outcome["ok"]:

@@ -4,8 +4,9 @@ cube_training: the model's config must be the spec's (so the worker cannot swap 
 cheaper model or loss weights), the signed result_hash must be the sha256 of
 model.safetensors, and the validation loss recomputed on the held-out split no worker
 received must match the reported ``val_loss_micro`` within tolerance and be at least
-``CUBE_MIN_LOSS_REDUCTION_PCT`` (20 %) below the untrained model's. cube_inference: the outputs' hash, then k rows chosen with a platform
-secret recomputed with the source task's verified model.
+``CUBE_MIN_LOSS_REDUCTION_PCT`` (20 %) below the untrained model's. cube_inference: the
+outputs' hash, every value finite, then k rows chosen with a platform secret recomputed
+with the source task's verified model.
 """
 
 from __future__ import annotations
@@ -133,7 +134,7 @@ def verify_cube_training(assignment: Assignment, artifacts: dict[str, Path]) -> 
 
 def verify_cube_inference(assignment: Assignment, artifacts: dict[str, Path]) -> Verdict:
     """Recompute k secretly chosen rows of outputs.npy with the source task's model."""
-    from training.cube.data import CubeDataError, load_array
+    from training.cube.data import CubeDataError, first_non_finite_row, load_array
     from training.cube.run import verify_inference
 
     task = assignment.task
@@ -159,6 +160,11 @@ def verify_cube_inference(assignment: Assignment, artifacts: dict[str, Path]) ->
             return Verdict(False, str(exc))
     if outputs.shape != inputs.shape:
         return Verdict(False, f"outputs.npy has shape {list(outputs.shape)}, expected {list(inputs.shape)}.")
+    # The model maps finite rows to finite rows, so this is checked on every row, not only
+    # on the sampled ones: a cheap pass over the mapped file, a block at a time.
+    bad_row = first_non_finite_row(outputs)
+    if bad_row is not None:
+        return Verdict(False, f"outputs.npy holds NaN or infinite values (first in row {bad_row}).")
     samples = int(task.spec.get("verify_samples", 16))
     outcome = verify_inference(model_dir, inputs, outputs, samples=samples, seed=spot_check_seed(assignment))
     if not outcome["accepted"]:

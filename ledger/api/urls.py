@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from django.urls import path
+from django.views.generic import RedirectView
 
 from ledger.api import views
 
@@ -10,6 +11,8 @@ urlpatterns = [
     path("transactions/", views.TransactionSubmit.as_view(), name="ledger-submit"),
     path("transactions/<str:hash>/", views.TransactionDetail.as_view(), name="ledger-transaction"),
     path("transactions/<str:hash>/proof", views.TransactionProof.as_view(), name="ledger-proof"),
+    # With a slash, as every other ledger URL ends (it was a 404): sent on to the one above.
+    path("transactions/<str:hash>/proof/", RedirectView.as_view(pattern_name="ledger-proof", permanent=True)),
     path("accounts/<str:address>/", views.AccountDetail.as_view(), name="ledger-account"),
     path("wallet/", views.Wallet.as_view(), name="ledger-wallet"),
 ]

@@ -13,7 +13,7 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from ledger import services
+from ledger import custody, services
 from ledger.api import serializers as s
 from ledger.bech32 import AddressError, decode_address
 from ledger.models import Account, AccountKind, Block, Transaction, TxStatus
@@ -97,8 +97,17 @@ class TransactionSubmit(generics.GenericAPIView[Any]):
         return Response(s.TransactionSerializer(row).data, status=status.HTTP_202_ACCEPTED)
 
 
+# A refusal that names one of the fields a client submits is answered under it.
+_SUBMITTED_FIELDS = frozenset(s.SubmitTransactionSerializer().get_fields())
+
+
 def refusal_errors(row: Transaction) -> dict[str, Any]:
-    """The 400 body for a transaction the mempool refused: the field at fault, and the code."""
+    """The 400 body for a transaction the mempool refused: the field at fault, and the code.
+    The refusal names it (a code alone is ambiguous: bad_address is "from" or "to",
+    bad_gas "gas_limit" or "gas_price"); a row read back from the table carries only
+    its code."""
+    if row.refusal_field in _SUBMITTED_FIELDS:
+        return {row.refusal_field: [row.reason_detail or row.reason], "code": row.reason}
     field = {
         "bad_signature": "signature",
         "bad_nonce": "nonce",
@@ -129,7 +138,8 @@ class TransactionDetail(generics.RetrieveAPIView[Transaction]):
 
 class TransactionProof(generics.GenericAPIView[Any]):
     """The block header and the audit path of the transaction under tx_root (and, for a
-    SUBMIT_RESULT, of its ComputeResult under compute_root), checked as a client would.
+    SUBMIT_RESULT, of its ComputeResult under compute_root), checked as a client would:
+    against the platform's validator key, not whichever key the block names.
     409 while the transaction is still pending."""
 
     permission_classes = [permissions.AllowAny]
@@ -145,7 +155,7 @@ class TransactionProof(generics.GenericAPIView[Any]):
                 {"status": [f"This transaction is {tx.status}; a proof exists once it is sealed."], "code": tx.status},
                 status=status.HTTP_409_CONFLICT,
             )
-        checks = verify_proof(proof)
+        checks = verify_proof(proof, custody.validator_keys().public_key)
         return Response(s.ProofSerializer({"proof": proof, "checks": checks, "verified": is_verified(checks)}).data)
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from marketplace.views.accounts import account, signup, token_create, token_revoke
+from marketplace.views.accounts import LoginView, account, signup, token_create, token_revoke
 from marketplace.views.datasets import dataset_delete, dataset_detail, datasets
 from marketplace.views.tasks import (
     home,
@@ -17,6 +17,7 @@ from marketplace.views.tasks import (
 )
 
 __all__ = [
+    "LoginView",
     "account",
     "dataset_delete",
     "dataset_detail",

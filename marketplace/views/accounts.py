@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from typing import Any
+from urllib.parse import urlsplit
+
 from django.contrib import messages
 from django.contrib.auth import login
+from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
 from django.db import transaction
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 from rest_framework.exceptions import NotFound, ValidationError
 
@@ -19,10 +24,29 @@ from marketplace.units import format_credits
 from marketplace.views.common import current_user
 
 
+def _next_url(request: HttpRequest) -> str:
+    """Where the login page was sending the user (``next``), if it is a page of this site."""
+    url = request.POST.get("next") or request.GET.get("next") or ""
+    safe = url_has_allowed_host_and_scheme(url, allowed_hosts={request.get_host()}, require_https=request.is_secure())
+    return url if safe else ""
+
+
+class LoginView(auth_views.LoginView):
+    """Django's login page, for a signed-in user too: it goes on to ``next``, except when
+    ``next`` is the login page itself (Django raises on that loop: a 500)."""
+
+    redirect_authenticated_user = True
+
+    def get_redirect_url(self, *args: Any, **kwargs: Any) -> str:  # the stubs' signature is Django's plus one
+        url = super().get_redirect_url(*args, **kwargs)
+        return "" if url and urlsplit(url).path == self.request.path else url
+
+
 def signup(request: HttpRequest) -> HttpResponse:
-    """Create an account and sign straight in."""
+    """Create an account and sign straight in, then go on to the page that asked for it."""
+    next_url = _next_url(request)
     if request.user.is_authenticated:
-        return redirect("my-tasks")
+        return redirect(next_url or "my-tasks")
     form = SignupForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         # The user and their ledger account (with any signup grant) exist together or not at all.
@@ -31,8 +55,9 @@ def signup(request: HttpRequest) -> HttpResponse:
             services.welcome_user(user)
         login(request, user, backend="django.contrib.auth.backends.ModelBackend")
         messages.success(request, f"Welcome, {user.username}! Your account is ready.")
-        return redirect("my-tasks")
-    return render(request, "registration/signup.html", {"form": form}, status=400 if form.errors else 200)
+        return redirect(next_url or "my-tasks")
+    context = {"form": form, "next": next_url}
+    return render(request, "registration/signup.html", context, status=400 if form.errors else 200)
 
 
 def _account_page(

@@ -3,17 +3,24 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
+import hashlib
+import json
+import uuid
 from typing import Any
 
 import pytest
 from rest_framework.test import APIClient
 
 from ledger import custody, encoding, services
-from ledger.models import Transaction
+from ledger.mempool import admit
+from ledger.models import Block, Transaction
 from ledger.proofcheck import verify_proof
+from ledger.proofs import build_proof
 from ledger.sealer import seal_block
+from tests.factories import UserFactory
 from tests.ledger.chain import build_chain
-from tests.ledger.helpers import CREDIT, signed, worker_keys
+from tests.ledger.helpers import CREDIT, signed, submit_result, worker_keys
 
 pytestmark = pytest.mark.django_db
 
@@ -48,6 +55,9 @@ def test_proof_of_a_submit_result_verifies_offline(chain: dict[str, Any], anon_c
     validator = custody.validator_keys().public_key
     assert all(verify_proof(proof, validator).values())
     assert not all(verify_proof(proof, worker_keys(1).public_key).values())
+    # With a trailing slash, as every other ledger URL: sent on to the same proof.
+    slashed = anon_client.get(f"/api/v1/ledger/transactions/{chain['result_hash']}/proof/", follow=True)
+    assert slashed.json() == body
     for path, value in [
         (("transaction", "hash"), "00" * 32),
         (("block", "tx_root"), "11" * 32),
@@ -248,3 +258,119 @@ def test_a_client_looping_on_submissions_is_throttled(
         assert Transaction.objects.filter(status="refused").count() == stored
     finally:
         cache.clear()
+
+
+def _rfc6962_root(leaves: list[bytes]) -> bytes:
+    """MTH(D[n]) exactly as RFC 6962 §2.1 writes it (recursive), independent of ledger.merkle."""
+    if not leaves:
+        return hashlib.sha256(b"").digest()
+    if len(leaves) == 1:
+        return hashlib.sha256(b"\x00" + leaves[0]).digest()
+    k = 1 << ((len(leaves) - 1).bit_length() - 1)
+    return hashlib.sha256(b"\x01" + _rfc6962_root(leaves[:k]) + _rfc6962_root(leaves[k:])).digest()
+
+
+def _rfc6962_path(m: int, leaves: list[bytes]) -> list[bytes]:
+    """PATH(m, D[n]) of RFC 6962 §2.1.1."""
+    if len(leaves) == 1:
+        return []
+    k = 1 << ((len(leaves) - 1).bit_length() - 1)
+    if m < k:
+        return [*_rfc6962_path(m, leaves[:k]), _rfc6962_root(leaves[k:])]
+    return [*_rfc6962_path(m - k, leaves[k:]), _rfc6962_root(leaves[:k])]
+
+
+@pytest.mark.parametrize("n", [1, 3, 5, 6])
+def test_served_proofs_match_an_independent_rfc6962_implementation(
+    anon_client: APIClient, assignments: set, n: int
+) -> None:
+    """Blocks of 2n transfers and deposits, then n SUBMIT_RESULTs (a single-transaction
+    block for n = 1, odd sizes otherwise): every leaf's served path, first and last
+    included, is RFC 6962's, and both roots are the block's."""
+    for i in range(n):
+        user: Any = UserFactory(username=f"user{i}")
+        services.deposit(user, CREDIT, f"d{i}")
+        services.transfer(user, worker_keys(100 + i).address, CREDIT // 2, f"t{i}")
+    seal_block()
+    for i in range(n):
+        worker, task = worker_keys(100 + i), uuid.uuid4()
+        assignments.add((task, worker.address))
+        (row,) = admit([submit_result(worker, 0, task)])
+        assert row.status == "pending", row.reason_detail
+    seal_block()
+    for block in Block.objects.filter(height__gt=0):
+        txs = list(block.transactions.order_by("index_in_block"))
+        leaves = [bytes.fromhex(t.hash) + bytes.fromhex(t.signature) for t in txs]
+        assert _rfc6962_root(leaves).hex() == block.tx_root
+        results = [t for t in txs if t.type == encoding.SUBMIT_RESULT]
+        for position, t in enumerate(txs):
+            body = anon_client.get(f"/api/v1/ledger/transactions/{t.hash}/proof").json()
+            assert body["verified"] is True, body["checks"]
+            inclusion = body["proof"]["tx_inclusion"]
+            assert (inclusion["leaf_index"], inclusion["tree_size"]) == (position, len(txs))
+            assert inclusion["audit_path"] == [p.hex() for p in _rfc6962_path(position, leaves)]
+            if t.type == encoding.SUBMIT_RESULT:
+                compute = body["proof"]["compute_inclusion"]
+                compute_leaves = [encoding.parse_compute_result(r.payload["compute_result"]).leaf() for r in results]
+                assert compute["leaf"] == compute_leaves[results.index(t)].hex()
+                assert _rfc6962_root(compute_leaves).hex() == block.compute_root
+                expected = _rfc6962_path(results.index(t), compute_leaves)
+                assert compute["audit_path"] == [p.hex() for p in expected]
+
+
+def test_a_proof_of_a_block_the_platform_did_not_sign_is_not_shown_as_verified(
+    chain: dict[str, Any], anon_client: APIClient, client: Any
+) -> None:
+    """A block re-signed with another key (its header otherwise intact) must not get
+    the explorer's "proof verified": a client pins the validator's key, so must we."""
+    forger = worker_keys(9)
+    block = Block.objects.get(height=2)
+    header = dataclasses.replace(block.header(), proposer=forger.address, proposer_key=forger.public_key)
+    message = header.encode()
+    Block.objects.filter(pk=block.pk).update(
+        proposer=forger.address,
+        proposer_key=forger.public_key.hex(),
+        hash=hashlib.sha256(message).hexdigest(),
+        signature=forger.sign(message).hex(),
+    )
+    body = anon_client.get(f"/api/v1/ledger/transactions/{chain['result_hash']}/proof").json()
+    assert body["checks"]["signature"] is False
+    assert body["verified"] is False
+    page = client.get(f"/explorer/tx/{chain['result_hash']}/").content.decode()
+    assert "Sealed · proof does NOT verify" in page
+
+
+def test_the_offline_verifier_refuses_an_infinite_number_without_raising(chain: dict[str, Any]) -> None:
+    """JSON parsers turn 1e999 into infinity: a hostile proof is "not verified", not a crash."""
+    served = build_proof(Transaction.objects.get(hash=chain["result_hash"]))
+    assert served is not None
+    text = json.dumps(served).replace(f'"timestamp_us": {served["block"]["timestamp_us"]}', '"timestamp_us": 1e999')
+    checks = verify_proof(json.loads(text), custody.validator_keys().public_key)
+    assert checks == {"well_formed": False}
+
+
+def _upper_sender(pair: Any, to: str) -> Any:
+    """A transfer signed by ``pair`` whose ``from`` is its address in upper case."""
+    sub = signed(pair, encoding.TRANSFER, to, 1000, 1, {})
+    tx = dataclasses.replace(sub.tx, sender=pair.address.upper())
+    return dataclasses.replace(sub, tx=tx, signature=pair.sign(tx.encode()))
+
+
+@pytest.mark.parametrize(
+    ("build", "field"),
+    [
+        (lambda w, to: signed(w, encoding.TRANSFER, to.upper(), 1000, 1, {}), "to"),
+        (_upper_sender, "from"),
+        (lambda w, to: signed(w, encoding.TRANSFER, to, 1000, 1, {}, gas_price=1), "gas_price"),
+    ],
+)
+def test_a_refused_submission_names_the_field_at_fault(
+    chain: dict[str, Any], alice_client: APIClient, build: Any, field: str
+) -> None:
+    """Addresses are signed in lower case and gas is priced at the chain's minimum: the
+    400 names the field the sender must change, as every other refusal does."""
+    sub = build(chain["worker"], worker_keys(77).address)
+    res = alice_client.post("/api/v1/ledger/transactions/", tx_body(sub), format="json")
+    assert res.status_code == 400
+    body = res.json()
+    assert set(body) == {field, "code"}, body

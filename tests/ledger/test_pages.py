@@ -43,6 +43,16 @@ def test_block_page_shows_the_header_and_transactions(chain: dict[str, Any], cli
     assert client.get("/explorer/blocks/42/").status_code == 404
 
 
+def test_block_pages_link_to_blocks_that_exist(chain: dict[str, Any], client: Client) -> None:
+    head = Block.objects.order_by("-height").first()
+    assert head is not None
+    middle = client.get(f"/explorer/blocks/{head.height - 1}/").content.decode()
+    assert f'href="/explorer/blocks/{head.height}/"' in middle
+    newest = client.get(f"/explorer/blocks/{head.height}/").content.decode()
+    assert f'href="/explorer/blocks/{head.height + 1}/"' not in newest  # it would 404
+    assert f'href="/explorer/blocks/{head.height - 1}/"' in newest
+
+
 def test_transaction_page_shows_a_verified_proof(chain: dict[str, Any], client: Client) -> None:
     text = client.get(f"/explorer/tx/{chain['result_hash']}/").content.decode()
     assert "Sealed · proof verified" in text

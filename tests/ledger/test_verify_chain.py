@@ -109,3 +109,27 @@ def test_removing_a_transaction_from_a_block_is_detected(chain: dict[str, Any]) 
 
 def test_an_empty_chain_verifies(db: Any) -> None:
     assert "Chain OK: 0 blocks" in _run()
+
+
+@pytest.mark.parametrize(
+    ("height", "field"),
+    [(2, "signature"), (0, "prev_hash"), (0, "state_root"), (0, "signature")],
+)
+def test_a_header_field_that_is_not_hex_is_a_divergence(chain: dict[str, Any], height: int, field: str) -> None:
+    """Garbage in a column is reported like any other tampering, naming the field, not
+    a traceback."""
+    Block.objects.filter(height=height).update(**{field: "zz" * (64 if field == "signature" else 32)})
+    assert f"block height {height} tx - field {field}" in _diverges()
+
+
+def test_a_public_key_that_is_not_hex_is_a_divergence(chain: dict[str, Any]) -> None:
+    tx = Transaction.objects.get(hash=chain["result_hash"])
+    Transaction.objects.filter(pk=tx.pk).update(public_key="zz" * 32)
+    assert f"block height 2 tx {tx.hash} field public_key" in _diverges()
+
+
+def test_raising_the_gas_price_leaves_the_chain_verifying(chain: dict[str, Any], settings: Any) -> None:
+    """LEDGER_GAS_PRICE is the least admission accepts from now on; the transactions
+    sealed (and pending) at the old price stay valid and must still replay."""
+    settings.LEDGER_GAS_PRICE *= 2
+    assert "Chain OK: 4 blocks" in _run()

@@ -25,6 +25,24 @@ def completed(task: Task) -> Task:
     return task
 
 
+def inference(kind: str, dataset: Any, source: Task) -> dict[str, Any]:
+    """The body posting (or quoting) an inference task of ``source`` on ``dataset``."""
+    return {"kind": kind, "budget": "100", "dataset": str(dataset.pk), "spec": {"source_task": str(source.pk)}}
+
+
+def dataset_refusals(client: APIClient, body: dict[str, Any]) -> list[list[str]]:
+    """The ``dataset`` errors of posting and of quoting ``body``: both must be 400s, and
+    neither may write a task."""
+    before = Task.objects.count()
+    errors = []
+    for url in (TASKS, f"{TASKS}quote/"):
+        response = client.post(url, body, format="json")
+        assert response.status_code == 400, response.json()
+        errors.append(response.json()["dataset"])
+    assert Task.objects.count() == before
+    return errors
+
+
 @pytest.mark.parametrize(
     ("kind", "fmt"),
     [("cube_inference", "npy"), ("asl_inference", "zip")],
@@ -121,15 +139,86 @@ def test_a_safetensors_header_nested_too_deeply_is_refused_naming_the_dataset(
     source = completed(post_task(alice, "cube_training", {"teacher_dim": 32, "synthetic_samples": 64}))
     header = b'{"a":' + b"[" * 100_000 + b"]" * 100_000 + b"}"
     dataset = make_dataset(alice, len(header).to_bytes(8, "little") + header, "deep.safetensors")
-    body = {
-        "kind": "cube_inference",
-        "budget": "100",
-        "dataset": str(dataset.pk),
-        "spec": {"source_task": str(source.pk)},
-    }
-    before = Task.objects.count()
-    for url in (TASKS, f"{TASKS}quote/"):
-        response = alice_client.post(url, body, format="json")
-        assert response.status_code == 400
-        assert "nested too deeply" in response.json()["dataset"][0]
-    assert Task.objects.count() == before
+    for errors in dataset_refusals(alice_client, inference("cube_inference", dataset, source)):
+        assert "nested too deeply" in errors[0]
+    # A float tensor without its data_offsets cannot be read (nor scanned for NaN): a 400 too.
+    header = b'{"embeddings":{"dtype":"F32","shape":[2,32]}}'
+    bare = make_dataset(alice, len(header).to_bytes(8, "little") + header + bytes(256), "bare.safetensors")
+    refused = ["bare.safetensors: the tensor's data_offsets are not a pair of integers."]
+    assert dataset_refusals(alice_client, inference("cube_inference", bare, source)) == [refused] * 2
+
+
+def test_cube_inference_inputs_shorter_than_their_header_are_refused(
+    alice: Any, alice_client: APIClient, tmp_path: Any
+) -> None:
+    # The header says 1000 rows, the file holds two: no worker could load it.
+    from safetensors.numpy import save_file
+
+    source = completed(post_task(alice, "cube_training", {"teacher_dim": 32, "synthetic_samples": 64}))
+    buffer = io.BytesIO()
+    np.save(buffer, np.zeros((1000, 32), dtype=np.float32))
+    cut_npy = buffer.getvalue()[: 128 + 2 * 32 * 4]
+    save_file({"embeddings": np.zeros((1000, 32), dtype=np.float32)}, str(tmp_path / "in.safetensors"))
+    whole = (tmp_path / "in.safetensors").read_bytes()
+    cut_safetensors = whole[: len(whole) - 998 * 32 * 4]
+    for content, name in ((cut_npy, "cut.npy"), (cut_safetensors, "cut.safetensors")):
+        dataset = make_dataset(alice, content, name)
+        too_short = f"{name}: the file is {len(content)} bytes, too short for the {1000 * 32 * 4}-byte tensor its header describes."
+        assert dataset_refusals(alice_client, inference("cube_inference", dataset, source)) == [[too_short]] * 2
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_cube_inference_inputs_holding_nan_or_infinity_are_refused(
+    alice: Any, alice_client: APIClient, tmp_path: Any, dtype: Any
+) -> None:
+    # Every worker would fail on them, losing reputation for the requester's data.
+    from safetensors.numpy import save_file
+
+    source = completed(post_task(alice, "cube_training", {"teacher_dim": 32, "synthetic_samples": 64}))
+    rows = np.ones((5000, 32), dtype=dtype)
+    rows[4321, 7] = np.nan
+    buffer = io.BytesIO()
+    np.save(buffer, rows)
+    rows[4321, 7] = -np.inf
+    save_file({"embeddings": rows, "other": np.zeros(3, dtype=np.float32)}, str(tmp_path / "in.safetensors"))
+    for content, name in (
+        (buffer.getvalue(), "nan.npy"),
+        ((tmp_path / "in.safetensors").read_bytes(), "nan.safetensors"),
+    ):
+        dataset = make_dataset(alice, content, name)
+        refused = [f"{name}: row 4321 holds NaN or infinite values."]
+        assert dataset_refusals(alice_client, inference("cube_inference", dataset, source)) == [refused] * 2
+    # Clean inputs of the same shape are taken, in either format.
+    rows[4321, 7] = 1.0
+    clean = io.BytesIO()
+    np.save(clean, rows)
+    body = inference("cube_inference", make_dataset(alice, clean.getvalue(), "clean.npy"), source)
+    assert alice_client.post(f"{TASKS}quote/", body, format="json").status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("files", "words"),
+    [
+        ({"readme.txt": b"no sequences here"}, "in.zip: holds no .parquet sequence files."),
+        ({"train.csv": b"path,participant_id,sequence_id,sign\n"}, "in.zip: train.csv: lists no sequences."),
+        (
+            {"train.csv": b"path,participant_id,sequence_id,sign\nmissing.parquet,1,2,hello\n"},
+            "in.zip: train.csv line 2: sequence file 'missing.parquet' is missing from the dataset.",
+        ),
+        (
+            {
+                "train.csv": b"path,participant_id,sequence_id,sign\na.parquet,1,2,hello\na.parquet,1,3,bye\n",
+                "a.parquet": b"not read at posting",
+            },
+            "in.zip: train.csv line 3: sequence file 'a.parquet' is listed twice.",
+        ),
+    ],
+)
+def test_asl_inference_inputs_must_hold_sequences(
+    alice: Any, alice_client: APIClient, files: dict[str, bytes], words: str
+) -> None:
+    # Checked before any money is held or any worker is sent a job it can only fail.
+    source = completed(post_task(alice, "synthetic", {"n": 64}))
+    Task.objects.filter(pk=source.pk).update(kind="asl_training")
+    dataset = make_dataset(alice, zip_bytes(files), "in.zip")
+    assert dataset_refusals(alice_client, inference("asl_inference", dataset, source)) == [[words]] * 2

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import csv
+from fractions import Fraction
+from math import comb
 from pathlib import Path
 from typing import Any
 
@@ -157,16 +159,31 @@ def test_spec_errors_name_the_field_and_presets_follow_gpu_memory(dataset: Path,
     assert preset_batch(TrainSpec.from_dict({"batch_size": 20}), {"gpu_memory_bytes": 80 * 10**9}) == (20, 4)
 
 
-def test_the_chance_floor_is_what_guessing_rarely_reaches() -> None:
+def guessing_reaches(classes: int, count: int, right: int) -> Fraction:
+    """P(at least ``right`` of ``count`` right by guessing among ``classes``), exactly."""
+    p = Fraction(1, classes)
+    return sum((comb(count, k) * p**k * (1 - p) ** (count - k) for k in range(right, count + 1)), Fraction(0))
+
+
+@pytest.mark.parametrize(("classes", "count"), [(5, 10), (2, 20), (10, 50), (250, 2_000), (3, 7)])
+def test_the_chance_floor_is_the_fewest_right_answers_guessing_reaches_once_in_a_hundred(
+    classes: int, count: int
+) -> None:
     from training.asl.run import chance_floor
 
-    assert chance_floor(5, 10) == pytest.approx(0.2 + 2.33 * (0.2 * 0.8 / 10) ** 0.5)
-    assert chance_floor(250, 10_000) == pytest.approx(0.004 + 2.33 * (0.004 * 0.996 / 10_000) ** 0.5)
-    assert chance_floor(2, 3) == 1.0  # three sequences of two signs: only a perfect score shows learning
-    assert chance_floor(1, 10) == 0.0
-    # Guessing among 5 signs on 10 sequences clears 0.4947 (5 right) 3 % of the time, exactly:
-    # the normal bound is loose on so few, and tight on a real held-out set.
-    from math import comb
+    floor = chance_floor(classes, count)
+    right = round(floor * count)
+    assert right / count == pytest.approx(floor)
+    assert guessing_reaches(classes, count, right) <= Fraction(1, 100)
+    assert guessing_reaches(classes, count, right - 1) > Fraction(1, 100)
 
-    p_five_or_more = sum(comb(10, k) * 0.2**k * 0.8 ** (10 - k) for k in range(5, 11))
-    assert p_five_or_more == pytest.approx(0.0328, abs=1e-4)
+
+def test_the_chance_floor_at_its_edges() -> None:
+    from training.asl.run import chance_floor
+
+    # 10 sequences of 5 signs: 5 right is reached by guessing 3.3 % of the time, 6 right 0.64 %.
+    assert chance_floor(5, 10) == 0.6
+    assert chance_floor(2, 3) == 1.0  # three sequences of two signs: only a perfect score shows learning
+    assert chance_floor(2, 6) == 1.0  # even a perfect score is guessed 1.6 % of the time: required anyway
+    assert chance_floor(1, 10) == 0.0
+    assert chance_floor(5, 0) == 0.0

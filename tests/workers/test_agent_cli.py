@@ -13,7 +13,6 @@ from __future__ import annotations
 import io
 import json
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -21,54 +20,12 @@ import pytest
 
 from ledger import keys
 from tests.workers.processes import serving
+from tests.workers.stub_platform import StubPlatform as Platform
 from workers.agent.cli import main
 from workers.agent.identity import Credentials, init_key, load_key
 from workers.agent.trust import insecure_server
 
 CHAIN = "proofwork-test-1"
-
-
-class Platform(ThreadingHTTPServer):
-    """Answers with the JSON in ``answers["METHOD path"]`` or else ``answers[path]``;
-    records every request."""
-
-    def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), Handler)
-        self.answers: dict[str, tuple[int, Any]] = {}
-        self.requests: list[tuple[str, str, Any]] = []
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}"
-
-    def posted(self, path: str) -> list[Any]:
-        return [body for method, p, body in self.requests if method == "POST" and p == path]
-
-
-class Handler(BaseHTTPRequestHandler):
-    server: Platform
-
-    def answer(self) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
-        body = json.loads(self.rfile.read(length)) if length else None
-        self.server.requests.append((self.command, self.path, body))
-        answers = self.server.answers
-        code, payload = answers.get(f"{self.command} {self.path}") or answers.get(self.path, (404, {}))
-        data = json.dumps(payload).encode()
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def do_GET(self) -> None:
-        self.answer()
-
-    def do_POST(self) -> None:
-        self.answer()
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
 
 
 @pytest.fixture
@@ -214,3 +171,15 @@ def test_only_plain_http_off_this_machine_is_warned_about() -> None:
     warning = insecure_server("http://proofwork.example")
     assert warning is not None
     assert "plain http" in warning
+
+
+def test_the_agents_celery_app_is_json_only_and_waits_a_day_before_redelivering_on_redis() -> None:
+    from workers.agent.node import make_app
+
+    app = make_app("redis://127.0.0.1:6379/0", "w.cpc1example")
+    assert app.conf.accept_content == ["json"]
+    assert app.conf.task_acks_late
+    assert app.conf.worker_prefetch_multiplier == 1
+    # A job running past Redis's default hour must not be delivered to the node again.
+    assert app.conf.broker_transport_options == {"visibility_timeout": 86400}
+    assert make_app("amqp://guest@127.0.0.1//", "w.cpc1example").conf.broker_transport_options == {}

@@ -25,6 +25,7 @@ from training.asl.run import run
 from training.asl.split import prepare
 from training.asl.synthetic import generate
 from workers import heldout
+from workers.agent import runners
 from workers.verify_asl import verify_asl_inference, verify_asl_training
 
 pytestmark = pytest.mark.django_db
@@ -227,7 +228,7 @@ def test_an_untrained_model_honestly_reported_is_not_paid_even_with_no_minimum(
     )
     assert honest["top1"] < chance_floor(5, 10)
     assert not verdict.ok
-    assert "no better than guessing among 5 signs on 10 sequences: at least 0.4947 is needed" in verdict.reason
+    assert "no better than guessing among 5 signs on 10 sequences: at least 0.6000 is needed" in verdict.reason
     assert verdict.metrics["heldout_top1"] == round(honest["top1"], 6)
     assert not verdict.penalise
 
@@ -316,3 +317,60 @@ def test_inference_predictions_are_spot_checked(
     verdict = check("\n".join(honest_csv.splitlines()[:-1]) + "\n")  # a sequence left out
     assert not verdict.ok
     assert "exactly the input sequences" in verdict.reason
+
+
+def test_inference_predictions_must_give_each_sequence_its_own_id(
+    bob: Any, alpha: AslProvider, dataset: Path, trained: Path, tmp_path: Path
+) -> None:
+    # The requester joins the predictions back to their data by sequence_id: a wrong id is a
+    # wrong result, checked on every row, not only on the recomputed ones.
+    source = completed_training(bob, alpha, trained, training_task(bob, dataset))
+    inputs = generate(
+        tmp_path / "new.zip", n_signs=5, n_participants=1, per_participant=1, max_frames=16, seed=4, as_zip=True
+    )
+    upload = make_dataset(bob, inputs.read_bytes(), "new.zip")
+    spec = {"source_task": str(source.pk), "top_k": 3, "verify_samples": 1}
+    assignment = assign(post_task(bob, "asl_inference", spec, dataset=upload.pk, budget=UNITS_PER_CREDIT))
+    predict(trained, inputs, tmp_path / "honest", top_k=3)
+    rows = [line.split(",") for line in (tmp_path / "honest" / "predictions.csv").read_text().splitlines()]
+    own = rows[2][1]
+    rows[2][1] = rows[3][1]  # one sequence given its neighbour's id
+    path = tmp_path / "predictions.csv"
+    path.write_text("\n".join(",".join(r) for r in rows) + "\n")
+    verdict = verify_asl_inference(submitted(assignment, path, {}), {"predictions.csv": path})
+    assert not verdict.ok
+    assert f"sequence_id {rows[3][1]!r}, not {own!r}" in verdict.reason
+
+    rows[2][1] = own
+    rows[4] = rows[4][:2]  # a sequence with no signs at all
+    path.write_text("\n".join(",".join(r) for r in rows) + "\n")
+    verdict = verify_asl_inference(submitted(assignment, path, {}), {"predictions.csv": path})
+    assert not verdict.ok
+    assert "row 4 has 2 fields, the header 8" in verdict.reason
+
+
+def test_inference_on_one_parquet_file_accepts_the_agents_honest_predictions(
+    bob: Any, alpha: AslProvider, dataset: Path, trained: Path, tmp_path: Path
+) -> None:
+    # A single .parquet sequence is a dataset format of the kind; the agent's own runner
+    # computes the result and the verifier must accept it.
+    source = completed_training(bob, alpha, trained, training_task(bob, dataset))
+    folder = generate(tmp_path / "new", n_signs=5, n_participants=1, per_participant=1, max_frames=16, seed=4)
+    clip = sorted(folder.rglob("*.parquet"))[0]
+    upload = make_dataset(bob, clip.read_bytes(), "clip.parquet")
+    spec = {"source_task": str(source.pk), "top_k": 3}
+    task = post_task(bob, "asl_inference", spec, dataset=upload.pk, budget=UNITS_PER_CREDIT)
+    assignment = assign(task)
+    work = tmp_path / "work"
+    work.mkdir()
+    shutil.copy(clip, work / "dataset.parquet")
+
+    def fetch(url: str, target: Path) -> None:
+        shutil.copy(trained / url.rstrip("/").rsplit("/", 1)[1], target)
+
+    job = {"id": str(assignment.pk), "kind": "asl_inference", "spec": task.spec, "dataset": {"format": "parquet"}}
+    outcome = runners.run({**job, "fetch": fetch}, work, lambda *args: None)
+    path = outcome.artifacts["predictions.csv"]
+    verdict = verify_asl_inference(submitted(assignment, path, {}), {"predictions.csv": path})
+    assert verdict.ok, verdict.reason
+    assert verdict.metrics["sequences_checked"] == 1

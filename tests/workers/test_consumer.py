@@ -198,6 +198,8 @@ def test_the_progress_history_stays_bounded(job: dict[str, Any], monkeypatch: py
         "infinite-metric",
         "step-over-total",
         "zero-total",
+        "metric-named-step",
+        "metric-named-t",
     ],
 )
 def test_refused_progress_changes_nothing_and_reaches_nobody(job: dict[str, Any], bob: Any, case: str) -> None:
@@ -220,6 +222,10 @@ def test_refused_progress_changes_nothing_and_reaches_nobody(job: dict[str, Any]
         message.update(step=3, total=2)
     elif case == "zero-total":
         message.update(step=0, total=0)
+    elif case == "metric-named-step":  # a chart point's own keys: it would move the point
+        message["metrics"] = {"step": 1e15}
+    elif case == "metric-named-t":
+        message["metrics"] = {"t": 0.0}
     before = {a.pk: (a.progress, a.history, a.metrics) for a in Assignment.objects.all()}
 
     async def scenario() -> None:
@@ -285,6 +291,29 @@ def test_suspending_or_retiring_closes_the_open_socket(job: dict[str, Any], alic
     assert Worker.objects.get(pk=worker.pk).state == target
 
 
+@pytest.mark.parametrize("target", ["suspended", "retired"])
+def test_a_worker_suspended_while_its_socket_connects_is_refused(
+    job: dict[str, Any], alice: Any, monkeypatch: pytest.MonkeyPatch, target: str
+) -> None:
+    """The suspension commits after the token was checked but before the socket joined the
+    worker's group: the close it sends reaches nobody, so the socket must see it itself."""
+    worker = job["worker"]
+    check_token = consumers.authenticate_worker
+
+    def suspended_meanwhile(raw: str) -> Worker | None:
+        found = check_token(raw)
+        services.set_worker_state(alice, worker.pk, target)
+        return found
+
+    monkeypatch.setattr(consumers, "authenticate_worker", suspended_meanwhile)
+
+    async def scenario() -> None:
+        comm = socket(job["token"])
+        assert await comm.connect() == (False, 4401)
+
+    run(scenario)
+
+
 def test_deactivating_the_owners_account_closes_the_open_socket(job: dict[str, Any], alice: Any) -> None:
     def deactivate() -> None:
         alice.is_active = False
@@ -319,6 +348,9 @@ def test_out_of_range_numbers_and_bad_frames_get_an_error_and_the_socket_lives_o
         progress(assignment, 1, 2, eta="soon"),
         progress(assignment, 1, 2, eta=-1),
         progress(assignment, 1, 2, metrics={"loss": 10**400}),
+        # Finite, but two such values span more than a float holds: the chart's scale is inf.
+        progress(assignment, 1, 2, metrics={"loss": 1.7e308}),
+        progress(assignment, 1, 2, metrics={"loss": -1.7e308}),
         progress(assignment, 1, 2, metrics={"loss": 2**53 + 1}),
         progress(assignment, 1, 2, metrics={"loss": True}),
         progress(assignment, 1, 2, metrics={"loss": "low"}),
@@ -386,6 +418,7 @@ def test_the_last_step_skips_the_throttle_once_whatever_the_sockets(
         assert (await first.connect())[0]
         assert (await second.connect())[0]
         await first.send_json_to(progress(assignment, 1, 4))
+        await barrier(first)  # step 1 handled before the other socket's messages (sockets race)
         for comm in (first, second):  # a node repeating its last step, from two sockets
             for _ in range(30):
                 await comm.send_json_to(progress(assignment, 4, 4, metrics={"loss": 0.5}))

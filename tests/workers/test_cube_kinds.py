@@ -411,3 +411,59 @@ def test_a_pickled_output_is_refused_unread(bob: Any, alpha: Provider, trained: 
     verdict = verify_cube_inference(submitted(assignment, path, {}), {"outputs.npy": path})
     assert not verdict.ok
     assert "not a readable array" in verdict.reason
+
+
+def test_one_spot_checked_row_is_enough_to_accept(bob: Any, alpha: Provider, trained: Path, tmp_path: Path) -> None:
+    # verify_samples=1 is allowed: the one recomputed row must not be refused as "too few rows".
+    source = completed_training(bob, alpha, trained)
+    rows = synthetic_embeddings(12, 32, seed=7, stream=3)[0]
+    assignment = assign(inference_task(bob, source, rows, samples=1))
+    path = tmp_path / "outputs.npy"
+    np.save(path, infer(trained, rows))
+    verdict = verify_cube_inference(submitted(assignment, path, {}), {"outputs.npy": path})
+    assert verdict.ok, verdict.reason
+    assert verdict.metrics["rows_checked"] == 1
+
+
+def test_a_single_input_row_runs_on_the_agent_and_is_accepted(
+    bob: Any, alpha: Provider, trained: Path, tmp_path: Path
+) -> None:
+    # The posting check takes one row; the agent and the verifier must take it too.
+    source = completed_training(bob, alpha, trained)
+    row = synthetic_embeddings(4, 32, seed=7, stream=3)[0][:1]
+    task = inference_task(bob, source, row, samples=1)
+    assignment = assign(task)
+    work = tmp_path / "work"
+    work.mkdir()
+    np.save(work / "dataset.npy", row)
+
+    def fetch(url: str, target: Path) -> None:
+        shutil.copy(trained / url.rstrip("/").rsplit("/", 1)[1], target)
+
+    job = {"id": str(assignment.pk), "kind": "cube_inference", "spec": task.spec, "dataset": {"format": "npy"}}
+    outcome = runners.run({**job, "fetch": fetch}, work, lambda *args: None)
+    path = outcome.artifacts["outputs.npy"]
+    assert np.load(path).shape == (1, 32)
+    verdict = verify_cube_inference(submitted(assignment, path, {}), {"outputs.npy": path})
+    assert verdict.ok, verdict.reason
+
+
+def test_non_finite_outputs_are_refused_outside_the_spot_checked_rows(
+    bob: Any, alpha: Provider, trained: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A model fed finite rows gives finite rows: a NaN anywhere is a wrong result, whichever
+    # rows the spot check happens to pick (fixed here, so the NaNs miss them all).
+    monkeypatch.setattr("workers.verify_cube.spot_check_seed", lambda assignment: 1234)
+    source = completed_training(bob, alpha, trained)
+    rows = synthetic_embeddings(40, 32, seed=7, stream=3)[0]
+    assignment = assign(inference_task(bob, source, rows, samples=4))
+    checked = np.random.default_rng(1234).choice(40, size=4, replace=False)
+    outputs = infer(trained, rows)
+    for value in (np.nan, np.inf):
+        wrong = np.full_like(outputs, value)
+        wrong[checked] = outputs[checked]
+        path = tmp_path / "outputs.npy"
+        np.save(path, wrong)
+        verdict = verify_cube_inference(submitted(assignment, path, {}), {"outputs.npy": path})
+        assert not verdict.ok
+        assert "NaN or infinite" in verdict.reason

@@ -235,28 +235,130 @@ def test_a_rejected_result_costs_reputation_and_the_job_is_reassigned(
     assert Task.objects.get(pk=task.pk).status == TaskStatus.COMPLETED
 
 
-def test_a_true_claim_that_misses_the_quality_bar_is_not_paid_and_costs_no_reputation(
-    alpha: Provider, task: Task, assignment: Assignment, bob: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_a_true_claim_that_misses_the_quality_bar_costs_reputation_only_once_another_meets_it(
+    alpha: Provider,
+    task: Task,
+    assignment: Assignment,
+    alice: Any,
+    bob: Any,
+    carol: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from workers import verifiers
 
     # Stands in for a trained kind's verifier: the claimed metric matched the recomputed
     # one, but the model fell short of the task's bar (test_cube_kinds and test_asl_kinds
     # check that the real verifiers say so).
+    real_verify = verifiers.verify
     short = verifiers.Verdict(False, "held-out val_loss 1.9 is only 1% below the untrained model's", penalise=False)
     monkeypatch.setattr(verifiers, "verify", lambda assignment: short)
     escrow_before = ledger.escrowed(bob)
     reputation = alpha.worker.reputation
-    assert alpha.submit(assignment, alpha.run_job(assignment, tmp_path)).status_code == 202
+    assert alpha.submit(assignment, alpha.run_job(assignment, tmp_path / "a")).status_code == 202
     assert verify_assignment(str(assignment.pk)) == "rejected"
     assignment.refresh_from_db()
     assert assignment.state == Assignment.State.REJECTED
     assert "only 1% below" in assignment.reason
     alpha.worker.refresh_from_db()
-    assert alpha.worker.reputation == reputation
+    assert alpha.worker.reputation == reputation  # the spec may make the bar unreachable
     assert alpha.worker.earnings == 0
     assert ledger.escrowed(bob) == escrow_before
     assert Task.objects.get(pk=task.pk).status == TaskStatus.OPEN
+
+    # The short result's provider is not offered the task again, on any of its nodes (they
+    # run the same code; a node could otherwise burn the task's attempts at no cost).
+    Provider(alice, "alpha-2")
+    assert scheduler.schedule(task.pk) == []
+    task.refresh_from_db()
+    assert "fell short of its quality bar" in task.status_reason
+    assert task.status_reason.startswith("A result fell short of the task's quality bar")
+    assert "within 60 minutes, it fails with a full refund" in task.status_reason
+
+    # Another provider's result meets the bar: the bar was reachable, and the short result
+    # now costs its worker SHORT_PENALTY, once.
+    monkeypatch.setattr(verifiers, "verify", real_verify)
+    gamma = Provider(carol, "gamma")
+    (second,) = scheduler.schedule(task.pk)
+    assert second.worker == gamma.worker
+    assert gamma.submit(second, gamma.run_job(second, tmp_path / "b")).status_code == 202
+    assert verify_assignment(str(second.pk)) == "accepted"
+    assert Task.objects.get(pk=task.pk).status == TaskStatus.COMPLETED
+    alpha.worker.refresh_from_db()
+    assert alpha.worker.reputation == reputation - settlement.SHORT_PENALTY
+    assignment.refresh_from_db()
+    assert assignment.shortfall == "penalised"
+    settlement.complete_stragglers()
+    alpha.worker.refresh_from_db()
+    assert alpha.worker.reputation == reputation - settlement.SHORT_PENALTY
+
+
+def short_of_the_bar(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """Make the verifier judge every result a true claim short of the task's bar; returns
+    the real verifier (test_cube_kinds and test_asl_kinds check the real verdicts)."""
+    from workers import verifiers
+
+    real = verifiers.verify
+    short = verifiers.Verdict(False, "held-out top-1 accuracy 0.2 is below the required 0.9.", penalise=False)
+    monkeypatch.setattr(verifiers, "verify", lambda assignment: short)
+    return real
+
+
+def test_a_result_short_of_a_bar_another_replica_met_costs_reputation_at_once(
+    alice: Any, bob: Any, carol: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from workers import verifiers
+
+    alpha, gamma = Provider(alice, "alpha"), Provider(carol, "gamma")
+    task = post_task(bob, "synthetic", {"n": 64}, budget=3 * UNITS_PER_CREDIT, replication=2)
+    first, second = scheduler.schedule(task.pk)
+    mine = {first.worker_id: first, second.worker_id: second}
+    accepted_first, short_later = mine[gamma.worker.pk], mine[alpha.worker.pk]
+    assert gamma.submit(accepted_first, gamma.run_job(accepted_first, tmp_path / "g")).status_code == 202
+    assert verify_assignment(str(accepted_first.pk)) == "accepted"
+
+    reputation = Worker.objects.get(pk=alpha.worker.pk).reputation
+    real = short_of_the_bar(monkeypatch)
+    assert alpha.submit(short_later, alpha.run_job(short_later, tmp_path / "a")).status_code == 202
+    assert verify_assignment(str(short_later.pk)) == "rejected"
+    monkeypatch.setattr(verifiers, "verify", real)
+    short_later.refresh_from_db()
+    assert short_later.shortfall == "penalised"
+    assert Worker.objects.get(pk=alpha.worker.pk).reputation == reputation - settlement.SHORT_PENALTY
+
+
+def test_a_task_whose_bar_no_other_provider_reaches_fails_with_a_full_refund(
+    alpha: Provider,
+    task: Task,
+    assignment: Assignment,
+    bob: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    settings: Any,
+) -> None:
+    from datetime import timedelta
+
+    total_before = ledger.balance(bob) + ledger.escrowed(bob)
+    short_of_the_bar(monkeypatch)
+    assert alpha.submit(assignment, alpha.run_job(assignment, tmp_path)).status_code == 202
+    assert verify_assignment(str(assignment.pk)) == "rejected"
+    # Attempts remain (max_attempts 2), but no other provider is online to use them.
+    assert scheduler.schedule(task.pk) == []
+    assert Task.objects.get(pk=task.pk).status == TaskStatus.OPEN
+    # An hour on (PROOFWORK_SHORTFALL_WAIT), nobody else has taken it: the bar may be unreachable.
+    settled = Assignment.objects.get(pk=assignment.pk).settled_at
+    assert settled is not None
+    Assignment.objects.filter(pk=assignment.pk).update(
+        settled_at=settled - timedelta(seconds=settings.SHORTFALL_WAIT + 1)
+    )
+    assert scheduler.schedule(task.pk) == []
+    task.refresh_from_db()
+    assert task.status == TaskStatus.FAILED
+    assert "fell short of the task's quality bar" in task.status_reason
+    assert "Fully refunded" in task.status_reason
+    assert ledger.escrowed(bob) == 0
+    assert ledger.balance(bob) == total_before
+    assert Worker.objects.get(pk=alpha.worker.pk).reputation == alpha.worker.reputation  # never met: excused
 
 
 def test_when_every_attempt_is_rejected_the_task_fails_with_a_full_refund(

@@ -312,4 +312,7 @@ def test_a_workers_page_says_which_waiting_tasks_it_could_take_and_what_the_rest
     make_assignment(pair, sibling, state=Assignment.State.RUNNING)
     body = text(login("alice").get(f"/workers/{worker.pk}/"))
     assert " 1 of the 6 waiting fits this worker" in body
-    assert "1 has a replica on another of your nodes: replicas go to different providers." in body
+    assert (
+        "1 has a replica on another of your nodes (or had one short of its quality bar):"
+        " replicas go to different providers." in body
+    )

@@ -186,3 +186,57 @@ def test_a_stalled_verification_is_asked_for_again(
     assert verify_assignment(str(assignment.pk)) == "accepted"
     assert jobs.resend_stalled_verifications(now=asked + 10 * period) == 0  # settled: nothing to ask
     assert sent == [str(assignment.pk)]
+
+
+@pytest.mark.django_db(transaction=True)  # the run's lease is renewed on its own thread and connection
+def test_a_verification_still_running_is_not_asked_for_again(
+    submitted: tuple[Task, Assignment, bytes], monkeypatch: pytest.MonkeyPatch, settings: Any
+) -> None:
+    """A verification slower than the resend period must not be sent again while it runs:
+    each resend started another run beside it, each counted, until the count rejected a
+    result whose first run was still working. Once the run ends, the lease stops."""
+    import threading
+    import time
+
+    from django.db import connections
+
+    from workers import jobs, verifiers
+
+    _, assignment, _ = submitted
+    settings.VERIFY_RESEND_AFTER = 1  # renewed every third of a second
+    sent: list[str] = []
+    monkeypatch.setattr(jobs, "_enqueue_verification", lambda pk: sent.append(str(pk)))
+    real_verify = verifiers.verify
+    halfway, finish = threading.Event(), threading.Event()
+
+    def slow(assignment: Assignment) -> verifiers.Verdict:
+        time.sleep(2.5)  # over two resend periods
+        halfway.set()
+        finish.wait(10)
+        return real_verify(assignment)
+
+    monkeypatch.setattr(verifiers, "verify", slow)
+    outcome: list[str] = []
+
+    def verify_in_a_thread() -> None:
+        try:
+            outcome.append(verify_assignment(str(assignment.pk)))
+        finally:
+            connections.close_all()  # back to the pool (PostgreSQL): later tests need them
+
+    run = threading.Thread(target=verify_in_a_thread)
+    run.start()
+    try:
+        assert halfway.wait(10)
+        assert jobs.resend_stalled_verifications() == 0
+        assert sent == []
+    finally:
+        finish.set()
+        run.join(30)
+    assert outcome == ["accepted"]
+    row = Assignment.objects.get(pk=assignment.pk)
+    assert row.verify_attempts == 1
+    # Settled: the lease ended with the run, and nothing is asked for again.
+    time.sleep(1.2)
+    assert jobs.resend_stalled_verifications() == 0
+    assert sent == []

@@ -42,14 +42,33 @@ def _inputs(location: Path, max_bytes: int) -> list[tuple[str, int | None, np.nd
             raise DatasetError(location.name, f"file is over the {max_bytes}-byte limit")
         return [(location.name, None, read_sequence(location.read_bytes(), location.name))]
     with Source(location, max_bytes, require_index=False) as source:
-        if source.exists(INDEX_FILE):
-            entries, _ = read_index(source)
-            listed: list[tuple[str, int | None]] = [(e.path, e.sequence_id) for e in entries]
-        else:
-            listed = [(p, None) for p in source.files(".parquet")]
-        if not listed:
-            raise DatasetError(location.name, "holds no .parquet sequence files")
-        return [(p, sid, read_sequence(source.read(p), p)) for p, sid in listed]
+        return [(p, sid, read_sequence(source.read(p), p)) for p, sid in _listed(source, location.name)]
+
+
+def _listed(source: Source, name: str) -> list[tuple[str, int | None]]:
+    """(path, sequence id or None) of every sequence of an archive or folder, none read yet."""
+    if source.exists(INDEX_FILE):
+        entries, _ = read_index(source)
+        listed: list[tuple[str, int | None]] = [(e.path, e.sequence_id) for e in entries]
+        # One prediction row per file: a file listed twice could never match the rows.
+        seen: set[str] = set()
+        for line, (path, _) in enumerate(listed, start=2):
+            if path in seen:
+                raise DatasetError(name, f"{INDEX_FILE} line {line}: sequence file {path!r} is listed twice")
+            seen.add(path)
+    else:
+        listed = [(p, None) for p in source.files(".parquet")]
+    if not listed:
+        raise DatasetError(name, "holds no .parquet sequence files")
+    return listed
+
+
+def count_inputs(archive: Path, *, max_bytes: int = DEFAULT_MAX_BYTES) -> int:
+    """How many sequences a zip of inputs lists, or the DatasetError ``predict`` would raise
+    before reading one (the archive, its train.csv and the files it names). Cheap: the
+    sequences themselves are not read, so the platform can check a dataset when it is posted."""
+    with Source(Path(archive), max_bytes, require_index=False) as source:
+        return len(_listed(source, Path(archive).name))
 
 
 @torch.no_grad()
@@ -130,9 +149,14 @@ def read_header(path: Path, max_top_k: int) -> list[str]:
         rows.close()
 
 
+def _sequence_id(sequence_id: int | None) -> str:
+    """The sequence_id column as predict writes it: empty when the inputs give no ids."""
+    return "" if sequence_id is None else str(sequence_id)
+
+
 def _row(path: str, sequence_id: int | None, probs: np.ndarray, signs: list[str], top_k: int) -> list[str]:
     order = np.argsort(-probs, kind="stable")[:top_k]
-    row = [path, "" if sequence_id is None else str(sequence_id)]
+    row = [path, _sequence_id(sequence_id)]
     for i in order:
         row += [signs[int(i)], f"{float(probs[int(i)]):.6f}"]
     return row
@@ -206,6 +230,19 @@ def verify_predictions(
                     return {"ok": False, "checked": 0, "problem": problem}
                 if row:
                     paths.append(row[0])
+                    # What is known without the model is checked on every row, not only on
+                    # the sampled ones: its width, and its sequence id (the requester's key
+                    # to join the row on).
+                    if len(row) != len(head):
+                        problem = f"predictions.csv row {count} has {len(row)} fields, the header {len(head)}"
+                        return {"ok": False, "checked": 0, "problem": problem}
+                    known = sequences.get(row[0])
+                    if known is not None and row[1] != _sequence_id(known[0]):
+                        problem = (
+                            f"predictions.csv row {count} gives {row[0]} sequence_id {row[1]!r},"
+                            f" not {_sequence_id(known[0])!r}"
+                        )
+                        return {"ok": False, "checked": 0, "problem": problem}
     except PredictionsError as exc:
         return {"ok": False, "checked": 0, "problem": str(exc)}
     if sorted(paths) != sorted(sequences):

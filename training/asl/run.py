@@ -219,18 +219,25 @@ def verify(
     return {**raw, "count": int(labels.size), "confusion": confusion_summary(logits, labels, signs)}
 
 
-CHANCE_Z = 2.33  # one-sided 99 % of a normal: a guessing model clears the floor about once in 100
+CHANCE_ALPHA = 0.01  # guessing clears the floor at most once in 100
 
 
 def chance_floor(classes: int, count: int) -> float:
-    """The held-out top-1 accuracy a model must reach to show it learned anything: chance
-    (one sign in ``classes``) plus 2.33 binomial standard errors of ``count`` sequences.
-    Guessing reaches it about 1 % of the time on a large held-out set (the normal
-    approximation; on 10 sequences of 5 signs, 3 %). At most 1: a perfect score clears it."""
+    """The held-out top-1 accuracy a model must reach to show it learned anything: the
+    fewest right answers out of ``count`` sequences that guessing among ``classes`` signs
+    reaches with probability at most 1 % (the exact binomial tail, not a normal
+    approximation, which lets guessing through 3 % of the time on 10 sequences of 5
+    signs), as a fraction. 1 when even a perfect score is likelier than that."""
     if classes <= 1 or count <= 0:
         return 0.0
-    p = 1.0 / classes
-    return min(p + CHANCE_Z * math.sqrt(p * (1 - p) / count), 1.0)
+    log_p, log_q = -math.log(classes), math.log1p(-1.0 / classes)
+    log_n = math.lgamma(count + 1)
+    tail = 0.0  # P(at least k right by guessing), summed from the top, smallest terms first
+    for k in range(count, -1, -1):
+        tail += math.exp(log_n - math.lgamma(k + 1) - math.lgamma(count - k + 1) + k * log_p + (count - k) * log_q)
+        if tail > CHANCE_ALPHA:
+            return min((k + 1) / count, 1.0)
+    return 0.0  # not reached: the whole tail is 1
 
 
 def accepts(reported: float, recomputed: float, count: int, min_accuracy: float = 0.0) -> bool:

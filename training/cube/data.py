@@ -31,8 +31,10 @@ class CubeDataError(ValueError):
     """The dataset cannot be used; the message names the file and the problem."""
 
 
-def validate_embeddings(array: Any, teacher_dim: int, name: str) -> np.ndarray:
-    """``array`` as float32 ``[N, teacher_dim]``, or CubeDataError naming ``name``."""
+def validate_embeddings(array: Any, teacher_dim: int, name: str, min_rows: int = 2) -> np.ndarray:
+    """``array`` as float32 ``[N, teacher_dim]`` with N ≥ ``min_rows``, or CubeDataError naming ``name``.
+
+    Training needs two rows (a batch's similarity structure); inference embeds any one row."""
     if not isinstance(array, np.ndarray):
         raise CubeDataError(f"{name}: expected an array, got {type(array).__name__}.")
     if array.dtype not in _FLOAT_KINDS:
@@ -43,13 +45,23 @@ def validate_embeddings(array: Any, teacher_dim: int, name: str) -> np.ndarray:
         raise CubeDataError(
             f"{name}: rows have {array.shape[1]} dimensions but teacher_dim is {teacher_dim} (mismatched teacher_dim)."
         )
-    if array.shape[0] < 2:
-        raise CubeDataError(f"{name}: needs at least 2 rows, got {array.shape[0]}.")
+    if array.shape[0] < min_rows:
+        raise CubeDataError(f"{name}: needs at least {min_rows} rows, got {array.shape[0]}.")
     finite = np.isfinite(array)
     if not finite.all():
         row = int(np.argwhere(~finite)[0][0])
         raise CubeDataError(f"{name}: contains NaN or infinite values (first at row {row}).")
     return np.ascontiguousarray(array, dtype=np.float32)
+
+
+def first_non_finite_row(array: np.ndarray, block_bytes: int = 8 * 1024 * 1024) -> int | None:
+    """The first row of a 2-D (memory-mapped) array holding a NaN or an infinity, or None."""
+    rows = max(1, block_bytes // max(1, array.itemsize * int(np.prod(array.shape[1:]))))
+    for start in range(0, array.shape[0], rows):
+        finite = np.isfinite(np.asarray(array[start : start + rows])).all(axis=tuple(range(1, array.ndim)))
+        if not finite.all():
+            return start + int(np.argmin(finite))
+    return None
 
 
 def load_array(path: Path, key: str | None = None, strict: bool = False) -> np.ndarray:

@@ -288,7 +288,9 @@ def heldout_synthetic(spec: Mapping[str, Any], samples: int = 256) -> tuple[np.n
 def infer(model_dir: Path, inputs: np.ndarray, batch_size: int = 64) -> np.ndarray:
     """Output embeddings ``[N, teacher_dim]`` (float32) of a trained model, computed in fp32 on CPU."""
     model, _ = load_model(model_dir)
-    x = torch.from_numpy(validate_embeddings(inputs, model.config.teacher_dim, "inputs"))
+    # One row is enough: a task may embed a single vector, and the verifier recomputes as
+    # few as one sampled row (verify_samples=1).
+    x = torch.from_numpy(validate_embeddings(inputs, model.config.teacher_dim, "inputs", min_rows=1))
     outputs = []
     with torch.no_grad():
         for start in range(0, x.shape[0], batch_size):

@@ -16,6 +16,33 @@ from workers.agent.trust import DEFAULT_MAX_GAS_PRICE, insecure_server, register
 from workers.protocol import registration_message, sign_template
 
 
+class CommandError(Exception):
+    """A command cannot go on: printed as it is, one line, and the command exits 1."""
+
+
+def _json_object(response: httpx.Response, step: str) -> dict[str, Any]:
+    """The JSON object an API endpoint answers, or a CommandError naming what came instead
+    (a login page, a proxy's error page: the server URL is not the platform's)."""
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    if not isinstance(body, dict):
+        kind = response.headers.get("content-type", "").split(";")[0] or "no content type"
+        raise CommandError(
+            f"{step}: {response.url} answered HTTP {response.status_code} with {kind}, not the platform's API;"
+            " is the server URL right?"
+        )
+    return body
+
+
+def _client(server: str, **kwargs: Any) -> httpx.Client:
+    try:
+        return httpx.Client(base_url=server, timeout=30, **kwargs)
+    except httpx.InvalidURL as exc:
+        raise CommandError(f"{server} is not a valid server URL: {exc}") from None
+
+
 def cmd_init(args: argparse.Namespace) -> int:
     key = init_key(Path(args.key))
     print(f"Wrote {args.key} (mode 0600). Keep it on this node; it never leaves it.")
@@ -40,10 +67,11 @@ def warn_if_insecure(server: str) -> None:
 def cmd_register(args: argparse.Namespace) -> int:
     key_path = Path(args.key)
     key = load_key(key_path)
-    server = args.server.rstrip("/")
-    warn_if_insecure(server)
+    creds_path = credentials_path(key_path)  # refused before the token is spent, not after
     public_key = key.public_key.hex()
-    with httpx.Client(base_url=server, timeout=30) as http:
+    server = args.server.rstrip("/")
+    with _client(server) as http:
+        warn_if_insecure(server)
         try:
             response = http.post(
                 "/api/v1/workers/challenge/", json={"registration_token": args.token, "public_key": public_key}
@@ -51,8 +79,11 @@ def cmd_register(args: argparse.Namespace) -> int:
             if response.status_code != 200:
                 print(f"Could not get a challenge: {_api_error(response)}", file=sys.stderr)
                 return 1
-            challenge = response.json()["challenge"]
-            register_tx = response.json().get("register_tx")
+            body = _json_object(response, "Could not get a challenge")
+            challenge = body.get("challenge")
+            if not isinstance(challenge, str) or not challenge.isascii():
+                raise CommandError(f"Could not get a challenge: the platform's answer holds none: {body}")
+            register_tx: Any = body.get("register_tx")
             problem = register_tx_problem(register_tx, key.address)
             if problem is not None:
                 print(
@@ -80,17 +111,27 @@ def cmd_register(args: argparse.Namespace) -> int:
     if response.status_code not in (200, 201):
         print(f"Registration refused: {_api_error(response)}", file=sys.stderr)
         return 1
-    body = response.json()
+    body = _json_object(response, "Registration")
+    fields = {name: body.get(name) for name in ("id", "address", "token")}
+    if not all(isinstance(value, str | int) and value != "" for value in fields.values()):
+        raise CommandError(f"Registration answered without the worker's id, address and token: {body}")
+    if body["address"] != key.address:
+        raise CommandError(f"The platform registered {body['address']}, not this key's address {key.address}.")
     creds = Credentials(
         server=server,
-        worker_id=body["id"],
-        address=body["address"],
-        token=body["token"],
+        worker_id=str(body["id"]),
+        address=key.address,
+        token=str(body["token"]),
         chain_id=register_tx["chain_id"],
     )
-    creds.save(credentials_path(key_path))
+    try:
+        creds.save(creds_path)
+    except IdentityError as exc:
+        raise CommandError(
+            f"Registered, but the worker's token was not saved ({exc}); fix that and register again with a new token."
+        ) from None
     verb = "Registered" if body.get("created") else "Re-registered"
-    print(f"{verb} worker {body['name']} ({body['address']}); credentials in {credentials_path(key_path)}.")
+    print(f"{verb} worker {body.get('name') or ''} ({key.address}); credentials in {creds_path}.")
     return 0
 
 
@@ -140,16 +181,16 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if creds.address != key.address:
         raise IdentityError(f"{credentials_path(key_path)} belongs to {creds.address}, not this key")
     server = (args.server or creds.server).rstrip("/")
-    warn_if_insecure(server)
     headers = {"Authorization": f"Worker {creds.token}"}
-    with httpx.Client(base_url=server, headers=headers, timeout=30) as http:
+    with _client(server, headers=headers) as http:
+        warn_if_insecure(server)
         try:
             response = http.get(SWEEP_PATH)
             if response.status_code != 200:
                 print(_sweep_refusal("Nothing swept", response), file=sys.stderr)
                 return 1
-            template: dict[str, Any] = response.json()
-            if template.get("from") != key.address or template.get("type") != "TRANSFER":
+            template = _json_object(response, "Nothing swept")
+            if _sweep_template_problem(template, key.address, creds.chain_id):
                 print(f"Nothing swept: the platform sent an unexpected transaction: {template}", file=sys.stderr)
                 return 1
             print(
@@ -171,9 +212,23 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if response.status_code not in (200, 202):
         print(_sweep_refusal("Sweep refused", response), file=sys.stderr)
         return 1
-    body = response.json()
-    print(f"Swept: transaction {body['hash']} is {body['status']}; the credits are in your wallet.")
+    body = _json_object(response, "The sweep was sent, but its answer is unreadable")
+    print(f"Swept: transaction {body.get('hash')} is {body.get('status')}; the credits are in your wallet.")
     return 0
+
+
+def _sweep_template_problem(template: dict[str, Any], address: str, chain_id: str) -> bool:
+    """Whether the sweep's TRANSFER is not one this node may show and sign: from this
+    address, every field typed as the platform sends it, on the chain it registered on."""
+    numbers = ("amount", "fee", "nonce", "gas_price", "gas_limit")
+    return (
+        template.get("from") != address
+        or template.get("type") != "TRANSFER"
+        or not all(type(template.get(k)) is int and template[k] >= 0 for k in numbers)
+        or not all(isinstance(template.get(k), str) for k in ("to", "chain_id"))
+        or not isinstance(template.get("payload", {}), dict)
+        or bool(chain_id and template["chain_id"] != chain_id)
+    )
 
 
 def _confirm(question: str) -> bool:
@@ -233,3 +288,9 @@ def main(argv: list[str] | None = None) -> int:
     except IdentityError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except CommandError as exc:
+        print(str(exc), file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("Interrupted.", file=sys.stderr)
+        return 130

@@ -34,14 +34,17 @@ def _write_private(path: Path, data: bytes) -> None:
 
 def init_key(path: Path) -> KeyPair:
     """Generate a key file at ``path``; refuse to overwrite an existing one."""
-    if path.exists():
+    if path.exists() or path.is_symlink():
         raise IdentityError(f"{path} already exists; one key per node (delete it only to become a new worker).")
-    path.parent.mkdir(parents=True, exist_ok=True)
     private = Ed25519PrivateKey.generate()
     pem = private.private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
     )
-    _write_private(path, pem)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _write_private(path, pem)
+    except OSError as exc:  # no permission, a parent that is a file, a read-only disk
+        raise IdentityError(f"Cannot write the key file {path}: {exc.strerror or exc}") from None
     return load_key(path)
 
 
@@ -88,10 +91,15 @@ class Credentials:
 
     def save(self, path: Path) -> None:
         data = json.dumps(self.__dict__, indent=2).encode()
-        tmp = path.with_suffix(".tmp")
-        tmp.unlink(missing_ok=True)
-        _write_private(tmp, data)
-        tmp.replace(path)
+        # A hidden name of its own: ``path.with_suffix(".tmp")`` was the key file itself for
+        # a key named ``<name>.tmp``, and was deleted here.
+        tmp = path.with_name(f".{path.name}.tmp")
+        try:
+            tmp.unlink(missing_ok=True)
+            _write_private(tmp, data)
+            tmp.replace(path)
+        except OSError as exc:  # no permission, a directory in the way, a full disk
+            raise IdentityError(f"Cannot write the credentials file {path}: {exc.strerror or exc}") from None
 
     @classmethod
     def load(cls, path: Path) -> Credentials:
@@ -108,4 +116,8 @@ class Credentials:
 
 
 def credentials_path(key_path: Path) -> Path:
-    return key_path.with_name(key_path.stem + ".json")
+    """``worker.json`` beside ``worker.pem``; a key file that would share that name is refused."""
+    path = key_path.with_name(key_path.stem + ".json")
+    if path == key_path:
+        raise IdentityError(f"{key_path} ends in .json, the name of its credentials file; name the key worker.pem.")
+    return path

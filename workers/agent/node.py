@@ -33,8 +33,10 @@ from typing import Any
 
 import httpx
 from celery import Celery, bootsteps
-from celery.signals import worker_ready
+from celery.signals import worker_init, worker_ready
+from celery.worker import state as worker_state
 from kombu import Queue
+from kombu.transport import resolve_transport
 
 from ledger.encoding import ComputeResult, Tx
 from ledger.keys import KeyPair
@@ -50,6 +52,7 @@ RETRY_ATTEMPTS = 8  # requests and downloads: 1+2+4+8+16+30+30 s of waiting, abo
 RETRY_MAX_DELAY = 30.0
 DATASET_FORMAT = re.compile(r"[a-z0-9]{1,8}")  # spliced into a file name: nothing else may pass
 ABANDON_PATH = "/api/v1/workers/me/abandon/"
+DEFAULT_BROKER_FOLDER = "var/celery/out"  # the platform's, from the checkout's root (embedded mode)
 CAPABILITIES_PATH = "/api/v1/workers/me/capabilities/"
 # The platform's 409 for a result it already has (workers.jobs.wrong_state): the states in
 # its ``assignment_state``, and the sentence servers before that field sent alone.
@@ -59,6 +62,16 @@ _ALREADY_SUBMITTED = re.compile(r"\bis (submitted|accepted|rejected)\b")
 
 class JobError(RuntimeError):
     """A job cannot go on here, for a reason worth reporting to the platform as it is."""
+
+
+def _never() -> bool:
+    return False
+
+
+def shutting_down() -> bool:
+    """Whether the Celery worker was told to stop (Ctrl-C, SIGTERM): its signal handlers
+    only set these flags, which its loop reads between messages."""
+    return worker_state.should_stop is not None or worker_state.should_terminate is not None
 
 
 def _resume_point(response: httpx.Response, size: int) -> int | None:
@@ -122,14 +135,36 @@ class Node:
         self.max_gas_price = max_gas_price
         self.http = httpx.Client(base_url=self.server, headers={"Authorization": f"Worker {creds.token}"}, timeout=60)
         self.reporter = Reporter(self.server, creds.token)
+        # Asked between retries of the start-up calls: a node told to stop while the
+        # platform is down stops now, not after their minute and a half of retries each.
+        self.stopping: Callable[[], bool] = _never
+
+    def _pause(self, seconds: float, interruptible: bool) -> bool:
+        """Sleep ``seconds``; False, at once, when ``interruptible`` and the node is stopping."""
+        if not interruptible:
+            time.sleep(seconds)
+            return True
+        until = time.monotonic() + seconds
+        while (left := until - time.monotonic()) > 0:
+            if self.stopping():
+                return False
+            time.sleep(min(0.1, left))
+        return not self.stopping()
 
     def _request(
-        self, method: str, url: str, body: Callable[[], Iterator[bytes]] | None = None, **kwargs: Any
+        self,
+        method: str,
+        url: str,
+        body: Callable[[], Iterator[bytes]] | None = None,
+        *,
+        interruptible: bool = False,
+        **kwargs: Any,
     ) -> httpx.Response:
         """HTTP with retries on connection errors and 5xx (the server may be restarting).
 
         ``body`` makes a fresh streamed request body for each attempt (a file read again
-        from its start), for uploads too large to hold in memory.
+        from its start), for uploads too large to hold in memory. ``interruptible`` gives
+        up between attempts once the node is stopping (``stopping``).
         """
         delay = 1.0
         for attempt in range(RETRY_ATTEMPTS):
@@ -142,7 +177,8 @@ class Node:
             except httpx.TransportError as exc:
                 log.warning("%s %s failed (%s); retrying", method, url, exc)
             if attempt < RETRY_ATTEMPTS - 1:
-                time.sleep(delay)
+                if not self._pause(delay, interruptible):
+                    raise RuntimeError(f"{method} {url}: given up, the node is stopping")
                 delay = min(delay * 2, RETRY_MAX_DELAY)
         raise RuntimeError(f"{method} {url}: the platform is unreachable")
 
@@ -154,7 +190,7 @@ class Node:
         A platform without the endpoint (404) keeps the registered ones.
         """
         try:
-            response = self._request("POST", CAPABILITIES_PATH, json=caps)
+            response = self._request("POST", CAPABILITIES_PATH, json=caps, interruptible=True)
         except RuntimeError as exc:
             log.error("could not report this node's capabilities: %s", exc)
             return False
@@ -175,7 +211,7 @@ class Node:
         deadline. A platform without the endpoint (404) has nothing to abandon.
         """
         try:
-            response = self._request("POST", ABANDON_PATH, json={})
+            response = self._request("POST", ABANDON_PATH, json={}, interruptible=True)
         except RuntimeError as exc:
             log.error("could not ask the platform to abandon earlier jobs: %s", exc)
             return []
@@ -522,7 +558,7 @@ def make_app(broker: str, queue: str, broker_folder: str | None = None) -> Celer
     app = Celery("proofwork-agent", broker=broker)
     options: dict[str, Any] = {}
     if broker.startswith("filesystem://"):
-        folder = broker_folder or "var/celery/out"
+        folder = broker_folder or DEFAULT_BROKER_FOLDER
         control = str(Path(folder).parent / "control")
         options = {
             "data_folder_in": folder,
@@ -533,6 +569,10 @@ def make_app(broker: str, queue: str, broker_folder: str | None = None) -> Celer
         }
     if options:
         app.conf.broker_transport = fsbroker.TRANSPORT  # whole message files (fsbroker.py)
+    elif broker.split("://", 1)[0] in ("redis", "rediss"):
+        # A job may run past Redis's default visibility timeout (an hour): it would be
+        # delivered again. A node that died gives its job up when it starts (abandon).
+        options = {"visibility_timeout": 24 * 3600}
     app.conf.update(
         task_serializer="json",
         accept_content=["json"],
@@ -565,7 +605,16 @@ def run_node(
     if creds.address != key.address:
         print(f"error: {credentials_path(key_path)} belongs to {creds.address}, not this key", file=sys.stderr)
         return 2
-    node = Node(key, creds, server or creds.server, max_gas_price=max_gas_price)
+    problem = broker_problem(broker, broker_folder)
+    if problem is not None:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
+    try:
+        node = Node(key, creds, server or creds.server, max_gas_price=max_gas_price)
+    except httpx.InvalidURL as exc:
+        print(f"error: {server or creds.server} is not a valid server URL: {exc}", file=sys.stderr)
+        return 2
+    node.stopping = shutting_down
     if warning := trust.insecure_server(node.server):
         print(warning, file=sys.stderr)
     if not creds.chain_id:
@@ -579,8 +628,15 @@ def run_node(
         # online, and anything an earlier run left running is given up first.
         node.report_capabilities(capabilities.detect())
         node.abandon_running()
-        node.reporter.start()
+        if not node.stopping():  # told to stop meanwhile: it must not look online on its way out
+            node.reporter.start()
 
+    workers: list[Any] = []
+
+    def on_init(sender: Any, **_: Any) -> None:
+        workers.append(sender)
+
+    worker_init.connect(on_init)
     worker_ready.connect(on_ready)
     app.steps["consumer"].add(broker_presence(node.reporter))
 
@@ -597,8 +653,30 @@ def run_node(
         app.worker_main(["worker", "--pool", "solo", "--loglevel", "INFO", "-Q", queue, "-n", f"{key.address[:16]}@%h"])
     finally:
         worker_ready.disconnect(on_ready)
+        worker_init.disconnect(on_init)
         node.reporter.stop()
-    return 0
+    # worker_main drops the worker's exit status: an unrecoverable error exited 0, so a
+    # process manager saw a clean stop and did not restart the node.
+    return int(workers[0].exitcode or 0) if workers else 1
+
+
+def broker_problem(broker: str, broker_folder: str | None) -> str | None:
+    """Why ``run`` cannot use this broker, said before Celery starts (it printed a
+    traceback instead). The URL itself is not repeated: it may hold a password."""
+    scheme = broker.split("://", 1)[0] if "://" in broker else ""
+    if not scheme:
+        return "--broker is not a broker URL (redis://host:6379/0, or filesystem:// in embedded mode)"
+    try:
+        resolve_transport(scheme)
+    except KeyError:
+        return f"--broker: there is no {scheme}:// broker transport (redis://, amqp://, filesystem://)"
+    except ImportError as exc:
+        return f"--broker: the {scheme}:// transport needs a module that is not installed ({exc})"
+    if scheme == "filesystem":
+        folder = Path(broker_folder or DEFAULT_BROKER_FOLDER)
+        if not folder.is_dir():
+            return f"the broker folder {folder} does not exist (--broker-folder: the platform's var/celery/out)"
+    return None
 
 
 __all__ = ["Node", "make_app", "run_node"]

@@ -35,7 +35,9 @@ RECONNECT_MAX_SECONDS = 5.0  # jitter included: 10 s between beats + 5 s stays w
 
 def reconnect_delay(failures: int) -> float:
     """Seconds to wait before reconnecting after ``failures`` failed tries in a row (≥ 1)."""
-    return min(2.0 ** (failures - 1) * random.uniform(0.8, 1.2), RECONNECT_MAX_SECONDS)
+    # The exponent is capped too: 2.0 ** 1024 overflows, and that, after about 85 minutes
+    # of a platform down, ended the reporter's thread and the node's heartbeats for good.
+    return min(2.0 ** min(failures - 1, 16) * random.uniform(0.8, 1.2), RECONNECT_MAX_SECONDS)
 
 
 def ws_url(server: str) -> str:
