@@ -107,6 +107,7 @@ def test_register_remembers_the_chain_it_registered_on(platform: Platform, key_p
 def test_credentials_written_before_the_chain_was_recorded_still_load(tmp_path: Path) -> None:
     path = tmp_path / "worker.json"
     path.write_text(json.dumps({"server": "http://x", "worker_id": "1", "address": "cpc1x", "token": "t"}))
+    path.chmod(0o600)
     assert Credentials.load(path).chain_id == ""
 
 

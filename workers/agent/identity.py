@@ -3,7 +3,8 @@
 ``worker.pem`` holds the ed25519 private key (PKCS#8 PEM, mode 0600); it never leaves
 the node, and a key file that its group or others may read is refused, as ssh refuses
 one. ``worker.json`` beside it holds the server URL, worker id, address, the worker API
-token and the ledger's chain id from registration (also 0600).
+token and the ledger's chain id from registration (also 0600, and refused, like the key,
+when its group or others may read it).
 """
 
 from __future__ import annotations
@@ -32,6 +33,19 @@ def _write_private(path: Path, data: bytes) -> None:
         handle.write(data)
 
 
+def _read_private(path: Path, what: str) -> bytes:
+    """The bytes of a file only its owner may read; one its group or others may read is
+    refused (checked on the open file, so a swap between check and read can't slip by)."""
+    with path.open("rb") as handle:
+        mode = stat.S_IMODE(os.fstat(handle.fileno()).st_mode)
+        if os.name == "posix" and mode & 0o077:
+            raise IdentityError(
+                f"{path} is readable by other users (mode {mode:04o}); it holds the {what}: "
+                f"make it private with `chmod 600 {path}` and try again."
+            )
+        return handle.read()
+
+
 def init_key(path: Path) -> KeyPair:
     """Generate a key file at ``path``; refuse to overwrite an existing one."""
     if path.exists() or path.is_symlink():
@@ -51,15 +65,8 @@ def init_key(path: Path) -> KeyPair:
 def load_key(path: Path) -> KeyPair:
     """Read the node's key pair from its PEM file, refusing one others may read."""
     try:
-        with path.open("rb") as handle:
-            mode = stat.S_IMODE(os.fstat(handle.fileno()).st_mode)
-            if os.name == "posix" and mode & 0o077:
-                # The key controls the worker's earnings: a copy others can read is a leak.
-                raise IdentityError(
-                    f"{path} is readable by other users (mode {mode:04o}); "
-                    f"make it private with `chmod 600 {path}` and try again."
-                )
-            data = handle.read()
+        # The key controls the worker's earnings: a copy others can read is a leak.
+        data = _read_private(path, "node's private key")
         private = serialization.load_pem_private_key(data, password=None)
     except FileNotFoundError:
         raise IdentityError(f"No key file at {path}; run `python -m workers.agent init` first.") from None
@@ -104,7 +111,9 @@ class Credentials:
     @classmethod
     def load(cls, path: Path) -> Credentials:
         try:
-            data: dict[str, Any] = json.loads(path.read_text())
+            # The token lets its holder act as the node (heartbeats, progress, fetching the
+            # tasks' data): refused when others may read it, as the key is.
+            data: dict[str, Any] = json.loads(_read_private(path, "worker's API token"))
             fields = {k: str(data[k]) for k in ("server", "worker_id", "address", "token")}
             return cls(**fields, chain_id=str(data.get("chain_id") or ""))
         except FileNotFoundError:
