@@ -9,10 +9,12 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
 
 from ledger import custody
-from ledger.api.views import BLOCK_TX_LIMIT, get_transaction, history, wallet_of
+from ledger.api.views import HISTORY_LIMIT, address_transactions, get_transaction, wallet_of
 from ledger.bech32 import AddressError, decode_address
 from ledger.models import Account, Block
 from ledger.proofs import build_proof, is_verified, verify_proof
+
+TX_PAGE_SIZE = 100
 
 
 def explorer(request: HttpRequest) -> HttpResponse:
@@ -22,10 +24,12 @@ def explorer(request: HttpRequest) -> HttpResponse:
 
 
 def block_detail(request: HttpRequest, height: int) -> HttpResponse:
+    """A block's header and its transactions in block order, 100 a page."""
     block = get_object_or_404(Block, height=height)
-    txs = list(block.transactions.order_by("index_in_block")[:BLOCK_TX_LIMIT])
+    # get_page: a page past the end shows the last, anything not a number the first.
+    page = Paginator(block.transactions.order_by("index_in_block"), TX_PAGE_SIZE).get_page(request.GET.get("page"))
     later = Block.objects.filter(height=height + 1).exists()  # the head links to no next block
-    return render(request, "ledger/block.html", {"blk": block, "txs": txs, "limit": BLOCK_TX_LIMIT, "later": later})
+    return render(request, "ledger/block.html", {"blk": block, "page": page, "later": later})
 
 
 def tx_detail(request: HttpRequest, tx_hash: str) -> HttpResponse:
@@ -40,6 +44,7 @@ def tx_detail(request: HttpRequest, tx_hash: str) -> HttpResponse:
 
 
 def address_detail(request: HttpRequest, address: str) -> HttpResponse:
+    """An address's balances and its whole history, newest first, 100 a page."""
     try:
         decode_address(address)
     except AddressError as exc:
@@ -47,9 +52,10 @@ def address_detail(request: HttpRequest, address: str) -> HttpResponse:
     account = Account.objects.filter(address=address.lower()).first()
     if account is None:
         raise Http404("No account has this address yet.")
-    return render(request, "ledger/address.html", {"account": account, "txs": history(account.address)})
+    page = Paginator(address_transactions(account.address), TX_PAGE_SIZE).get_page(request.GET.get("page"))
+    return render(request, "ledger/address.html", {"account": account, "page": page})
 
 
 @login_required
 def wallet(request: HttpRequest) -> HttpResponse:
-    return render(request, "ledger/wallet.html", {"wallet": wallet_of(request.user)})
+    return render(request, "ledger/wallet.html", {"wallet": wallet_of(request.user), "limit": HISTORY_LIMIT})

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.urls import reverse
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from ledger import encoding
@@ -67,11 +70,30 @@ class TransactionSerializer(serializers.ModelSerializer[Transaction]):
 
 
 class BlockDetailSerializer(BlockSerializer):
-    transactions = TransactionSerializer(many=True, read_only=True, source="listed_transactions")
+    transactions = TransactionSerializer(
+        many=True,
+        read_only=True,
+        source="listed_transactions",
+        help_text="The first `transactions_shown`, in block order; `transactions_url` lists them all.",
+    )
     transactions_shown = serializers.IntegerField(read_only=True)
+    transactions_total = serializers.IntegerField(
+        source="tx_count", read_only=True, help_text="Every transaction in the block."
+    )
+    transactions_url = serializers.HyperlinkedIdentityField(
+        view_name="ledger-block-transactions",
+        lookup_field="height",
+        help_text="All of them, in block order, a cursor page at a time.",
+    )
 
     class Meta(BlockSerializer.Meta):
-        fields = [*BlockSerializer.Meta.fields, "transactions", "transactions_shown"]
+        fields = [
+            *BlockSerializer.Meta.fields,
+            "transactions",
+            "transactions_shown",
+            "transactions_total",
+            "transactions_url",
+        ]
         read_only_fields = fields
 
 
@@ -82,11 +104,31 @@ class ProofSerializer(serializers.Serializer[dict[str, Any]]):
 
 
 class AccountSerializer(serializers.ModelSerializer[Account]):
-    transactions = TransactionSerializer(many=True, read_only=True, source="recent_transactions")
+    transactions = TransactionSerializer(
+        many=True,
+        read_only=True,
+        source="recent_transactions",
+        help_text="The latest ones, newest first; `transactions_url` lists them all.",
+    )
+    transactions_url = serializers.HyperlinkedIdentityField(
+        view_name="ledger-account-transactions",
+        lookup_field="address",
+        help_text="The whole history, newest first, a cursor page at a time.",
+    )
 
     class Meta:
         model = Account
-        fields = ["address", "kind", "public_key", "balance", "nonce", "available", "next_nonce", "transactions"]
+        fields = [
+            "address",
+            "kind",
+            "public_key",
+            "balance",
+            "nonce",
+            "available",
+            "next_nonce",
+            "transactions",
+            "transactions_url",
+        ]
         read_only_fields = fields
 
 
@@ -96,7 +138,18 @@ class WalletSerializer(serializers.Serializer[dict[str, Any]]):
     sealed_balance = serializers.IntegerField(help_text="As of the last sealed block.")
     escrowed = serializers.IntegerField(help_text="Locked in the escrow of your tasks.")
     escrow_accounts = serializers.ListField(child=serializers.CharField())
-    transactions = TransactionSerializer(many=True)
+    transactions = TransactionSerializer(
+        many=True, help_text="The latest ones, newest first; `transactions_url` lists them all."
+    )
+    transactions_url = serializers.SerializerMethodField(
+        help_text="The whole history of this address, newest first, a cursor page at a time."
+    )
+
+    @extend_schema_field(OpenApiTypes.URI)
+    def get_transactions_url(self, wallet: dict[str, Any]) -> str:
+        return self.context["request"].build_absolute_uri(
+            reverse("ledger-account-transactions", args=[wallet["address"]])
+        )
 
 
 def _hex(length: int) -> serializers.RegexField:

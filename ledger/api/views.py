@@ -7,9 +7,11 @@ from typing import Any
 
 from django.db.models import Q, QuerySet
 from django.http import Http404
+from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import extend_schema
 from rest_framework import generics, permissions, status, throttling
-from rest_framework.exceptions import ValidationError
+from rest_framework.exceptions import NotFound, ValidationError
+from rest_framework.pagination import Cursor, CursorPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -29,8 +31,27 @@ def visible_transactions() -> QuerySet[Transaction]:
     return Transaction.objects.exclude(status=TxStatus.REFUSED).select_related("block")
 
 
+def address_transactions(address: str) -> QuerySet[Transaction]:
+    """The explorer's history of an address, newest first."""
+    return visible_transactions().filter(Q(sender=address) | Q(recipient=address)).order_by("-id")
+
+
 def history(address: str, limit: int = HISTORY_LIMIT) -> list[Transaction]:
-    return list(visible_transactions().filter(Q(sender=address) | Q(recipient=address)).order_by("-id")[:limit])
+    return list(address_transactions(address)[:limit])
+
+
+def get_account(address: str) -> Account:
+    """The account at ``address``: a 400 naming the field when it is no address, a 404
+    when the ledger has not seen it (admission creates the account of every address a
+    transaction names, so an unseen address has no history either)."""
+    try:
+        decode_address(address)
+    except AddressError as exc:
+        raise ValidationError({"address": [str(exc)]}) from None
+    account = Account.objects.filter(address=address.lower()).first()
+    if account is None:
+        raise Http404("No account has this address yet.")
+    return account
 
 
 def get_transaction(tx_hash: str) -> Transaction:
@@ -55,8 +76,42 @@ class BlockList(generics.ListAPIView[Block]):
     queryset = Block.objects.order_by("-height")
 
 
+class TransactionCursor(CursorPagination):
+    """Pages of transactions, 100 by default, ``?page_size=`` up to 500. A cursor is a
+    position in a unique, indexed ordering rather than an offset: a client paging through
+    a large block reads it in index range scans, and one paging through a history that
+    grows meanwhile sees each transaction exactly once."""
+
+    page_size = 100
+    page_size_query_param = "page_size"
+    page_size_query_description = "Transactions a page: 100 unless given, at most 500."
+    max_page_size = 500
+
+    def decode_cursor(self, request: Request) -> Cursor | None:
+        cursor = super().decode_cursor(request)
+        if cursor is None or cursor.position is None:
+            return cursor
+        # DRF hands the position to the ORM unchecked: a forged one that is not a 64-bit
+        # integer (every ordering here is an integer column) would be a 500, not a 404.
+        position = str(cursor.position)  # the text from the query string (the stubs say int)
+        if not re.fullmatch(r"-?[0-9]{1,19}", position) or not -(2**63) <= int(position) < 2**63:
+            raise NotFound(self.invalid_cursor_message)
+        return cursor
+
+
+class BlockOrderCursor(TransactionCursor):
+    ordering = "index_in_block"  # unique in a block: (block, index_in_block) is indexed
+
+
+class NewestFirstCursor(TransactionCursor):
+    # Unique, and a row keeps its id when sealed: whatever is admitted meanwhile, pages
+    # neither repeat nor skip a row (a new one, with a higher id, comes before page one).
+    ordering = "-id"
+
+
 class BlockDetail(generics.RetrieveAPIView[Block]):
-    """One block with (up to 200 of) its transactions."""
+    """One block with (up to 200 of) its transactions; ``transactions_url`` pages
+    through all of them."""
 
     permission_classes = [permissions.AllowAny]
     serializer_class = s.BlockDetailSerializer
@@ -69,6 +124,22 @@ class BlockDetail(generics.RetrieveAPIView[Block]):
         block.listed_transactions = listed  # type: ignore[attr-defined]
         block.transactions_shown = len(listed)  # type: ignore[attr-defined]
         return block
+
+
+class BlockTransactions(generics.ListAPIView[Transaction]):
+    """Every transaction of a block in block order, a cursor page at a time
+    (``next`` is null on the last page). 404 for a block not sealed yet."""
+
+    permission_classes = [permissions.AllowAny]
+    serializer_class = s.TransactionSerializer
+    pagination_class = BlockOrderCursor
+    filter_backends: list[Any] = []  # the cursor's ordering is the only one that pages correctly
+
+    def get_queryset(self) -> QuerySet[Transaction]:
+        if getattr(self, "swagger_fake_view", False):  # drf-spectacular, reading the model
+            return Transaction.objects.none()
+        block = get_object_or_404(Block, height=self.kwargs["height"])
+        return visible_transactions().filter(block=block)
 
 
 class SubmitThrottle(throttling.UserRateThrottle):
@@ -168,16 +239,26 @@ class AccountDetail(generics.RetrieveAPIView[Account]):
     lookup_field = "address"
 
     def get_object(self) -> Account:
-        address = self.kwargs["address"]
-        try:
-            decode_address(address)
-        except AddressError as exc:
-            raise ValidationError({"address": [str(exc)]}) from None
-        account = Account.objects.filter(address=address.lower()).first()
-        if account is None:
-            raise Http404("No account has this address yet.")
+        account = get_account(self.kwargs["address"])
         account.recent_transactions = history(account.address)  # type: ignore[attr-defined]
         return account
+
+
+class AccountTransactions(generics.ListAPIView[Transaction]):
+    """An address's whole history, newest first, a cursor page at a time. Transactions
+    that arrive while a client pages through come before its first page, so the pages
+    it fetches next neither repeat nor skip any. 400 naming ``address`` when it is not
+    an address, 404 when the ledger has not seen it."""
+
+    permission_classes = [permissions.AllowAny]
+    serializer_class = s.TransactionSerializer
+    pagination_class = NewestFirstCursor
+    filter_backends: list[Any] = []  # the cursor's ordering is the only one that pages correctly
+
+    def get_queryset(self) -> QuerySet[Transaction]:
+        if getattr(self, "swagger_fake_view", False):  # drf-spectacular, reading the model
+            return Transaction.objects.none()
+        return address_transactions(get_account(self.kwargs["address"]).address)
 
 
 class Wallet(generics.GenericAPIView[Any]):
@@ -186,7 +267,7 @@ class Wallet(generics.GenericAPIView[Any]):
     serializer_class = s.WalletSerializer
 
     def get(self, request: Request) -> Response:
-        return Response(s.WalletSerializer(wallet_of(request.user)).data)
+        return Response(s.WalletSerializer(wallet_of(request.user), context={"request": request}).data)
 
 
 def wallet_of(user: Any) -> dict[str, Any]:
@@ -194,11 +275,7 @@ def wallet_of(user: Any) -> dict[str, Any]:
     escrow_addresses = list(
         Account.objects.filter(user=user, kind=AccountKind.ESCROW).values_list("address", flat=True)
     )
-    txs = list(
-        visible_transactions()
-        .filter(Q(sender=account.address) | Q(recipient=account.address))
-        .order_by("-id")[:HISTORY_LIMIT]
-    )
+    txs = history(account.address)
     return {
         "address": account.address,
         "balance": account.available,
