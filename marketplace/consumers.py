@@ -12,7 +12,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.db import DatabaseError
 
-from marketplace.events import task_group
+from marketplace.events import session_group, task_group
 from marketplace.models import Task
 
 log = logging.getLogger(__name__)
@@ -38,6 +38,41 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         if handler is None:
             raise ValueError(f"No handler for message type {message['type']}")
         await handler(message)
+
+
+class SessionConsumer(LiveConsumer):
+    """A browser's socket, signed in through its session cookie.
+
+    Besides its feed's group it joins its session's (``join_session``, on connect), so that
+    logging out of that browser closes it with 4401 (``session.ended``). Subclasses leave
+    their feed's groups in ``leave_groups``.
+    """
+
+    session_group: str | None = None
+
+    async def join_session(self) -> None:
+        """Join the group of the session this socket signed in with (call it on connect,
+        once the user is known to be signed in: their session then has a key)."""
+        session = self.scope.get("session")
+        key = session.session_key if session is not None else None
+        if key:
+            self.session_group = session_group(key)
+            await self.channel_layer.group_add(self.session_group, self.channel_name)
+
+    async def leave_groups(self) -> None:
+        """Leave every group this socket joined (idempotent); subclasses leave their feed's
+        group, then call this."""
+        if self.session_group:
+            await self.channel_layer.group_discard(self.session_group, self.channel_name)
+            self.session_group = None
+
+    async def disconnect(self, code: int) -> None:
+        await self.leave_groups()
+
+    async def session_ended(self, event: dict[str, Any]) -> None:
+        """The session was logged out, or replaced by signing in as someone else."""
+        await self.leave_groups()
+        await self.close(code=4401)
 
 
 class TaskAccess:
@@ -91,11 +126,12 @@ def _may_see(user: Any, task_id: str) -> bool:
 task_access = TaskAccess()
 
 
-class TaskConsumer(LiveConsumer):
+class TaskConsumer(SessionConsumer):
     """``/ws/tasks/<id>/``: live status of one task, for its owner only.
 
     Ownership is checked on connect and again for every event relayed (through
-    ``task_access``); a socket whose user lost access is closed with 4403 on the next event.
+    ``task_access``); a socket whose user lost access is closed with 4403 on the next event,
+    and one whose session ends (logout) with 4401.
     """
 
     group: str | None = None
@@ -110,12 +146,14 @@ class TaskConsumer(LiveConsumer):
         self.task_id = task_id
         self.group = task_group(task_id)
         await self.channel_layer.group_add(self.group, self.channel_name)
+        await self.join_session()
         await self.accept()
 
-    async def disconnect(self, code: int) -> None:
+    async def leave_groups(self) -> None:
         if self.group:
             await self.channel_layer.group_discard(self.group, self.channel_name)
             self.group = None
+        await super().leave_groups()
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None, **kwargs: Any) -> None:
         """The feed is one-way: any frame is ignored, undecoded (the JSON base class would
@@ -145,7 +183,6 @@ class TaskConsumer(LiveConsumer):
             return False
         if allowed:
             return True
-        await self.channel_layer.group_discard(self.group, self.channel_name)
-        self.group = None
+        await self.leave_groups()
         await self.close(code=4403)
         return False

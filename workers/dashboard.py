@@ -3,9 +3,9 @@
 Task status changes come from ``marketplace.services`` (every transition) and progress
 from the ``/ws/worker/`` consumer; worker status (online, busy, suspended, …) from
 ``worker_changed``, called on commit wherever a worker's state, connection or jobs
-change. The consumer joins the user's group on connect and relays ``dashboard.task`` and
-``dashboard.worker`` events, re-checking on each one that the user is still active and
-owns the row named.
+change. The consumer joins the user's group (and its session's) on connect and relays
+``dashboard.task`` and ``dashboard.worker`` events, re-checking on each one that the user
+is still active and owns the row named.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from django.core.exceptions import ValidationError
 
-from marketplace.consumers import LiveConsumer
+from marketplace.consumers import SessionConsumer
 from marketplace.events import DashboardTaskEvent, dashboard_group
 from marketplace.models import Task, User
 from workers.models import Worker
@@ -69,8 +69,9 @@ def worker_changed(worker_id: Any) -> None:
     )
 
 
-class DashboardConsumer(LiveConsumer):
-    """One browser tab of a signed-in user; anonymous sockets are closed with 4403."""
+class DashboardConsumer(SessionConsumer):
+    """One browser tab of a signed-in user; anonymous sockets are closed with 4403, and the
+    tabs of a session that ends (logout) with 4401."""
 
     group: str | None = None
     user_id: Any = None
@@ -83,11 +84,14 @@ class DashboardConsumer(LiveConsumer):
         self.user_id = user.pk
         self.group = dashboard_group(user.pk)
         await self.channel_layer.group_add(self.group, self.channel_name)
+        await self.join_session()
         await self.accept()
 
-    async def disconnect(self, code: int) -> None:
+    async def leave_groups(self) -> None:
         if self.group:
             await self.channel_layer.group_discard(self.group, self.channel_name)
+            self.group = None
+        await super().leave_groups()
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None, **kwargs: Any) -> None:
         # The feed is one-way; say so rather than ignore a client that talks. Any frame,

@@ -54,7 +54,8 @@
       else if (data.type === "dashboard.task") applyTask(data);
     });
     socket.addEventListener("close", function (event) {
-      if (event.code === 4403) {
+      // 4403: signed out or deactivated; 4401: this browser logged out. Retrying cannot help.
+      if (event.code === 4403 || event.code === 4401) {
         liveNode.textContent = "";
         return;
       }

@@ -379,8 +379,8 @@
       } else if (data.type === "task.log") live.log(data.lines);
     });
     socket.addEventListener("close", function (event) {
-      // 4403: not ours or signed out; retrying cannot help.
-      if (event.code === 4403) {
+      // 4403: not ours or signed out; 4401: this browser logged out. Retrying cannot help.
+      if (event.code === 4403 || event.code === 4401) {
         setLiveState("");
         return;
       }
