@@ -12,7 +12,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.db import DatabaseError
 
-from marketplace.events import session_group, task_group
+from marketplace.events import session_groups, task_group
 from marketplace.models import Task
 
 log = logging.getLogger(__name__)
@@ -43,28 +43,37 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
 class SessionConsumer(LiveConsumer):
     """A browser's socket, signed in through its session cookie.
 
-    Besides its feed's group it joins its session's (``join_session``, on connect), so that
+    Besides its feed's group it joins its session's (``join_session``, on connect: named
+    from the session key and from the sign-in, which outlives a key cycle), so that
     logging out of that browser closes it with 4401 (``session.ended``). Subclasses leave
     their feed's groups in ``leave_groups``.
     """
 
-    session_group: str | None = None
+    joined_sessions: tuple[str, ...] = ()  # the session groups this socket is in
 
-    async def join_session(self) -> None:
-        """Join the group of the session this socket signed in with (call it on connect,
-        once the user is known to be signed in: their session then has a key)."""
+    async def join_session(self) -> bool:
+        """Join the groups of the session this socket signed in with (call it on connect,
+        once the user is known to be signed in: their session then has a key). False when
+        that session has ended meanwhile: the caller refuses the socket.
+
+        The user was read from the session before the connect began; a logout since sent
+        its ``session.ended`` before this socket could hear it. Joining first and checking
+        second narrows that gap to the instant between logout's signal and its flush: a
+        logout after the join reaches the socket, one before it has deleted the session."""
         session = self.scope.get("session")
-        key = session.session_key if session is not None else None
-        if key:
-            self.session_group = session_group(key)
-            await self.channel_layer.group_add(self.session_group, self.channel_name)
+        if session is None or not session.session_key:
+            return True
+        self.joined_sessions = tuple(await database_sync_to_async(session_groups)(session))
+        for group in self.joined_sessions:
+            await self.channel_layer.group_add(group, self.channel_name)
+        return bool(await database_sync_to_async(session.exists)(session.session_key))
 
     async def leave_groups(self) -> None:
         """Leave every group this socket joined (idempotent); subclasses leave their feed's
         group, then call this."""
-        if self.session_group:
-            await self.channel_layer.group_discard(self.session_group, self.channel_name)
-            self.session_group = None
+        groups, self.joined_sessions = self.joined_sessions, ()
+        for group in groups:
+            await self.channel_layer.group_discard(group, self.channel_name)
 
     async def disconnect(self, code: int) -> None:
         await self.leave_groups()
@@ -146,7 +155,10 @@ class TaskConsumer(SessionConsumer):
         self.task_id = task_id
         self.group = task_group(task_id)
         await self.channel_layer.group_add(self.group, self.channel_name)
-        await self.join_session()
+        if not await self.join_session():
+            await self.leave_groups()
+            await self.close(code=4403)
+            return
         await self.accept()
 
     async def leave_groups(self) -> None:

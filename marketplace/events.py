@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import secrets
 from typing import Any, Literal, TypedDict
 from uuid import UUID
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.conf import settings
+from django.contrib.sessions.backends.base import SessionBase
 from django.http import HttpRequest
 
 log = logging.getLogger(__name__)
@@ -58,6 +60,19 @@ def session_group(session_key: str) -> str:
     return f"session.{hashlib.sha256(session_key.encode()).hexdigest()}"
 
 
+# Session data: a random id set at sign-in. A password change cycles the session key of a
+# signed-in browser (keeping the data), so a group named from the key alone loses the
+# sockets opened before the change; the id's group still reaches them at logout.
+SIGN_IN_ID = "_live_sockets_id"
+
+
+def session_groups(session: SessionBase) -> list[str]:
+    """The groups of the sockets signed in with ``session``: its key's and its sign-in's
+    (a session signed in before the id existed has the key's only)."""
+    names = (session.session_key, session.get(SIGN_IN_ID))
+    return [session_group(str(name)) for name in names if name]
+
+
 def send_event(group: str, payload: Event) -> None:
     """Fan an event out to a group. Best effort: a broken layer never fails the caller."""
     layer = get_channel_layer()
@@ -69,19 +84,19 @@ def send_event(group: str, payload: Event) -> None:
         log.exception("could not send %s to %s", payload["type"], group)
 
 
-def end_session_sockets(session_key: str | None) -> None:
-    """Close the sockets signed in with ``session_key``. Best effort, like every event: a
-    sign-out must never fail because the channel layer is down (it is logged)."""
-    if session_key:
-        send_event(session_group(session_key), SessionEndedEvent(type="session.ended"))
+def end_session_sockets(groups: list[str]) -> None:
+    """Close the sockets of these session groups. Best effort, like every event: a sign-out
+    must never fail because the channel layer is down (it is logged)."""
+    for group in groups:
+        send_event(group, SessionEndedEvent(type="session.ended"))
 
 
 def on_user_logged_out(sender: Any, request: HttpRequest | None = None, **kwargs: Any) -> None:
     """``user_logged_out`` receiver. ``logout()`` sends the signal before it flushes the
-    session, so the key is still the one the browser's sockets signed in with."""
+    session, so its key and sign-in id still name the groups of the browser's sockets."""
     session = getattr(request, "session", None)
     if session is not None:
-        end_session_sockets(session.session_key)
+        end_session_sockets(session_groups(session))
 
 
 def on_user_logged_in(sender: Any, request: HttpRequest | None = None, **kwargs: Any) -> None:
@@ -89,9 +104,11 @@ def on_user_logged_in(sender: Any, request: HttpRequest | None = None, **kwargs:
     (``login()`` flushes it) without a ``user_logged_out``; by now the request holds the new
     key, but its cookie still names the old one. Re-signing in as the same user keeps the
     key (nothing to end); an anonymous session's key is cycled, but no socket of this app
-    signs in anonymously, so that group is empty and the send costs one round trip."""
+    signs in anonymously, so that group is empty and the send costs one round trip.
+    A new sign-in gets its id (``SIGN_IN_ID``); signing in again as the same user keeps it."""
     if request is None or not hasattr(request, "session"):
         return
     previous = request.COOKIES.get(settings.SESSION_COOKIE_NAME)
     if previous and previous != request.session.session_key:
-        end_session_sockets(previous)
+        end_session_sockets([session_group(previous)])
+    request.session.setdefault(SIGN_IN_ID, secrets.token_hex(16))

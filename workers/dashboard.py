@@ -84,7 +84,10 @@ class DashboardConsumer(SessionConsumer):
         self.user_id = user.pk
         self.group = dashboard_group(user.pk)
         await self.channel_layer.group_add(self.group, self.channel_name)
-        await self.join_session()
+        if not await self.join_session():  # logged out while connecting
+            await self.leave_groups()
+            await self.close(code=4403)
+            return
         await self.accept()
 
     async def leave_groups(self) -> None:

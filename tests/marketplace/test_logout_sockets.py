@@ -29,7 +29,7 @@ from config.asgi import application
 from marketplace import services
 from marketplace.events import session_group
 from marketplace.units import UNITS_PER_CREDIT
-from tests.factories import post_task
+from tests.factories import PASSWORD, post_task
 from tests.marketplace.test_consumers import ORIGIN, session_cookie
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -142,6 +142,64 @@ def test_signing_in_as_someone_else_over_a_session_closes_its_sockets(alice: Any
 
     assert async_to_sync(conversation)() == CLOSED_BY_LOGOUT
     assert not Session.objects.filter(session_key=session_key(cookie)).exists()
+
+
+def test_logging_out_after_a_password_change_closes_the_tabs_opened_before_it(bob: Any) -> None:
+    """Changing the password cycles the session key (the cookie changes, the session goes
+    on): the tabs opened before still close when that browser logs out."""
+    task = post_task(bob, budget=UNITS_PER_CREDIT)
+    cookie = session_cookie("bob")
+    client = browser(cookie)
+    before = [browser_socket("/ws/dashboard/", cookie), browser_socket(f"/ws/tasks/{task.pk}/", cookie)]
+    new_password = "another-horse-battery-staple"
+    change = {"old_password": PASSWORD, "new_password1": new_password, "new_password2": new_password}
+
+    async def conversation() -> tuple[str, list[dict[str, Any]]]:
+        for tab in before:
+            assert (await tab.connect())[0]
+        assert (await database_sync_to_async(client.post)(reverse("password_change"), change)).status_code == 302
+        after = browser_socket("/ws/dashboard/", [(b"cookie", f"{settings.SESSION_COOKIE_NAME}={new_key()}".encode())])
+        assert (await after.connect())[0]
+        assert (await database_sync_to_async(client.post)(reverse("logout"))).status_code == 302
+        closed = [await tab.receive_output(timeout=5) for tab in (*before, after)]
+        for tab in (*before, after):
+            await tab.disconnect()
+        return new_key(), closed
+
+    def new_key() -> str:
+        return str(client.cookies[settings.SESSION_COOKIE_NAME].value)
+
+    key, closed = async_to_sync(conversation)()
+    assert key != session_key(cookie)  # the password change did cycle the key
+    assert closed == [CLOSED_BY_LOGOUT] * 3
+
+
+def test_a_logout_while_a_tab_connects_leaves_it_closed(bob: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The socket read its user from the session as it connected; the logout lands before it
+    joins its session's group, so that logout's ``session.ended`` could not reach it."""
+    cookie = session_cookie("bob")
+    layer = get_channel_layer()
+    assert layer is not None
+    group_add = layer.group_add
+
+    async def logout_first(group: str, channel: str) -> None:
+        if group.startswith("session.") and not logged_out:
+            logged_out.append(await database_sync_to_async(browser(cookie).post)(reverse("logout")))
+        await group_add(group, channel)
+
+    logged_out: list[Any] = []
+    monkeypatch.setattr(layer, "group_add", logout_first)
+    dashboard = browser_socket("/ws/dashboard/", cookie)
+
+    async def conversation() -> tuple[bool, Any]:
+        connected, code = await dashboard.connect()
+        if connected and await dashboard.receive_nothing(timeout=0.5):
+            code = "left open after the logout"
+        await dashboard.disconnect()
+        return connected, code
+
+    assert async_to_sync(conversation)() == (False, 4403)  # refused, as a reconnect would be
+    assert logged_out[0].status_code == 302
 
 
 def test_logout_succeeds_when_the_channel_layer_is_down(
