@@ -13,6 +13,7 @@ from typing import Any
 
 from ledger import encoding, keys, merkle
 from ledger.bech32 import address_from_public_key
+from ledger.signing import verify_compute_result, verify_tx
 
 
 def _header(block: dict[str, Any]) -> encoding.Header:
@@ -31,14 +32,52 @@ def _header(block: dict[str, Any]) -> encoding.Header:
     )
 
 
+def _text(value: Any) -> str:
+    if not isinstance(value, str):
+        raise ValueError("a text field is not a string")
+    return value
+
+
+def _count(value: Any) -> int:
+    if type(value) is not int:  # not a bool, a float or a numeric string
+        raise ValueError("an amount field is not an integer")
+    return value
+
+
+def _tx(fields: dict[str, Any]) -> encoding.Tx:
+    """The transaction the proof's signed fields describe (ValueError when malformed)."""
+    payload = fields["payload"]
+    if not isinstance(payload, dict):
+        raise ValueError("payload is not an object")
+    return encoding.Tx(
+        chain_id=_text(fields["chain_id"]),
+        type=_text(fields["type"]),
+        sender=_text(fields["from"]),
+        recipient=_text(fields["to"]),
+        amount=_count(fields["amount"]),
+        fee=_count(fields["fee"]),
+        nonce=_count(fields["nonce"]),
+        gas_price=_count(fields["gas_price"]),
+        gas_limit=_count(fields["gas_limit"]),
+        payload=payload,
+        public_key=bytes.fromhex(_text(fields["public_key"])),
+    )
+
+
 def verify_proof(proof: dict[str, Any], validator_public_key: bytes | None = None) -> dict[str, bool]:
     """Check a proof offline. Returns each check by name; all True means verified.
 
     - header: the header fields hash to the block hash;
     - signature: the proposer's key signed the header (and is ``validator_public_key``
       when given, so a forger cannot bring their own key);
+    - tx_hash: the transaction's signed fields (chain, type, from, to, amounts, payload,
+      key) hash to its hash, so what the proof says the transaction is, it is;
+    - tx_signature: the signature is the sender's (its key is the ``from`` address's);
     - tx_inclusion: hash ‖ signature is a leaf under tx_root at the stated position;
-    - compute_inclusion (SUBMIT_RESULT only): the ComputeResult is a leaf under compute_root.
+    - compute_inclusion (SUBMIT_RESULT only): the ComputeResult is a leaf under compute_root;
+    - compute_binding (SUBMIT_RESULT only): that ComputeResult is this transaction's own
+      (its payload's), by its sender and signed by the sender's key: a leaf of another
+      transaction's result in the same block does not pass for this one's.
     """
     checks: dict[str, bool] = {}
     try:
@@ -51,14 +90,18 @@ def verify_proof(proof: dict[str, Any], validator_public_key: bytes | None = Non
         )
         checks["signature"] = key_ok and keys.verify(header.proposer_key, message, bytes.fromhex(block["signature"]))
         tx = proof["transaction"]
+        signed = _tx(tx)
+        signature = bytes.fromhex(tx["signature"])
+        checks["tx_hash"] = signed.hash().hex() == tx["hash"]
+        checks["tx_signature"] = len(signature) == 64 and verify_tx(signed, signature)
         inc = proof["tx_inclusion"]
-        leaf = merkle.leaf_hash(encoding.tx_leaf(bytes.fromhex(tx["hash"]), bytes.fromhex(tx["signature"])))
+        leaf = merkle.leaf_hash(encoding.tx_leaf(bytes.fromhex(tx["hash"]), signature))
         path = [bytes.fromhex(p) for p in inc["audit_path"]]
         checks["tx_inclusion"] = (
             merkle.verify_inclusion(leaf, int(inc["leaf_index"]), int(inc["tree_size"]), path, header.tx_root)
             and int(inc["tree_size"]) == header.tx_count
         )
-        if tx.get("type") == encoding.SUBMIT_RESULT or "compute_inclusion" in proof:
+        if signed.type == encoding.SUBMIT_RESULT or "compute_inclusion" in proof:
             comp = proof["compute_inclusion"]
             cpath = [bytes.fromhex(p) for p in comp["audit_path"]]
             leaf_bytes = bytes.fromhex(comp["leaf"])
@@ -69,6 +112,13 @@ def verify_proof(proof: dict[str, Any], validator_public_key: bytes | None = Non
                 int(comp["tree_size"]),
                 cpath,
                 header.compute_root,
+            )
+            own = encoding.parse_compute_result(signed.payload.get("compute_result"))
+            checks["compute_binding"] = (
+                signed.type == encoding.SUBMIT_RESULT
+                and result == own
+                and result.worker_address == signed.sender
+                and verify_compute_result(result, signed.public_key)
             )
     except (KeyError, TypeError, ValueError, OverflowError):  # OverflowError: int() of an infinite number
         checks["well_formed"] = False

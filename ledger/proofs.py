@@ -15,7 +15,9 @@ from ledger.models import Block, Transaction, timestamp_us
 from ledger.proofcheck import is_verified, verify_proof
 from ledger.sealer import compute_leaf_hashes, tx_leaf_hashes
 
-PROOF_VERSION = 1
+# 2: the transaction's signed fields are in the proof, so the checker binds the hash (and
+# a SUBMIT_RESULT's ComputeResult) to what the transaction says; 1 carried the hash only.
+PROOF_VERSION = 2
 __all__ = ["build_proof", "header_json", "is_verified", "verify_proof"]
 
 
@@ -38,6 +40,23 @@ def header_json(block: Block) -> dict[str, Any]:
     }
 
 
+def signed_fields(tx: Transaction) -> dict[str, Any]:
+    """Every field the sender signed, under the names the API uses (``from``, ``to``)."""
+    return {
+        "chain_id": tx.chain_id,
+        "type": tx.type,
+        "from": tx.sender,
+        "to": tx.recipient,
+        "amount": tx.amount,
+        "fee": tx.fee,
+        "nonce": tx.nonce,
+        "gas_price": tx.gas_price,
+        "gas_limit": tx.gas_limit,
+        "payload": tx.payload,
+        "public_key": tx.public_key,
+    }
+
+
 def build_proof(tx: Transaction) -> dict[str, Any] | None:
     """The proof of a sealed transaction; None while it is pending or if refused."""
     block = tx.block
@@ -50,7 +69,7 @@ def build_proof(tx: Transaction) -> dict[str, Any] | None:
     proof: dict[str, Any] = {
         "version": PROOF_VERSION,
         "block": header_json(block),
-        "transaction": {"hash": tx.hash, "signature": tx.signature, "type": tx.type},
+        "transaction": {**signed_fields(tx), "hash": tx.hash, "signature": tx.signature},
         "tx_inclusion": {
             "leaf_index": tx.index_in_block,
             "tree_size": len(leaves),

@@ -46,8 +46,18 @@ def test_proof_of_a_submit_result_verifies_offline(chain: dict[str, Any], anon_c
     assert res.status_code == 200
     body = res.json()
     assert body["verified"] is True
-    assert body["checks"] == {"header": True, "signature": True, "tx_inclusion": True, "compute_inclusion": True}
+    assert body["checks"] == {
+        "header": True,
+        "signature": True,
+        "tx_hash": True,
+        "tx_signature": True,
+        "tx_inclusion": True,
+        "compute_inclusion": True,
+        "compute_binding": True,
+    }
     proof = body["proof"]
+    assert proof["version"] == 2
+    assert proof["transaction"]["from"] == chain["worker"].address
     assert proof["block"]["height"] == 2
     assert proof["tx_inclusion"]["leaf_index"] == 3
     assert proof["compute_inclusion"]["compute_result"]["worker_address"] == chain["worker"].address
@@ -71,6 +81,52 @@ def test_proof_of_a_submit_result_verifies_offline(chain: dict[str, Any], anon_c
     tampered = copy.deepcopy(proof)
     tampered["compute_inclusion"]["compute_result"]["result_hash"] = "ee" * 32
     assert verify_proof(tampered, validator)["compute_inclusion"] is False
+
+
+def test_a_proof_binds_the_transaction_and_its_own_compute_result(anon_client: APIClient, assignments: set) -> None:
+    """The proof carries the signed fields, so what it says the transaction is, it is; and
+    a SUBMIT_RESULT's ComputeResult must be the one in its payload: the leaf, position
+    and path of another result sealed in the same block (all genuinely under
+    compute_root) do not pass for this transaction's result."""
+    workers = [worker_keys(200), worker_keys(201)]
+    payer: Any = UserFactory(username="payer")
+    services.deposit(payer, CREDIT, "d-payer")
+    for i, worker in enumerate(workers):  # a worker's account exists once it was paid
+        services.transfer(payer, worker.address, CREDIT // 4, f"t-payer-{i}")
+    seal_block()
+    hashes = []
+    for worker in workers:
+        task = uuid.uuid4()
+        assignments.add((task, worker.address))
+        (row,) = admit([submit_result(worker, 0, task)])
+        assert row.status == "pending", row.reason_detail
+        hashes.append(row.hash)
+    seal_block()
+    validator = custody.validator_keys().public_key
+    mine, other = (anon_client.get(f"/api/v1/ledger/transactions/{h}/proof").json()["proof"] for h in hashes)
+    assert all(verify_proof(mine, validator).values())
+    assert mine["compute_inclusion"]["leaf_index"] != other["compute_inclusion"]["leaf_index"]
+
+    swapped = copy.deepcopy(mine)
+    swapped["compute_inclusion"] = other["compute_inclusion"]
+    checks = verify_proof(swapped, validator)
+    assert checks["compute_inclusion"] is True  # the other result is under the root...
+    assert checks["compute_binding"] is False  # ...but it is not this transaction's
+
+    for field, value in [("type", "TRANSFER"), ("amount", 5), ("to", workers[1].address), ("payload", {})]:
+        tampered = copy.deepcopy(mine)
+        tampered["transaction"][field] = value
+        assert verify_proof(tampered, validator).get("tx_hash") is False, field
+    # A transaction re-signed by another key under its hash's leaf: not the sender's.
+    resigned = copy.deepcopy(mine)
+    resigned["transaction"]["public_key"] = workers[1].public_key.hex()
+    checks = verify_proof(resigned, validator)
+    assert checks["tx_hash"] is False
+    assert checks["tx_signature"] is False
+    # A field of the wrong type is a malformed proof, not an exception.
+    malformed = copy.deepcopy(mine)
+    malformed["transaction"]["amount"] = "0"
+    assert verify_proof(malformed, validator) == {"header": True, "signature": True, "well_formed": False}
 
 
 def test_proof_of_a_pending_transaction_is_a_409(chain: dict[str, Any], anon_client: APIClient) -> None:
