@@ -12,6 +12,8 @@ reason.) ``PROOFWORK_VAR_DIR`` still wins when set.
 import os
 from pathlib import Path
 
+from django.conf import global_settings
+
 os.environ.setdefault("PROOFWORK_VAR_DIR", str(Path(__file__).resolve().parent.parent / "var" / "test"))
 
 from config.settings import *  # noqa: F403
@@ -25,3 +27,7 @@ SUPPLY_SNAPSHOT_SECONDS = 0
 # in the suite ("couldn't get a connection after 10.00 sec"); the server allows 100.
 if DATABASES["default"]["ENGINE"].endswith("postgresql"):  # noqa: F405
     DATABASES["default"]["OPTIONS"]["pool"]["max_size"] = 40  # noqa: F405
+
+# Test users' passwords: the same PBKDF2 format at 1,000 iterations (tests/hashers.py);
+# Django's default hashers still verify every hash a live server or a test makes.
+PASSWORD_HASHERS = ["tests.hashers.FastPBKDF2PasswordHasher", *global_settings.PASSWORD_HASHERS]
