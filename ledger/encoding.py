@@ -187,6 +187,42 @@ class Tx:
         return hashlib.sha256(encode_tx(self)).digest()
 
 
+def tx_from_json(fields: Mapping[str, Any]) -> Tx:
+    """The Tx a transaction's JSON form describes (the API's names: ``from``, ``to``; hex
+    for the public key, empty or absent in an unsigned template). Strict: a text field
+    must be a string and an amount an integer (not a bool, a float or a numeric string),
+    so the JSON shows exactly what is signed. KeyError, TypeError or ValueError when not."""
+
+    def text(name: str) -> str:
+        value = fields[name]
+        if not isinstance(value, str):
+            raise TypeError(f"{name} must be a string")
+        return value
+
+    def count(name: str) -> int:
+        value = fields[name]
+        if type(value) is not int:
+            raise TypeError(f"{name} must be an integer")
+        return value
+
+    payload = fields.get("payload", {})
+    if not isinstance(payload, Mapping):
+        raise TypeError("payload must be an object")
+    return Tx(
+        chain_id=text("chain_id"),
+        type=text("type"),
+        sender=text("from"),
+        recipient=text("to"),
+        amount=count("amount"),
+        fee=count("fee"),
+        nonce=count("nonce"),
+        gas_price=count("gas_price"),
+        gas_limit=count("gas_limit"),
+        payload=payload,
+        public_key=bytes.fromhex(fields["public_key"]) if "public_key" in fields else b"",
+    )
+
+
 def encode_tx(tx: Tx) -> bytes:
     """The signed bytes of a transaction (version 1)."""
     if tx.type not in TX_TYPES:

@@ -32,38 +32,6 @@ def _header(block: dict[str, Any]) -> encoding.Header:
     )
 
 
-def _text(value: Any) -> str:
-    if not isinstance(value, str):
-        raise ValueError("a text field is not a string")
-    return value
-
-
-def _count(value: Any) -> int:
-    if type(value) is not int:  # not a bool, a float or a numeric string
-        raise ValueError("an amount field is not an integer")
-    return value
-
-
-def _tx(fields: dict[str, Any]) -> encoding.Tx:
-    """The transaction the proof's signed fields describe (ValueError when malformed)."""
-    payload = fields["payload"]
-    if not isinstance(payload, dict):
-        raise ValueError("payload is not an object")
-    return encoding.Tx(
-        chain_id=_text(fields["chain_id"]),
-        type=_text(fields["type"]),
-        sender=_text(fields["from"]),
-        recipient=_text(fields["to"]),
-        amount=_count(fields["amount"]),
-        fee=_count(fields["fee"]),
-        nonce=_count(fields["nonce"]),
-        gas_price=_count(fields["gas_price"]),
-        gas_limit=_count(fields["gas_limit"]),
-        payload=payload,
-        public_key=bytes.fromhex(_text(fields["public_key"])),
-    )
-
-
 def verify_proof(proof: dict[str, Any], validator_public_key: bytes | None = None) -> dict[str, bool]:
     """Check a proof offline. Returns each check by name; all True means verified.
 
@@ -90,7 +58,7 @@ def verify_proof(proof: dict[str, Any], validator_public_key: bytes | None = Non
         )
         checks["signature"] = key_ok and keys.verify(header.proposer_key, message, bytes.fromhex(block["signature"]))
         tx = proof["transaction"]
-        signed = _tx(tx)
+        signed = encoding.tx_from_json(tx)
         signature = bytes.fromhex(tx["signature"])
         checks["tx_hash"] = signed.hash().hex() == tx["hash"]
         checks["tx_signature"] = len(signature) == 64 and verify_tx(signed, signature)

@@ -254,19 +254,7 @@ def _close_with_result(worker: Worker, assignment_id: UUID, result: Any, tx_body
 def tx_from_json(body: dict[str, Any]) -> tuple[encoding.Tx, bytes]:
     """A signed transaction from its JSON form (hex for bytes); ValidationError on bad shape."""
     try:
-        tx = encoding.Tx(
-            chain_id=str(body["chain_id"]),
-            type=str(body["type"]),
-            sender=str(body["from"]),
-            recipient=str(body["to"]),
-            amount=int(body["amount"]),
-            fee=int(body["fee"]),
-            nonce=int(body["nonce"]),
-            gas_price=int(body["gas_price"]),
-            gas_limit=int(body["gas_limit"]),
-            payload=body["payload"],
-            public_key=bytes.fromhex(str(body["public_key"])),
-        )
+        tx = encoding.tx_from_json(body)
         signature = bytes.fromhex(str(body["signature"]))
     except (KeyError, TypeError, ValueError) as exc:
         raise ValidationError({"transaction": [f"Malformed transaction: {exc}"]}) from None

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ledger.encoding import Tx
+from ledger.encoding import Tx, tx_from_json
 from ledger.keys import KeyPair
 from ledger.signing import sign_tx
 
@@ -26,18 +26,7 @@ def registration_message(challenge: str, public_key_hex: str) -> bytes:
 
 def template_tx(template: dict[str, Any]) -> Tx:
     """A ledger Tx from the JSON template the platform hands out (``from``/``to`` keys)."""
-    return Tx(
-        chain_id=str(template["chain_id"]),
-        type=str(template["type"]),
-        sender=str(template["from"]),
-        recipient=str(template["to"]),
-        amount=int(template["amount"]),
-        fee=int(template["fee"]),
-        nonce=int(template["nonce"]),
-        gas_price=int(template["gas_price"]),
-        gas_limit=int(template["gas_limit"]),
-        payload=template.get("payload", {}),
-    )
+    return tx_from_json(template)
 
 
 def sign_template(template: dict[str, Any], key: KeyPair) -> bytes:

@@ -126,18 +126,29 @@ class BlockDetail(generics.RetrieveAPIView[Block]):
         return block
 
 
-class BlockTransactions(generics.ListAPIView[Transaction]):
-    """Every transaction of a block in block order, a cursor page at a time
-    (``next`` is null on the last page). 404 for a block not sealed yet."""
+class TransactionPages(generics.ListAPIView[Transaction]):
+    """A public listing of transactions, a cursor page at a time (``next`` is null on the
+    last page); subclasses name the rows (``transactions``) and the cursor's ordering."""
 
     permission_classes = [permissions.AllowAny]
     serializer_class = s.TransactionSerializer
-    pagination_class = BlockOrderCursor
     filter_backends: list[Any] = []  # the cursor's ordering is the only one that pages correctly
 
     def get_queryset(self) -> QuerySet[Transaction]:
         if getattr(self, "swagger_fake_view", False):  # drf-spectacular, reading the model
             return Transaction.objects.none()
+        return self.transactions()
+
+    def transactions(self) -> QuerySet[Transaction]:
+        raise NotImplementedError
+
+
+class BlockTransactions(TransactionPages):
+    """Every transaction of a block in block order. 404 for a block not sealed yet."""
+
+    pagination_class = BlockOrderCursor
+
+    def transactions(self) -> QuerySet[Transaction]:
         block = get_object_or_404(Block, height=self.kwargs["height"])
         return visible_transactions().filter(block=block)
 
@@ -244,20 +255,15 @@ class AccountDetail(generics.RetrieveAPIView[Account]):
         return account
 
 
-class AccountTransactions(generics.ListAPIView[Transaction]):
-    """An address's whole history, newest first, a cursor page at a time. Transactions
-    that arrive while a client pages through come before its first page, so the pages
-    it fetches next neither repeat nor skip any. 400 naming ``address`` when it is not
-    an address, 404 when the ledger has not seen it."""
+class AccountTransactions(TransactionPages):
+    """An address's whole history, newest first. Transactions that arrive while a client
+    pages through come before its first page, so the pages it fetches next neither
+    repeat nor skip any. 400 naming ``address`` when it is not an address, 404 when the
+    ledger has not seen it."""
 
-    permission_classes = [permissions.AllowAny]
-    serializer_class = s.TransactionSerializer
     pagination_class = NewestFirstCursor
-    filter_backends: list[Any] = []  # the cursor's ordering is the only one that pages correctly
 
-    def get_queryset(self) -> QuerySet[Transaction]:
-        if getattr(self, "swagger_fake_view", False):  # drf-spectacular, reading the model
-            return Transaction.objects.none()
+    def transactions(self) -> QuerySet[Transaction]:
         return address_transactions(get_account(self.kwargs["address"]).address)
 
 

@@ -24,20 +24,6 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def alice_web(alice: Any) -> Client:
-    client = Client()
-    client.force_login(alice)
-    return client
-
-
-@pytest.fixture
-def bob_web(bob: Any) -> Client:
-    client = Client()
-    client.force_login(bob)
-    return client
-
-
-@pytest.fixture
 def no_synthetic_runner(monkeypatch: pytest.MonkeyPatch) -> None:
     """Make synthetic a kind no provider runs, as every kind is before its runner lands."""
     monkeypatch.setitem(KINDS, "synthetic", dataclasses.replace(KINDS["synthetic"], runner=None))

@@ -20,13 +20,6 @@ from tests.marketplace.test_pages import error_slot, synthetic_form, text
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture
-def alice_web(alice: Any) -> Client:
-    client = Client()
-    client.force_login(alice)
-    return client
-
-
 @pytest.mark.parametrize(
     ("budget", "message"),
     [

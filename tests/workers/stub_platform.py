@@ -11,6 +11,24 @@ from typing import Any
 
 HTML = "text/html"
 NOT_FOUND = (404, HTML, b"<h1>Not Found</h1>")
+CHAIN = "proofwork-test-1"
+
+
+def register_template(address: str, **changes: Any) -> dict[str, Any]:
+    """The REGISTER_WORKER template workers.services.register_tx_template sends."""
+    template = {
+        "chain_id": CHAIN,
+        "type": "REGISTER_WORKER",
+        "from": address,
+        "to": address,
+        "amount": 0,
+        "fee": 0,
+        "nonce": 0,
+        "gas_price": 1000,
+        "gas_limit": 0,
+        "payload": {},
+    }
+    return {**template, **changes}
 
 
 class StubPlatform(ThreadingHTTPServer):

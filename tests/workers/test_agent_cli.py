@@ -12,51 +12,17 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from ledger import keys
-from tests.workers.processes import serving
+from tests.workers.stub_platform import CHAIN, register_template
 from tests.workers.stub_platform import StubPlatform as Platform
 from workers.agent.cli import main
-from workers.agent.identity import Credentials, init_key, load_key
+from workers.agent.identity import Credentials, load_key
 from workers.agent.trust import insecure_server
-
-CHAIN = "proofwork-test-1"
-
-
-@pytest.fixture
-def platform() -> Iterator[Platform]:
-    server = Platform()
-    with serving(server):
-        yield server
-
-
-@pytest.fixture
-def key_path(tmp_path: Path) -> Path:
-    path = tmp_path / "worker.pem"
-    init_key(path)
-    return path
-
-
-def register_template(address: str, **changes: Any) -> dict[str, Any]:
-    """What workers.services.register_tx_template sends."""
-    template = {
-        "chain_id": CHAIN,
-        "type": "REGISTER_WORKER",
-        "from": address,
-        "to": address,
-        "amount": 0,
-        "fee": 0,
-        "nonce": 0,
-        "gas_price": 1000,
-        "gas_limit": 0,
-        "payload": {},
-    }
-    return {**template, **changes}
 
 
 def register(platform: Platform, key_path: Path, template: dict[str, Any]) -> int:

@@ -12,38 +12,21 @@ and stops as a process is in test_agent_startup.py and test_agent_shutdown.py.
 from __future__ import annotations
 
 import io
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from ledger import keys
-from tests.workers.processes import serving
-from tests.workers.stub_platform import HTML
+from tests.workers.stub_platform import CHAIN, HTML, register_template
 from tests.workers.stub_platform import StubPlatform as Platform
 from workers.agent.cli import main
 from workers.agent.identity import Credentials, init_key, load_key
 from workers.agent.reporter import RECONNECT_MAX_SECONDS, reconnect_delay
 
-CHAIN = "proofwork-test-1"
 CHALLENGE = "/api/v1/workers/challenge/"
 REGISTER = "/api/v1/workers/register/"
 SWEEP = "/api/v1/workers/me/sweep/"
-
-
-@pytest.fixture
-def platform() -> Iterator[Platform]:
-    server = Platform()
-    with serving(server):
-        yield server
-
-
-@pytest.fixture
-def key_path(tmp_path: Path) -> Path:
-    path = tmp_path / "worker.pem"
-    init_key(path)
-    return path
 
 
 def one_line_error(capsys: pytest.CaptureFixture[str]) -> str:
@@ -82,18 +65,7 @@ def register(platform: Platform, key_path: Path, server: str | None = None) -> i
 def answer_registration(platform: Platform, key_path: Path) -> None:
     """What the real platform answers to both steps."""
     address = load_key(key_path).address
-    template = {
-        "chain_id": CHAIN,
-        "type": "REGISTER_WORKER",
-        "from": address,
-        "to": address,
-        "amount": 0,
-        "fee": 0,
-        "nonce": 0,
-        "gas_price": 1000,
-        "gas_limit": 0,
-        "payload": {},
-    }
+    template = register_template(address)
     platform.answers[CHALLENGE] = (200, "application/json", {"challenge": "ab" * 32, "register_tx": template})
     platform.answers[REGISTER] = (
         201,

@@ -10,14 +10,7 @@ from pathlib import Path
 import pytest
 
 from workers.agent.cli import main
-from workers.agent.identity import Credentials, IdentityError, init_key, load_key
-
-
-@pytest.fixture
-def key_path(tmp_path: Path) -> Path:
-    path = tmp_path / "worker.pem"
-    init_key(path)
-    return path
+from workers.agent.identity import Credentials, IdentityError, load_key
 
 
 @pytest.mark.parametrize("mode", [0o644, 0o640, 0o604])

@@ -280,18 +280,27 @@ def test_a_model_other_than_the_spec_is_rejected(
     assert words in verdict.reason
 
 
-def test_inference_predictions_are_spot_checked(
-    bob: Any, alpha: AslProvider, dataset: Path, trained: Path, tmp_path: Path
-) -> None:
-    source = completed_training(bob, alpha, trained, training_task(bob, dataset))
+def inference_assignment(
+    owner: Any, provider: AslProvider, dataset: Path, trained: Path, tmp_path: Path, verify_samples: int
+) -> Any:
+    """An asl_inference assignment (top 3) on five new sequences, offered to ``provider``,
+    whose source is a completed training of ``trained``; the honest predictions are in
+    ``tmp_path / "honest" / "predictions.csv"``."""
+    source = completed_training(owner, provider, trained, training_task(owner, dataset))
     inputs = generate(
         tmp_path / "new.zip", n_signs=5, n_participants=1, per_participant=1, max_frames=16, seed=4, as_zip=True
     )
-    upload = make_dataset(bob, inputs.read_bytes(), "new.zip")
-    spec = {"source_task": str(source.pk), "top_k": 3, "verify_samples": 5}
-    task = post_task(bob, "asl_inference", spec, dataset=upload.pk, budget=UNITS_PER_CREDIT)
-    assignment = assign(task)
+    upload = make_dataset(owner, inputs.read_bytes(), "new.zip")
+    spec = {"source_task": str(source.pk), "top_k": 3, "verify_samples": verify_samples}
+    assignment = assign(post_task(owner, "asl_inference", spec, dataset=upload.pk, budget=UNITS_PER_CREDIT))
     predict(trained, inputs, tmp_path / "honest", top_k=3)
+    return assignment
+
+
+def test_inference_predictions_are_spot_checked(
+    bob: Any, alpha: AslProvider, dataset: Path, trained: Path, tmp_path: Path
+) -> None:
+    assignment = inference_assignment(bob, alpha, dataset, trained, tmp_path, verify_samples=5)
     honest_csv = (tmp_path / "honest" / "predictions.csv").read_text()
 
     def check(text: str) -> Any:
@@ -324,14 +333,7 @@ def test_inference_predictions_must_give_each_sequence_its_own_id(
 ) -> None:
     # The requester joins the predictions back to their data by sequence_id: a wrong id is a
     # wrong result, checked on every row, not only on the recomputed ones.
-    source = completed_training(bob, alpha, trained, training_task(bob, dataset))
-    inputs = generate(
-        tmp_path / "new.zip", n_signs=5, n_participants=1, per_participant=1, max_frames=16, seed=4, as_zip=True
-    )
-    upload = make_dataset(bob, inputs.read_bytes(), "new.zip")
-    spec = {"source_task": str(source.pk), "top_k": 3, "verify_samples": 1}
-    assignment = assign(post_task(bob, "asl_inference", spec, dataset=upload.pk, budget=UNITS_PER_CREDIT))
-    predict(trained, inputs, tmp_path / "honest", top_k=3)
+    assignment = inference_assignment(bob, alpha, dataset, trained, tmp_path, verify_samples=1)
     rows = [line.split(",") for line in (tmp_path / "honest" / "predictions.csv").read_text().splitlines()]
     own = rows[2][1]
     rows[2][1] = rows[3][1]  # one sequence given its neighbour's id

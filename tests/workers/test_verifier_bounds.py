@@ -16,12 +16,10 @@ from django.conf import settings
 from ledger import services as ledger
 from marketplace.models import TaskStatus
 from marketplace.units import UNITS_PER_CREDIT
-from tests.factories import make_dataset, post_task
+from tests.factories import post_task
 from tests.workers import test_asl_kinds, test_cube_kinds, test_jobs
-from tests.workers.test_asl_kinds import AslProvider, training_task
+from tests.workers.test_asl_kinds import AslProvider
 from tests.workers.test_cube_kinds import Provider, assign, completed_training, inference_task, submitted
-from training.asl.infer import predict
-from training.asl.synthetic import generate
 from training.cube.data import synthetic_embeddings
 from workers import jobs, scheduler, verifiers
 from workers.models import Assignment, Worker
@@ -66,14 +64,7 @@ def peak_of(call: Callable[[], T]) -> tuple[T, int]:
 def test_an_oversized_predictions_file_is_refused_without_being_read_whole(
     bob: Any, alpha: AslProvider, dataset: Path, trained: Path, tmp_path: Path, body: str, words: str
 ) -> None:
-    source = completed_training(bob, alpha, trained, training_task(bob, dataset))
-    inputs = generate(
-        tmp_path / "new.zip", n_signs=5, n_participants=1, per_participant=1, max_frames=16, seed=4, as_zip=True
-    )
-    upload = make_dataset(bob, inputs.read_bytes(), "new.zip")
-    spec = {"source_task": str(source.pk), "top_k": 3, "verify_samples": 5}
-    assignment = assign(post_task(bob, "asl_inference", spec, dataset=upload.pk, budget=UNITS_PER_CREDIT))
-    predict(trained, inputs, tmp_path / "honest", top_k=3)
+    assignment = test_asl_kinds.inference_assignment(bob, alpha, dataset, trained, tmp_path, verify_samples=5)
     header = (tmp_path / "honest" / "predictions.csv").read_text().splitlines()[0]
     path = tmp_path / "predictions.csv"
     path.write_text(header + "\n" + body)
