@@ -7,12 +7,13 @@ import logging
 import time
 from typing import Any
 
+from channels.auth import get_user
 from channels.consumer import get_handler_name
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.db import DatabaseError
 
-from marketplace.events import session_groups, task_group
+from marketplace.events import SIGN_IN_ID, session_groups, signins_group, task_group
 from marketplace.models import Task
 
 log = logging.getLogger(__name__)
@@ -39,17 +40,30 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
             raise ValueError(f"No handler for message type {message['type']}")
         await handler(message)
 
+    async def refuse(self, code: int) -> None:
+        """Refuse the socket with an application close code the client can read.
+
+        A close before ``accept`` is a refused handshake: the server answers HTTP 403 and a
+        browser reports only 1006 (abnormal closure), so a page cannot tell "signed out"
+        from "server down" and keeps reconnecting. Accepting, then closing at once, carries
+        the code (4401, 4403) to the client; nothing is sent in between."""
+        await self.accept()
+        await self.close(code=code)
+
 
 class SessionConsumer(LiveConsumer):
     """A browser's socket, signed in through its session cookie.
 
     Besides its feed's group it joins its session's (``join_session``, on connect: named
     from the session key and from the sign-in, which outlives a key cycle), so that
-    logging out of that browser closes it with 4401 (``session.ended``). Subclasses leave
-    their feed's groups in ``leave_groups``.
+    logging out of that browser closes it with 4401 (``session.ended``), and its user's,
+    so that a password change closes it too unless this browser made it
+    (``session.password_changed``). Subclasses leave their feed's groups in
+    ``leave_groups``.
     """
 
     joined_sessions: tuple[str, ...] = ()  # the session groups this socket is in
+    sign_in: str = ""  # the session's SIGN_IN_ID
 
     async def join_session(self) -> bool:
         """Join the groups of the session this socket signed in with (call it on connect,
@@ -63,10 +77,18 @@ class SessionConsumer(LiveConsumer):
         session = self.scope.get("session")
         if session is None or not session.session_key:
             return True
-        self.joined_sessions = tuple(await database_sync_to_async(session_groups)(session))
+        groups = await database_sync_to_async(session_groups)(session)
+        self.sign_in = str(session.get(SIGN_IN_ID, ""))
+        self.joined_sessions = (*groups, signins_group(self.scope["user"].pk))
         for group in self.joined_sessions:
             await self.channel_layer.group_add(group, self.channel_name)
-        return bool(await database_sync_to_async(session.exists)(session.session_key))
+        if not await database_sync_to_async(session.exists)(session.session_key):
+            return False
+        # Django's own check again, now that the socket hears changes: the session's auth
+        # hash still matches the user's password (a change meanwhile signed it out) and the
+        # account is still active.
+        user = await get_user(self.scope)
+        return bool(user.is_authenticated and user.pk == self.scope["user"].pk)
 
     async def leave_groups(self) -> None:
         """Leave every group this socket joined (idempotent); subclasses leave their feed's
@@ -82,6 +104,14 @@ class SessionConsumer(LiveConsumer):
         """The session was logged out, or replaced by signing in as someone else."""
         await self.leave_groups()
         await self.close(code=4401)
+
+    async def session_password_changed(self, event: dict[str, Any]) -> None:
+        """The user's password changed: this socket's session is signed out, unless it is
+        the one that changed it."""
+        keep = event.get("keep")
+        if keep and keep == self.sign_in:
+            return
+        await self.session_ended(event)
 
 
 class TaskAccess:
@@ -150,14 +180,14 @@ class TaskConsumer(SessionConsumer):
         user = self.scope.get("user")
         task_id = str(self.scope["url_route"]["kwargs"]["task_id"])
         if user is None or not user.is_authenticated or not await database_sync_to_async(_may_see)(user, task_id):
-            await self.close(code=4403)
+            await self.refuse(4403)
             return
         self.task_id = task_id
         self.group = task_group(task_id)
         await self.channel_layer.group_add(self.group, self.channel_name)
         if not await self.join_session():
             await self.leave_groups()
-            await self.close(code=4403)
+            await self.refuse(4403)
             return
         await self.accept()
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import secrets
+from contextvars import ContextVar
 from typing import Any, Literal, TypedDict
 from uuid import UUID
 
@@ -12,6 +13,7 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.conf import settings
 from django.contrib.sessions.backends.base import SessionBase
+from django.db import transaction
 from django.http import HttpRequest
 
 log = logging.getLogger(__name__)
@@ -39,7 +41,16 @@ class SessionEndedEvent(TypedDict):
     type: Literal["session.ended"]
 
 
-Event = TaskStatusEvent | DashboardTaskEvent | SessionEndedEvent
+class PasswordChangedEvent(TypedDict):
+    """A user's password changed: their browser sockets close with 4401, as Django signs
+    out their sessions, except the sockets of the sign-in that changed it on the password
+    page (``keep``, its ``SIGN_IN_ID``; empty for a change in the admin or the shell)."""
+
+    type: Literal["session.password_changed"]
+    keep: str
+
+
+Event = TaskStatusEvent | DashboardTaskEvent | SessionEndedEvent | PasswordChangedEvent
 
 
 def task_group(task_id: UUID | str) -> str:
@@ -58,6 +69,11 @@ def session_group(session_key: str) -> str:
     (Redis keys) and may be logged, and a session key is a credential.
     """
     return f"session.{hashlib.sha256(session_key.encode()).hexdigest()}"
+
+
+def signins_group(user_id: object) -> str:
+    """Every browser socket of one user, whichever session it signed in with."""
+    return f"signins.{user_id}"
 
 
 # Session data: a random id set at sign-in. A password change cycles the session key of a
@@ -112,3 +128,32 @@ def on_user_logged_in(sender: Any, request: HttpRequest | None = None, **kwargs:
     if previous and previous != request.session.session_key:
         end_session_sockets([session_group(previous)])
     request.session.setdefault(SIGN_IN_ID, secrets.token_hex(16))
+
+
+# The sign-in id of a browser changing its own password on the password page, set by that
+# view around the save: Django keeps that session signed in, so its sockets stay live.
+changing_sign_in: ContextVar[str] = ContextVar("changing_sign_in", default="")
+
+
+def on_user_pre_save(sender: Any, instance: Any, raw: bool = False, update_fields: Any = None, **kwargs: Any) -> None:
+    """``pre_save`` receiver for the user model: notes whether this save changes the stored
+    password hash (the session auth hash derives from it). One read, and only for saves
+    that may write the password: a sign-in's ``update_fields=["last_login"]`` costs none."""
+    instance._password_changed = False
+    if raw or instance.pk is None or (update_fields is not None and "password" not in update_fields):
+        return
+    stored = sender._default_manager.filter(pk=instance.pk).values_list("password", flat=True).first()
+    instance._password_changed = stored is not None and stored != instance.password
+
+
+def on_user_post_save(sender: Any, instance: Any, raw: bool = False, **kwargs: Any) -> None:
+    """``post_save`` receiver: once a password change commits, close that user's sockets.
+
+    Django signs out every other session of the user on its next request (the session's
+    auth hash no longer matches); an open socket makes no request, so it is told."""
+    if not getattr(instance, "_password_changed", False):
+        return
+    instance._password_changed = False
+    event = PasswordChangedEvent(type="session.password_changed", keep=changing_sign_in.get())
+    group = signins_group(instance.pk)
+    transaction.on_commit(lambda: send_event(group, event), robust=True)

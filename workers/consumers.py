@@ -183,7 +183,7 @@ class WorkerConsumer(LiveConsumer):
         raw = token_from_header(headers.get(b"authorization", b""))
         worker = await database_sync_to_async(authenticate_worker)(raw) if raw else None
         if worker is None:
-            await self.close(code=4401)
+            await self.refuse(4401)
             return
         self.worker_id = worker.pk
         for oldest in open_sockets.open(worker.pk, self.channel_name, MAX_SOCKETS):
@@ -196,7 +196,7 @@ class WorkerConsumer(LiveConsumer):
         # the owner's deactivation) committed since the token check sent its close to a group
         # this socket was not in yet, and the node would go on reporting.
         if not await self._usable():
-            await self.close(code=4401)
+            await self.refuse(4401)
             return
         await self.accept()
         await self._heartbeat()
@@ -343,6 +343,10 @@ class WorkerConsumer(LiveConsumer):
             if recent and not (final and row["progress"] < 100.0):
                 return None
             history = list(row["history"] or [])
+            if history and isinstance(history[-1], dict) and history[-1].get("step", 0) > event["step"]:
+                # A lower step than the last one stored: the run started over (a node that
+                # restarted runs the redelivered job again). The chart shows this run.
+                history = []
             history.append({"t": time.time(), "step": event["step"], **event["metrics"]})
             if len(history) > HISTORY_LIMIT:
                 history = history[::2]  # keep the whole run's shape at half the resolution

@@ -79,14 +79,14 @@ class DashboardConsumer(SessionConsumer):
     async def connect(self) -> None:
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
-            await self.close(code=4403)
+            await self.refuse(4403)
             return
         self.user_id = user.pk
         self.group = dashboard_group(user.pk)
         await self.channel_layer.group_add(self.group, self.channel_name)
         if not await self.join_session():  # logged out while connecting
             await self.leave_groups()
-            await self.close(code=4403)
+            await self.refuse(4403)
             return
         await self.accept()
 

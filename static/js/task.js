@@ -145,6 +145,7 @@
       var point = { step: event.step, metrics: event.metrics || {} };
       if (last && last.step === event.step) a.history[a.history.length - 1] = point;
       else if (!last || event.step > last.step) a.history.push(point);
+      else a.history = [point]; // the run started over (as the stored history does)
       a.history = bounded(a.history);
       setProgress(event.percent);
       var stepNode = byId("task-step");

@@ -31,6 +31,7 @@ from marketplace.events import session_group
 from marketplace.units import UNITS_PER_CREDIT
 from tests.factories import PASSWORD, post_task
 from tests.marketplace.test_consumers import ORIGIN, session_cookie
+from tests.sockets import open_or_refused
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -75,7 +76,7 @@ def test_logging_out_closes_that_browsers_dashboard_and_task_tabs(bob: Any) -> N
         assert (await task_tab.connect())[0]
         response = await database_sync_to_async(browser(cookie).post)(reverse("logout"))
         closed = [await tab.receive_output(timeout=5) for tab in (dashboard, task_tab)]
-        again = await reopened.connect()  # what a reconnect after the logout would get
+        again = await open_or_refused(reopened)  # what a reconnect after the logout would get
         for tab in (dashboard, task_tab, reopened):
             await tab.disconnect()
         return response.status_code, closed, again
@@ -192,9 +193,7 @@ def test_a_logout_while_a_tab_connects_leaves_it_closed(bob: Any, monkeypatch: p
     dashboard = browser_socket("/ws/dashboard/", cookie)
 
     async def conversation() -> tuple[bool, Any]:
-        connected, code = await dashboard.connect()
-        if connected and await dashboard.receive_nothing(timeout=0.5):
-            code = "left open after the logout"
+        connected, code = await open_or_refused(dashboard)
         await dashboard.disconnect()
         return connected, code
 

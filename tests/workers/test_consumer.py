@@ -21,6 +21,7 @@ from marketplace.events import task_group
 from marketplace.models import Task
 from marketplace.units import UNITS_PER_CREDIT
 from tests.factories import post_task
+from tests.sockets import open_or_refused
 from tests.workers.processes import make_worker
 from workers import consumers, jobs, scheduler, services
 from workers.models import Assignment, Worker
@@ -105,7 +106,7 @@ def test_a_bad_or_disabled_token_is_closed_with_4401(alice: Any, which: str) -> 
         services.set_worker_state(alice, worker.pk, which)
 
     async def scenario() -> None:
-        connected, code = await socket(token).connect()
+        connected, code = await open_or_refused(socket(token))
         assert (connected, code) == (False, 4401)
 
     run(scenario)
@@ -154,6 +155,28 @@ def test_progress_is_persisted_at_a_bounded_rate_and_fanned_out(job: dict[str, A
     assert assignment.last_progress_at is not None
     task.refresh_from_db()
     assert task.progress == 100.0
+
+
+def test_a_run_that_starts_over_starts_a_new_history(job: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A node restarted mid-job runs the redelivered job again from step 0: a lower step
+    than the last stored one begins the chart anew instead of drawing the curve backwards."""
+    monkeypatch.setattr(consumers, "PERSIST_INTERVAL", 0.0)
+    assignment = job["assignment"]
+
+    async def scenario() -> None:
+        comm = socket(job["token"])
+        assert (await comm.connect())[0]
+        for step in (1, 2, 3, 1, 2):
+            await comm.send_json_to(
+                {"type": "progress", "assignment_id": str(assignment.pk), "step": step, "total": 10}
+            )
+        await barrier(comm)
+        await comm.disconnect()
+
+    run(scenario)
+    assignment.refresh_from_db()
+    assert [point["step"] for point in assignment.history] == [1, 2]
+    assert assignment.progress == 20.0
 
 
 def test_the_progress_history_stays_bounded(job: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
@@ -285,7 +308,7 @@ def test_suspending_or_retiring_closes_the_open_socket(job: dict[str, Any], alic
         closed = await comm.receive_output(timeout=5)
         assert closed == {"type": "websocket.close", "code": 4403}
         # And it cannot come back.
-        assert await socket(job["token"]).connect() == (False, 4401)
+        assert await open_or_refused(socket(job["token"])) == (False, 4401)
 
     run(scenario)
     assert Worker.objects.get(pk=worker.pk).state == target
@@ -309,7 +332,7 @@ def test_a_worker_suspended_while_its_socket_connects_is_refused(
 
     async def scenario() -> None:
         comm = socket(job["token"])
-        assert await comm.connect() == (False, 4401)
+        assert await open_or_refused(comm) == (False, 4401)
 
     run(scenario)
 
@@ -325,7 +348,7 @@ def test_deactivating_the_owners_account_closes_the_open_socket(job: dict[str, A
         await sync_to_async(deactivate)()
         closed = await comm.receive_output(timeout=5)
         assert closed == {"type": "websocket.close", "code": 4403}
-        assert await socket(job["token"]).connect() == (False, 4401)
+        assert await open_or_refused(socket(job["token"])) == (False, 4401)
 
     run(scenario)
     assert Worker.objects.get(pk=job["worker"].pk).state == Worker.State.ACTIVE

@@ -20,6 +20,7 @@ from config.asgi import application
 from marketplace.units import UNITS_PER_CREDIT
 from tests.factories import post_task
 from tests.marketplace.test_consumers import ORIGIN, session_cookie
+from tests.sockets import open_or_refused
 from tests.workers.test_pages import make_assignment, make_worker
 from workers.dashboard import send_dashboard_event
 from workers.models import Assignment
@@ -210,8 +211,7 @@ def test_anonymous_is_refused_on_the_dashboard() -> None:
     socket = browser_socket("/ws/dashboard/", [])
 
     async def conversation() -> tuple[bool, Any]:
-        connected, code = await socket.connect()
-        return connected, code
+        return await open_or_refused(socket)
 
     connected, code = async_to_sync(conversation)()
     assert not connected

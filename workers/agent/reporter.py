@@ -62,7 +62,6 @@ class Reporter:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread = threading.Thread(target=self._run, name="reporter", daemon=True)
         self.connected = threading.Event()
-        self.closed_by_server = threading.Event()
         self.broker_up = threading.Event()
 
     def start(self) -> Reporter:
@@ -156,8 +155,8 @@ class Reporter:
                     await self._session(socket)
             except websockets.ConnectionClosedError as exc:
                 if exc.rcvd is not None and exc.rcvd.code in (4401, 4403):
+                    # Retried after the backoff all the same: a suspended worker may be resumed.
                     log.error("the platform closed the socket (%s): token refused or worker suspended", exc.rcvd.code)
-                    self.closed_by_server.set()
                 elif exc.rcvd is not None:
                     # 4429: over the message budget, or too many sockets for this worker
                     # (another process running with this node's token?); retrying after
