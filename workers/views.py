@@ -17,9 +17,11 @@ from django.contrib.auth.decorators import login_required
 from django.db.models import Count, Q, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 from rest_framework.exceptions import APIException, NotFound, PermissionDenied, Throttled
 
+from marketplace import formnonce
 from marketplace.errors import error_text
 from marketplace.models import Task, User
 from marketplace.units import format_credits
@@ -35,6 +37,7 @@ ACTIONS: dict[str, str] = {
 }
 ACTION_DONE = {"suspend": "suspended", "resume": "resumed", "retire": "retired"}
 LIVE_STATES = (Assignment.State.OFFERED, Assignment.State.RUNNING)
+REGISTRATION_FORM = "registration-token"
 
 
 def current_user(request: HttpRequest) -> User:
@@ -133,22 +136,39 @@ def _actions_for(worker: Worker) -> list[str]:
     return []
 
 
+@never_cache
 @login_required
 def register(request: HttpRequest) -> HttpResponse:
-    """Create a one-time registration token (POST) and show it, with the node's commands, once."""
+    """Create a one-time registration token (POST) and show it, with the node's commands, once.
+
+    Once per rendering of the form (its nonce): a reload of that response, a double-click
+    or a resubmitted old form creates nothing and goes back to the page, saying why.
+    """
+    ttl_minutes = settings.WORKER_REGISTRATION_TTL // 60
     context: dict[str, Any] = {
-        "ttl_minutes": settings.WORKER_REGISTRATION_TTL // 60,
+        "ttl_minutes": ttl_minutes,
         "server_url": request.build_absolute_uri("/").rstrip("/"),
         "broker": broker_argument(),
     }
     if request.method == "POST":
-        # The raw token lives only in this response: a reload shows the button again.
+        submitted = formnonce.consume(request, REGISTRATION_FORM)
+        if submitted is not formnonce.Nonce.FRESH:
+            already_created = (
+                "This form was already submitted: the registration token was shown once and is not "
+                "shown again. If you did not copy it, create another; registration tokens expire "
+                f"after {ttl_minutes} minutes unused."
+            )
+            return formnonce.refuse(request, submitted, "worker-register-page", already_created)
+        # The raw token lives only in this response.
         try:
             token, raw = services.create_registration_token(current_user(request))
         except (PermissionDenied, Throttled) as exc:
+            formnonce.release(request, REGISTRATION_FORM)
             context["refusal"] = str(exc.detail)
         else:
             context.update({"raw_token": raw, "token": token})
+    if "raw_token" not in context:
+        context["form_nonce"] = formnonce.issue(request, REGISTRATION_FORM)
     return render(request, "workers/register.html", context)
 
 

@@ -13,15 +13,22 @@ from django.db import transaction
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils.http import url_has_allowed_host_and_scheme
+from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 from rest_framework.exceptions import NotFound, ValidationError
 
 from ledger import services as ledger
-from marketplace import services
+from marketplace import formnonce, services
 from marketplace.forms import SignupForm, TokenForm
 from marketplace.models import ApiToken
 from marketplace.units import format_credits
 from marketplace.views.common import current_user
+
+CREATE_FORM = "api-token"
+ALREADY_CREATED = (
+    "This form was already submitted: the token was shown once and is not shown again. "
+    "Its name is listed below; revoke it if you did not copy it, or create another."
+)
 
 
 def _next_url(request: HttpRequest) -> str:
@@ -69,6 +76,7 @@ def _account_page(
         "balance": format_credits(ledger.balance(user)),
         "escrowed": format_credits(ledger.escrowed(user)),
         "token_form": form,
+        "token_form_nonce": formnonce.issue(request, CREATE_FORM),
         "tokens": ApiToken.objects.active().filter(user=user),
         "new_token": new_token,
         "new_token_name": new_token_name,
@@ -83,15 +91,24 @@ def account(request: HttpRequest) -> HttpResponse:
     return _account_page(request, TokenForm())
 
 
+@never_cache
 @login_required
 @require_POST
 def token_create(request: HttpRequest) -> HttpResponse:
-    """Create a token and show it, once, in this response: it is never stored or shown again."""
+    """Create a token and show it, once, in this response: it is never stored or shown again.
+
+    Once per rendering of the form (its nonce): a reload of this response, a double-click
+    or a resubmitted old form creates nothing and goes back to the account page.
+    """
     form = TokenForm(request.POST)
     if form.is_valid():
+        submitted = formnonce.consume(request, CREATE_FORM)
+        if submitted is not formnonce.Nonce.FRESH:
+            return formnonce.refuse(request, submitted, "account", ALREADY_CREATED)
         try:
             token, raw = services.create_api_token(current_user(request), form.cleaned_data["name"])
         except ValidationError as exc:
+            formnonce.release(request, CREATE_FORM)
             form.add_service_errors(exc.detail)
         else:
             # Rendered, not redirected: a redirect would need the raw token stored somewhere.

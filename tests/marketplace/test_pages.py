@@ -19,6 +19,7 @@ from marketplace.kinds import KINDS
 from marketplace.models import ApiToken, Dataset, Task, TaskEvent, User, hash_token
 from marketplace.units import UNITS_PER_CREDIT, format_credits
 from tests.factories import PASSWORD, post_task
+from tests.form_nonces import submit
 
 pytestmark = pytest.mark.django_db
 
@@ -254,7 +255,7 @@ def test_password_change(alice_web: Client, alice: Any) -> None:
 
 
 def test_token_is_shown_once_and_stored_hashed(alice_web: Client, alice: Any) -> None:
-    response = alice_web.post(reverse("token-create"), {"name": "laptop CLI"})
+    response = submit(alice_web, reverse("account"), reverse("token-create"), {"name": "laptop CLI"})
     assert response.status_code == 200
     body = text(response)
     raw = re.search(r'<code id="new-token">(pw_[^<]+)</code>', body)
@@ -275,7 +276,7 @@ def test_token_is_shown_once_and_stored_hashed(alice_web: Client, alice: Any) ->
 
 
 def test_token_without_a_name_shows_the_error(alice_web: Client, alice: Any) -> None:
-    response = alice_web.post(reverse("token-create"), {"name": "   "})
+    response = submit(alice_web, reverse("account"), reverse("token-create"), {"name": "   "})
     assert response.status_code == 400
     assert error_slot(text(response), "id_name")
     assert not ApiToken.objects.filter(user=alice).exists()

@@ -17,6 +17,7 @@ from ledger import keys
 from ledger.bech32 import address_from_public_key
 from marketplace.units import UNITS_PER_CREDIT
 from tests.factories import PASSWORD, post_task
+from tests.form_nonces import nonce_in, submit
 from workers import services
 from workers.models import Assignment, RegistrationToken, Worker
 
@@ -102,7 +103,7 @@ def test_the_register_page_creates_a_token_once_and_shows_the_commands(alice: An
     assert "Create registration token" in text(page)
     assert RegistrationToken.objects.count() == 0
 
-    response = client.post("/workers/register")
+    response = client.post("/workers/register", {"form_nonce": nonce_in(page)})
     assert response.status_code == 200
     raw = re.search(r'<code id="registration-token">(pwr_[\w-]+)</code>', response.content.decode())
     assert raw is not None
@@ -128,7 +129,7 @@ def test_the_register_page_creates_a_token_once_and_shows_the_commands(alice: An
 def test_the_embedded_broker_command_names_its_folder(alice: Any, settings: Any, tmp_path: Any) -> None:
     settings.CELERY_BROKER_URL = "filesystem://"
     settings.CELERY_BROKER_DIR = tmp_path / "celery"
-    body = text(login("alice").post("/workers/register"))
+    body = text(submit(login("alice"), "/workers/register", "/workers/register"))
     assert f"python -m workers.agent run --broker filesystem:// --broker-folder {tmp_path / 'celery' / 'out'}" in body
 
 

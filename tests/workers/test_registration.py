@@ -17,6 +17,7 @@ from rest_framework.test import APIClient
 
 from ledger import keys
 from ledger.models import Transaction
+from tests.form_nonces import submit
 from workers import services
 from workers.models import RegistrationToken, Worker
 from workers.protocol import registration_message, sign_template
@@ -254,7 +255,7 @@ def test_open_registration_tokens_are_capped_and_old_expired_ones_deleted(alice,
     # The page says the same, without a token.
     browser = Client()
     browser.force_login(alice)
-    page = browser.post(reverse("worker-register-page"))
+    page = submit(browser, reverse("worker-register-page"), reverse("worker-register-page"))
     assert page.status_code == 200
     assert "unused registration tokens" in page.content.decode()
     assert RegistrationToken.objects.filter(owner=alice).count() == MAX_OPEN_REGISTRATION_TOKENS

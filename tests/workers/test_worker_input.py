@@ -11,6 +11,7 @@ from rest_framework.test import APIClient
 
 from marketplace.units import UNITS_PER_CREDIT
 from tests.factories import post_task
+from tests.form_nonces import submit
 from tests.workers.test_jobs import Provider
 from workers import scheduler, services
 from workers.models import RegistrationToken, Worker
@@ -60,7 +61,7 @@ def test_an_operators_suspension_is_not_undone_by_registering_a_new_key(alice: A
     assert "operator suspended your worker alpha" in refused.json()["detail"]
     page = Client()
     page.force_login(alice)
-    body = page.post("/workers/register").content.decode()
+    body = submit(page, "/workers/register", "/workers/register").content.decode()
     assert "operator suspended your worker alpha" in body
     assert "registration-token" not in body
     assert not RegistrationToken.objects.filter(owner=alice).exists()
