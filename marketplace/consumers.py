@@ -13,7 +13,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.db import DatabaseError
 
-from marketplace.events import SIGN_IN_ID, session_groups, signins_group, task_group
+from marketplace.events import session_groups, signins_group, task_group
 from marketplace.models import Task
 
 log = logging.getLogger(__name__)
@@ -21,6 +21,9 @@ log = logging.getLogger(__name__)
 # How long one ownership check vouches for every socket of that user on that task in this
 # process: the bound on how late a user who lost access (deactivated) stops receiving.
 ACCESS_TTL = 1.0
+# Close code: the session may have changed (a password change); reconnect, and the
+# handshake's session check decides. Pages wait a moment first (see static/js).
+RECONNECT = 4000
 
 
 class LiveConsumer(AsyncJsonWebsocketConsumer):
@@ -34,6 +37,8 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
     ORM outside ``database_sync_to_async``.
     """
 
+    refused = False  # closed by ``refuse``: frames the client sends meanwhile are not read
+
     async def dispatch(self, message: dict[str, Any]) -> None:
         handler = getattr(self, get_handler_name(message), None)
         if handler is None:
@@ -46,7 +51,9 @@ class LiveConsumer(AsyncJsonWebsocketConsumer):
         A close before ``accept`` is a refused handshake: the server answers HTTP 403 and a
         browser reports only 1006 (abnormal closure), so a page cannot tell "signed out"
         from "server down" and keeps reconnecting. Accepting, then closing at once, carries
-        the code (4401, 4403) to the client; nothing is sent in between."""
+        the code (4401, 4403) to the client; nothing is sent in between, and a subclass that
+        reads frames drops those sent after (``refused``)."""
+        self.refused = True
         await self.accept()
         await self.close(code=code)
 
@@ -57,13 +64,12 @@ class SessionConsumer(LiveConsumer):
     Besides its feed's group it joins its session's (``join_session``, on connect: named
     from the session key and from the sign-in, which outlives a key cycle), so that
     logging out of that browser closes it with 4401 (``session.ended``), and its user's,
-    so that a password change closes it too unless this browser made it
-    (``session.password_changed``). Subclasses leave their feed's groups in
-    ``leave_groups``.
+    so that a password change closes it with 4000 (``session.password_changed``): the page
+    reconnects, and only a session still signed in is let back. Subclasses leave their
+    feed's groups in ``leave_groups``.
     """
 
     joined_sessions: tuple[str, ...] = ()  # the session groups this socket is in
-    sign_in: str = ""  # the session's SIGN_IN_ID
 
     async def join_session(self) -> bool:
         """Join the groups of the session this socket signed in with (call it on connect,
@@ -78,7 +84,6 @@ class SessionConsumer(LiveConsumer):
         if session is None or not session.session_key:
             return True
         groups = await database_sync_to_async(session_groups)(session)
-        self.sign_in = str(session.get(SIGN_IN_ID, ""))
         self.joined_sessions = (*groups, signins_group(self.scope["user"].pk))
         for group in self.joined_sessions:
             await self.channel_layer.group_add(group, self.channel_name)
@@ -106,12 +111,9 @@ class SessionConsumer(LiveConsumer):
         await self.close(code=4401)
 
     async def session_password_changed(self, event: dict[str, Any]) -> None:
-        """The user's password changed: this socket's session is signed out, unless it is
-        the one that changed it."""
-        keep = event.get("keep")
-        if keep and keep == self.sign_in:
-            return
-        await self.session_ended(event)
+        """The user's password changed: reconnect (4000), through the session check."""
+        await self.leave_groups()
+        await self.close(code=RECONNECT)
 
 
 class TaskAccess:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import secrets
-from contextvars import ContextVar
 from typing import Any, Literal, TypedDict
 from uuid import UUID
 
@@ -42,12 +41,12 @@ class SessionEndedEvent(TypedDict):
 
 
 class PasswordChangedEvent(TypedDict):
-    """A user's password changed: their browser sockets close with 4401, as Django signs
-    out their sessions, except the sockets of the sign-in that changed it on the password
-    page (``keep``, its ``SIGN_IN_ID``; empty for a change in the admin or the shell)."""
+    """A user's password changed: every browser socket of theirs closes with 4000, which
+    the pages answer by reconnecting; a reconnect goes through Django's session check, so
+    the browser that changed it (with its new cookie) comes back and every other session,
+    a copied cookie included, is refused (4403)."""
 
     type: Literal["session.password_changed"]
-    keep: str
 
 
 Event = TaskStatusEvent | DashboardTaskEvent | SessionEndedEvent | PasswordChangedEvent
@@ -130,11 +129,6 @@ def on_user_logged_in(sender: Any, request: HttpRequest | None = None, **kwargs:
     request.session.setdefault(SIGN_IN_ID, secrets.token_hex(16))
 
 
-# The sign-in id of a browser changing its own password on the password page, set by that
-# view around the save: Django keeps that session signed in, so its sockets stay live.
-changing_sign_in: ContextVar[str] = ContextVar("changing_sign_in", default="")
-
-
 def on_user_pre_save(sender: Any, instance: Any, raw: bool = False, update_fields: Any = None, **kwargs: Any) -> None:
     """``pre_save`` receiver for the user model: notes whether this save changes the stored
     password hash (the session auth hash derives from it). One read, and only for saves
@@ -150,10 +144,12 @@ def on_user_post_save(sender: Any, instance: Any, raw: bool = False, **kwargs: A
     """``post_save`` receiver: once a password change commits, close that user's sockets.
 
     Django signs out every other session of the user on its next request (the session's
-    auth hash no longer matches); an open socket makes no request, so it is told."""
+    auth hash no longer matches); an open socket makes no request, so it is told to make
+    one. Which socket belongs to the browser that changed it cannot be told from the
+    socket (a copied cookie has the same session), so all of them reconnect."""
     if not getattr(instance, "_password_changed", False):
         return
     instance._password_changed = False
-    event = PasswordChangedEvent(type="session.password_changed", keep=changing_sign_in.get())
+    event = PasswordChangedEvent(type="session.password_changed")
     group = signins_group(instance.pk)
     transaction.on_commit(lambda: send_event(group, event), robust=True)

@@ -6,7 +6,6 @@ from django.contrib.auth import views as auth_views
 from django.urls import path
 
 from marketplace import forms, views
-from marketplace.views.password import PasswordChangeView
 
 urlpatterns = [
     path("", views.home, name="home"),
@@ -20,7 +19,7 @@ urlpatterns = [
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path(
         "accounts/password/",
-        PasswordChangeView.as_view(),
+        auth_views.PasswordChangeView.as_view(form_class=forms.PasswordChangeForm),
         name="password_change",
     ),
     path("accounts/password/done/", auth_views.PasswordChangeDoneView.as_view(), name="password_change_done"),

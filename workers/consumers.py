@@ -196,6 +196,7 @@ class WorkerConsumer(LiveConsumer):
         # the owner's deactivation) committed since the token check sent its close to a group
         # this socket was not in yet, and the node would go on reporting.
         if not await self._usable():
+            await self.channel_layer.group_discard(worker_group(worker.pk), self.channel_name)
             await self.refuse(4401)
             return
         await self.accept()
@@ -211,7 +212,7 @@ class WorkerConsumer(LiveConsumer):
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None, **kwargs: Any) -> None:
         """Budget first, then decode: neither a flood nor an undecodable frame (bad JSON, a
         5,000-digit number, nesting past the recursion limit) costs more than a reply."""
-        if self._flooded or self.worker_id is None:
+        if self._flooded or self.refused or self.worker_id is None:
             return  # closing (flooded, or refused at connect): what was queued is not worth reading
         if not message_budget.take(self.worker_id, MESSAGE_RATE, MESSAGE_BURST):
             self._flooded = True

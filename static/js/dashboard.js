@@ -59,6 +59,14 @@
         liveNode.textContent = "";
         return;
       }
+      // 4000: the password changed; this browser may still be signed in (the one that
+      // changed it, once its new cookie is set): reconnect after a moment, and let the
+      // server's session check say.
+      if (event.code === 4000) {
+        liveNode.textContent = "Reconnecting…";
+        window.setTimeout(connect, 1500 + Math.random() * 1000);
+        return;
+      }
       attempts += 1;
       liveNode.textContent = "Reconnecting…";
       var delay = Math.min(30000, 1000 * Math.pow(2, attempts - 1)) * (0.75 + Math.random() * 0.5);

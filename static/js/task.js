@@ -385,6 +385,14 @@
         setLiveState("");
         return;
       }
+      // 4000: the password changed; this browser may still be signed in (the one that
+      // changed it, once its new cookie is set): reconnect after a moment, and let the
+      // server's session check say.
+      if (event.code === 4000) {
+        setLiveState("Reconnecting…");
+        window.setTimeout(connect, 1500 + Math.random() * 1000);
+        return;
+      }
       var badge = byId("task-status");
       var status = badge ? badge.getAttribute("data-status") : "";
       if (terminal.indexOf(status) !== -1) {

@@ -145,9 +145,11 @@ def test_signing_in_as_someone_else_over_a_session_closes_its_sockets(alice: Any
     assert not Session.objects.filter(session_key=session_key(cookie)).exists()
 
 
-def test_logging_out_after_a_password_change_closes_the_tabs_opened_before_it(bob: Any) -> None:
+def test_logging_out_after_a_password_change_closes_the_tabs_reconnected_after_it(bob: Any) -> None:
     """Changing the password cycles the session key (the cookie changes, the session goes
-    on): the tabs opened before still close when that browser logs out."""
+    on) and sends every tab of the user away to reconnect (4000, see
+    test_password_sockets.py); the tabs that came back with the new cookie close when that
+    browser logs out."""
     task = post_task(bob, budget=UNITS_PER_CREDIT)
     cookie = session_cookie("bob")
     client = browser(cookie)
@@ -155,24 +157,28 @@ def test_logging_out_after_a_password_change_closes_the_tabs_opened_before_it(bo
     new_password = "another-horse-battery-staple"
     change = {"old_password": PASSWORD, "new_password1": new_password, "new_password2": new_password}
 
-    async def conversation() -> tuple[str, list[dict[str, Any]]]:
-        for tab in before:
-            assert (await tab.connect())[0]
-        assert (await database_sync_to_async(client.post)(reverse("password_change"), change)).status_code == 302
-        after = browser_socket("/ws/dashboard/", [(b"cookie", f"{settings.SESSION_COOKIE_NAME}={new_key()}".encode())])
-        assert (await after.connect())[0]
-        assert (await database_sync_to_async(client.post)(reverse("logout"))).status_code == 302
-        closed = [await tab.receive_output(timeout=5) for tab in (*before, after)]
-        for tab in (*before, after):
-            await tab.disconnect()
-        return new_key(), closed
-
     def new_key() -> str:
         return str(client.cookies[settings.SESSION_COOKIE_NAME].value)
 
-    key, closed = async_to_sync(conversation)()
+    async def conversation() -> tuple[str, list[dict[str, Any]], list[dict[str, Any]]]:
+        for tab in before:
+            assert (await tab.connect())[0]
+        assert (await database_sync_to_async(client.post)(reverse("password_change"), change)).status_code == 302
+        sent_away = [await tab.receive_output(timeout=5) for tab in before]
+        new_cookie = [(b"cookie", f"{settings.SESSION_COOKIE_NAME}={new_key()}".encode())]
+        after = [browser_socket("/ws/dashboard/", new_cookie), browser_socket(f"/ws/tasks/{task.pk}/", new_cookie)]
+        for tab in after:
+            assert (await tab.connect())[0]
+        assert (await database_sync_to_async(client.post)(reverse("logout"))).status_code == 302
+        closed = [await tab.receive_output(timeout=5) for tab in after]
+        for tab in (*before, *after):
+            await tab.disconnect()
+        return new_key(), sent_away, closed
+
+    key, sent_away, closed = async_to_sync(conversation)()
     assert key != session_key(cookie)  # the password change did cycle the key
-    assert closed == [CLOSED_BY_LOGOUT] * 3
+    assert sent_away == [{"type": "websocket.close", "code": 4000}] * 2
+    assert closed == [CLOSED_BY_LOGOUT] * 2
 
 
 def test_a_logout_while_a_tab_connects_leaves_it_closed(bob: Any, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -2,9 +2,10 @@
 
 Django signs out every other session of a user whose password changed on that session's
 next request (its auth hash no longer matches); an open ``/ws/dashboard/`` or
-``/ws/tasks/<id>/`` socket makes no request, so it is told: it closes with 4401. The
-browser that changed its password on the password page stays signed in, and its sockets
-stay open. A change made elsewhere (the admin, the shell) closes every socket of the user.
+``/ws/tasks/<id>/`` socket makes no request, so it is told to: it closes with 4000 and the
+page reconnects. The reconnect passes the session check only for a browser still signed
+in: the one that changed the password, with the new cookie it was given. Another browser,
+or a copy of the old cookie, is refused (4403).
 """
 
 from __future__ import annotations
@@ -15,66 +16,87 @@ import pytest
 from asgiref.sync import async_to_sync
 from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
+from django.conf import settings
 from django.urls import reverse
 
 from marketplace.units import UNITS_PER_CREDIT
 from tests.factories import PASSWORD, post_task
 from tests.marketplace.test_consumers import session_cookie
-from tests.marketplace.test_logout_sockets import CLOSED_BY_LOGOUT, browser, browser_socket
+from tests.marketplace.test_logout_sockets import browser, browser_socket
 from tests.sockets import open_or_refused
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 NEW_PASSWORD = "another-horse-battery-staple"
 CHANGE = {"old_password": PASSWORD, "new_password1": NEW_PASSWORD, "new_password2": NEW_PASSWORD}
+RECONNECT = {"type": "websocket.close", "code": 4000}
 
 
-def test_changing_the_password_closes_the_other_browsers_sockets_only(bob: Any, alice: Any) -> None:
+def test_a_password_change_lets_back_only_the_browser_that_made_it(bob: Any, alice: Any) -> None:
     task = post_task(bob, budget=UNITS_PER_CREDIT)
     here, there, alices = session_cookie("bob"), session_cookie("bob"), session_cookie("alice")
-    own = [browser_socket("/ws/dashboard/", here), browser_socket(f"/ws/tasks/{task.pk}/", here)]
-    other = [browser_socket("/ws/dashboard/", there), browser_socket(f"/ws/tasks/{task.pk}/", there)]
+    bobs = [
+        browser_socket("/ws/dashboard/", here),
+        browser_socket(f"/ws/tasks/{task.pk}/", here),
+        browser_socket("/ws/dashboard/", there),
+        browser_socket(f"/ws/tasks/{task.pk}/", there),
+    ]
     bystander = browser_socket("/ws/dashboard/", alices)
     changer = browser(here)
 
-    async def conversation() -> tuple[int, list[Any], list[bool]]:
-        for tab in (*own, *other, bystander):
+    def new_cookie() -> list[tuple[bytes, bytes]]:
+        key = changer.cookies[settings.SESSION_COOKIE_NAME].value
+        return [(b"cookie", f"{settings.SESSION_COOKIE_NAME}={key}".encode())]
+
+    async def conversation() -> tuple[int, list[Any], bool, list[Any]]:
+        for tab in (*bobs, bystander):
             assert (await tab.connect())[0]
         response = await database_sync_to_async(changer.post)(reverse("password_change"), CHANGE)
-        closed = [await tab.receive_output(timeout=5) for tab in other]
-        still_open = [await tab.receive_nothing(timeout=0.5) for tab in (*own, bystander)]
-        for tab in (*own, *other, bystander):
+        closed = [await tab.receive_output(timeout=5) for tab in bobs]
+        untouched = await bystander.receive_nothing(timeout=0.5)
+        for tab in (*bobs, bystander):
             await tab.disconnect()
-        return response.status_code, closed, still_open
+        # What each page's reconnect gets: the changer's browser now sends its new cookie.
+        reconnects = []
+        for cookie in (new_cookie(), here, there):
+            tab = browser_socket("/ws/dashboard/", cookie)
+            reconnects.append(await open_or_refused(tab))
+            await tab.disconnect()
+        return response.status_code, closed, untouched, reconnects
 
-    status, closed, still_open = async_to_sync(conversation)()
+    status, closed, untouched, reconnects = async_to_sync(conversation)()
     assert status == 302
-    assert closed == [CLOSED_BY_LOGOUT, CLOSED_BY_LOGOUT]
-    assert still_open == [True, True, True]
-    # As Django's own check says over HTTP: the other browser is signed out, this one is not.
-    assert browser(there).get(reverse("account")).status_code == 302
+    assert closed == [RECONNECT] * 4
+    assert untouched
+    # The changer is back; a copy of its old cookie and the other browser are not.
+    assert reconnects == [(True, None), (False, 4403), (False, 4403)]
     assert changer.get(reverse("account")).status_code == 200
+    assert browser(there).get(reverse("account")).status_code == 302
 
 
-def test_a_password_set_outside_the_page_closes_every_socket_of_the_user(bob: Any) -> None:
+def test_a_password_set_outside_the_page_signs_every_socket_out(bob: Any) -> None:
     """The admin's password form and ``changepassword`` call ``set_password`` and ``save``:
-    no browser made the change, so none stays signed in."""
-    tabs = [browser_socket("/ws/dashboard/", session_cookie("bob")) for _ in range(2)]
+    no browser made the change, so none is let back."""
+    cookies = [session_cookie("bob") for _ in range(2)]
+    tabs = [browser_socket("/ws/dashboard/", cookie) for cookie in cookies]
 
     def set_password() -> None:
         bob.set_password(NEW_PASSWORD)
         bob.save()
 
-    async def conversation() -> list[Any]:
+    async def conversation() -> tuple[list[Any], list[Any]]:
         for tab in tabs:
             assert (await tab.connect())[0]
         await database_sync_to_async(set_password)()
         closed = [await tab.receive_output(timeout=5) for tab in tabs]
         for tab in tabs:
             await tab.disconnect()
-        return closed
+        again = [await open_or_refused(browser_socket("/ws/dashboard/", cookie)) for cookie in cookies]
+        return closed, again
 
-    assert async_to_sync(conversation)() == [CLOSED_BY_LOGOUT, CLOSED_BY_LOGOUT]
+    closed, again = async_to_sync(conversation)()
+    assert closed == [RECONNECT, RECONNECT]
+    assert again == [(False, 4403), (False, 4403)]
 
 
 def test_saving_the_user_without_a_new_password_closes_nothing(bob: Any) -> None:
