@@ -1,7 +1,8 @@
 """Ledger benchmark on PostgreSQL: admit and seal N signed SUBMIT_RESULT transactions.
 
-Prints tx/s for mempool admission, sealing, end to end (admission + sealing), and the
-verify_chain replay rate. Signing is not timed: workers sign on their own machines.
+Prints tx/s for mempool admission, sealing, end to end (admission + sealing), the
+verify_chain replay rate, and the time to read pages of a 50,000-row address history.
+Signing is not timed: workers sign on their own machines.
 Runs in a throwaway database (``bench_<name>`` beside the one DATABASE_URL names),
 created, migrated and dropped here, so it never touches real data.
 
@@ -37,8 +38,10 @@ django.setup()
 
 from django.conf import settings  # noqa: E402
 from django.db import connection  # noqa: E402
+from django.db.models import Q  # noqa: E402
 
 from ledger import custody, encoding, gas, hooks  # noqa: E402
+from ledger.api.views import AddressHistory, visible_transactions  # noqa: E402
 from ledger.encoding import ComputeResult, Tx  # noqa: E402
 from ledger.keys import KeyPair, from_seed  # noqa: E402
 from ledger.mempool import Submission, admit, admit_batches  # noqa: E402
@@ -171,6 +174,48 @@ def run(n: int, workers: int, batch: int) -> dict[str, Any]:
     return figures
 
 
+HISTORY_ROWS = 50_000
+
+
+def history_ms() -> dict[str, float]:
+    """Milliseconds to read page 1 and page 400 (100 a page) of a 50,000-row address
+    history (sent, received and to itself by turns, one row in two of the oldest 100,000)
+    behind 100,000 newer rows of others: an address gone quiet, whose every page the
+    plain ``sender OR recipient`` query (timed beside) reaches by reading past them."""
+    owner, other = from_seed(b"h" * 32).address, from_seed(b"o" * 32).address
+    insert = """
+        INSERT INTO ledger_transaction (hash, chain_id, type, sender, recipient, amount, fee, nonce,
+            gas_price, gas_limit, payload, public_key, signature, status, reason, reason_detail, created_at)
+        SELECT md5(%(salt)s || g) || md5(g || %(salt)s), 'bench', 'TRANSFER', {sender}, {recipient},
+            1, 0, g, 0, 0, '{{}}'::jsonb, repeat('0', 64), repeat('0', 128), 'sealed', '', '', now()
+        FROM generate_series(1, %(n)s) AS g ORDER BY g
+    """
+    mine = "CASE WHEN mod(g, 2) = 0 AND mod(g / 2, 3) <> {} THEN %(owner)s ELSE %(other)s END"
+    with connection.cursor() as cursor:  # unsigned rows: the chain was verified above
+        params: dict[str, Any] = {"owner": owner, "other": other, "n": 2 * HISTORY_ROWS}
+        cursor.execute(insert.format(sender=mine.format(1), recipient=mine.format(0)), {**params, "salt": "mine"})
+        cursor.execute(insert.format(sender="%(other)s", recipient="%(other)s"), {**params, "salt": "newer"})
+        cursor.execute("VACUUM ANALYZE ledger_transaction")
+    history = AddressHistory(owner)
+    deep = history.page(1, offset=399 * 100)[0].pk + 1  # the cursor of page 400
+    plain = visible_transactions().filter(Q(sender=owner) | Q(recipient=owner)).order_by("-id")
+
+    def best_ms(read: Any) -> float:
+        times = []
+        for _ in range(5):
+            start = time.perf_counter()
+            assert len(read()) == 101
+            times.append(time.perf_counter() - start)
+        return round(min(times) * 1000, 2)
+
+    return {
+        "history_page1_ms": best_ms(lambda: history.page(101)),
+        "history_page400_ms": best_ms(lambda: history.page(101, past=deep)),
+        "plain_or_page1_ms": best_ms(lambda: list(plain[:101])),
+        "plain_or_page400_ms": best_ms(lambda: list(plain.filter(id__lt=deep)[:101])),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=20_000)
@@ -197,6 +242,7 @@ def main() -> None:
     try:
         print(f"database {test_db} (throwaway)", flush=True)
         figures = run(args.n, args.workers, args.batch)
+        figures.update(history_ms())
     finally:
         connection.creation.destroy_test_db(settings.DATABASES["default"]["NAME"], verbosity=0)
     print(f"admission   {figures['admission_tx_s']:>8,} tx/s")
@@ -212,6 +258,11 @@ def main() -> None:
     print(
         f"machine load yardstick: one ed25519 verification took {figures['ed25519_verify_us']} µs"
         " (about 50 µs on an idle core; a SUBMIT_RESULT needs two)"
+    )
+    print(
+        f"history of {HISTORY_ROWS:,} rows: page 1 {figures['history_page1_ms']} ms, page 400"
+        f" {figures['history_page400_ms']} ms (sender OR recipient: {figures['plain_or_page1_ms']} ms,"
+        f" {figures['plain_or_page400_ms']} ms)"
     )
     print(json.dumps(figures))
 

@@ -50,6 +50,7 @@ class PaymentList(OwnRowsMixin, generics.ListAPIView[Payment]):
     model = Payment
     related = ("deposit",)
     serializer_class = s.PaymentSerializer
+    ordering_fields = ["created_at", "amount"]  # one user's rows
 
     @extend_schema(request=s.PurchaseRequestSerializer, responses={201: s.PurchaseSerializer})
     def post(self, request: Request) -> Response:
@@ -112,6 +113,7 @@ class PayoutList(OwnRowsMixin, generics.ListAPIView[PayoutRequest]):
     model = PayoutRequest
     related = ("payout_tx", "restore_tx")
     serializer_class = s.PayoutSerializer
+    ordering_fields = ["created_at", "amount"]  # one user's rows
 
     @extend_schema(request=s.PayoutRequestSerializer, responses={201: s.PayoutSerializer})
     def post(self, request: Request) -> Response:

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import re
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import Any, cast
 
-from django.db.models import Q, QuerySet
+from django.db.models import QuerySet
 from django.http import Http404
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import extend_schema
@@ -15,6 +16,7 @@ from rest_framework.pagination import Cursor, CursorPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from config.filters import StrictOrderingFilter
 from ledger import custody, services
 from ledger.api import serializers as s
 from ledger.bech32 import AddressError, decode_address
@@ -26,18 +28,65 @@ _TX_HASH = re.compile(r"[0-9a-fA-F]{64}")
 HISTORY_LIMIT = 50
 
 
+def admitted() -> QuerySet[Transaction]:
+    """Transactions the mempool admitted: pending or sealed, not refused. The address
+    indexes hold these rows only (their predicate is this filter)."""
+    return Transaction.objects.exclude(status=TxStatus.REFUSED)
+
+
 def visible_transactions() -> QuerySet[Transaction]:
     """What the explorer shows: admitted transactions (refused ones only by hash)."""
-    return Transaction.objects.exclude(status=TxStatus.REFUSED).select_related("block")
+    return admitted().select_related("block")
 
 
-def address_transactions(address: str) -> QuerySet[Transaction]:
-    """The explorer's history of an address, newest first."""
-    return visible_transactions().filter(Q(sender=address) | Q(recipient=address)).order_by("-id")
+class AddressHistory:
+    """An address's admitted transactions, sent or received, newest first, a page at a time.
+
+    One query over ``sender = a OR recipient = a`` has no index in id order: for each page
+    PostgreSQL either reads every row of the address (a BitmapOr over two indexes) and
+    sorts them, or walks the primary key down through every newer row of the ledger
+    until it has a page; the treasury's and the fee collector's histories gain a row a
+    task, and an address gone quiet lies below every newer row.
+
+    A page here reads the ``offset + limit`` nearest ids past its cursor from each of the
+    indexes on (sender, id) and (recipient, id), two range scans as long as the page, and
+    keeps the nearest of their union: each row of the page is among the nearest of an
+    index it is in, so the union holds the whole page. A self-transfer is in both, and
+    listed once."""
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+
+    def page(
+        self, limit: int, *, newest_first: bool = True, past: int | None = None, offset: int = 0
+    ) -> list[Transaction]:
+        """Up to ``limit`` transactions after skipping ``offset``, from the newest down (or
+        from the oldest up) or, given ``past``, from the id past it: below it newest
+        first, above it oldest first."""
+        return list(self.page_rows(limit, newest_first=newest_first, past=past, offset=offset))
+
+    def page_rows(
+        self, limit: int, *, newest_first: bool = True, past: int | None = None, offset: int = 0
+    ) -> QuerySet[Transaction]:
+        """The one query that reads ``page(...)``."""
+        if limit <= 0:
+            return Transaction.objects.none()
+        nearest = offset + limit
+        order = "-id" if newest_first else "id"
+        beyond = {} if past is None else {"id__lt": past} if newest_first else {"id__gt": past}
+
+        def nearest_ids(column: str) -> QuerySet[Transaction, Any]:
+            ids = admitted().filter(**{column: self.address}, **beyond).order_by(order).values("id")[:nearest]
+            # Django compiles no LIMIT in a UNION's arm for SQLite, but one in an IN is fine.
+            return Transaction.objects.filter(id__in=ids).order_by().values("id")
+
+        rows = visible_transactions().filter(id__in=nearest_ids("sender").union(nearest_ids("recipient"), all=True))
+        return rows.order_by(order)[offset:nearest]
 
 
 def history(address: str, limit: int = HISTORY_LIMIT) -> list[Transaction]:
-    return list(address_transactions(address)[:limit])
+    """The address's latest ``limit`` transactions, newest first."""
+    return AddressHistory(address).page(limit)
 
 
 def get_account(address: str) -> Account:
@@ -74,6 +123,7 @@ class BlockList(generics.ListAPIView[Block]):
     permission_classes = [permissions.AllowAny]
     serializer_class = s.BlockSerializer
     queryset = Block.objects.order_by("-height")
+    ordering_fields = ["height"]  # unique, indexed: oldest first pages in index order too
 
 
 class TransactionCursor(CursorPagination):
@@ -109,6 +159,46 @@ class NewestFirstCursor(TransactionCursor):
     ordering = "-id"
 
 
+class HistoryCursor(NewestFirstCursor):
+    """NewestFirstCursor's pages, cursors and links, read from an AddressHistory rather
+    than from a queryset (see AddressHistory for why)."""
+
+    def paginate_history(self, history: AddressHistory, request: Request, view: Any = None) -> list[Transaction]:
+        # paginate_queryset does three things to what it is given: order_by the ordering
+        # (or its reverse), filter past the cursor's position, slice a page. _Pages does
+        # them to the history; its page is a list either way.
+        page = self.paginate_queryset(cast("QuerySet[Transaction]", _Pages(history)), request, view)
+        assert page is not None  # page_size is never 0
+        return page
+
+
+@dataclass(frozen=True)
+class _Pages:
+    """An AddressHistory as CursorPagination.paginate_queryset uses a queryset ordered by
+    id; anything else it might ask is a TypeError, not a silently different page."""
+
+    history: AddressHistory
+    newest_first: bool = True
+    past: int | None = None
+
+    def order_by(self, *fields: str) -> _Pages:
+        if fields not in (("-id",), ("id",)):
+            raise TypeError(f"an address's history is ordered by id, not {fields}")
+        return replace(self, newest_first=fields == ("-id",))
+
+    def filter(self, **lookup: str) -> _Pages:
+        ((name, position),) = lookup.items()
+        if name != ("id__lt" if self.newest_first else "id__gt"):
+            raise TypeError(f"an address's history pages past an id in its order, not by {name}")
+        return replace(self, past=int(position))
+
+    def __getitem__(self, window: slice) -> list[Transaction]:
+        start, stop = window.start or 0, window.stop
+        if window.step is not None or stop is None:
+            raise TypeError("a page of an address's history has an end and no step")
+        return self.history.page(stop - start, newest_first=self.newest_first, past=self.past, offset=start)
+
+
 class BlockDetail(generics.RetrieveAPIView[Block]):
     """One block with (up to 200 of) its transactions; ``transactions_url`` pages
     through all of them."""
@@ -132,7 +222,9 @@ class TransactionPages(generics.ListAPIView[Transaction]):
 
     permission_classes = [permissions.AllowAny]
     serializer_class = s.TransactionSerializer
-    filter_backends: list[Any] = []  # the cursor's ordering is the only one that pages correctly
+    # No ordering_fields: the cursor's ordering is the only one that pages correctly, and
+    # this filter answers an ?ordering= with a 400 saying so.
+    filter_backends = [StrictOrderingFilter]
 
     def get_queryset(self) -> QuerySet[Transaction]:
         if getattr(self, "swagger_fake_view", False):  # drf-spectacular, reading the model
@@ -261,10 +353,18 @@ class AccountTransactions(TransactionPages):
     repeat nor skip any. 400 naming ``address`` when it is not an address, 404 when the
     ledger has not seen it."""
 
-    pagination_class = NewestFirstCursor
+    pagination_class = HistoryCursor
+
+    def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        history = AddressHistory(get_account(self.kwargs["address"]).address)
+        assert isinstance(self.paginator, HistoryCursor)
+        page = self.paginator.paginate_history(history, request, view=self)
+        return self.paginator.get_paginated_response(self.get_serializer(page, many=True).data)
 
     def transactions(self) -> QuerySet[Transaction]:
-        return address_transactions(get_account(self.kwargs["address"]).address)
+        # list() pages the history itself; only the browsable API's filter forms ask for
+        # a queryset here, and this view has no filters.
+        return Transaction.objects.none()
 
 
 class Wallet(generics.GenericAPIView[Any]):

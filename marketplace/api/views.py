@@ -267,6 +267,7 @@ class TokenViewSet(OwnedViewSet, mixins.ListModelMixin):
     lookup_value_regex = "[0-9]+"
     serializer_class = s.ApiTokenSerializer
     pagination_class = None
+    ordering_fields = ["created_at", "last_used_at", "name"]  # one user's few rows
 
     def base_queryset(self) -> QuerySet[ApiToken]:
         return ApiToken.objects.all()

@@ -4,6 +4,7 @@ the REST API's cursor pages (following ``next``) and the explorer's numbered pag
 from __future__ import annotations
 
 import base64
+import re
 from typing import Any
 
 import pytest
@@ -241,15 +242,44 @@ def test_a_page_past_the_end_or_not_a_number_is_still_a_page(
     assert _linked(response.content.decode(), hashes) == set(hashes[shown])
 
 
+def _page_link(text: str, label: str) -> str | None:
+    """The query string of the address page's "Newer" or "Older" link, if it has one."""
+    found = re.search(rf'href="(\?(?:before|after)=[0-9]+)#history-heading" rel="(?:prev|next)">{label}</a>', text)
+    return found[1] if found else None
+
+
 def test_the_address_page_shows_page_two_newest_first(big_block: Block, client: Client) -> None:
     newest_first = [t.hash for t in Transaction.objects.filter(recipient=RECEIVER.address).order_by("-id")]
     url = f"/explorer/address/{RECEIVER.address}/"
-    text = client.get(url, {"page": 2}).content.decode()
+    first = client.get(url).content.decode()
+    assert _linked(first, newest_first) == set(newest_first[:100])
+    assert _page_link(first, "Newer") is None
+    older = _page_link(first, "Older")
+    assert older is not None
+
+    text = client.get(url + older).content.decode()
     assert _linked(text, newest_first) == set(newest_first[100:200])
-    assert "Page 2 of 3" in text
-    assert 'href="?page=1#history-heading" rel="prev">Newer</a>' in text
-    assert 'href="?page=3#history-heading" rel="next">Older</a>' in text
-    assert client.get(url, {"page": "junk"}).status_code == 200
+    assert "Newest first, 100 on this page." in text
+    newer, older = _page_link(text, "Newer"), _page_link(text, "Older")
+    assert newer is not None
+    assert older is not None
+    assert _linked(client.get(url + newer).content.decode(), newest_first) == set(newest_first[:100])
+    last = client.get(url + older).content.decode()
+    assert _linked(last, newest_first) == set(newest_first[200:])
+    assert _page_link(last, "Older") is None
+    assert _page_link(last, "Newer") is not None
+
+
+@pytest.mark.parametrize(
+    "query", ["?page=2", "?before=junk", "?after=-1", "?before=" + "9" * 30, "?after=99999999", "?before=1"]
+)
+def test_an_address_page_link_past_the_end_or_not_an_id_is_still_a_page(
+    big_block: Block, client: Client, query: str
+) -> None:
+    newest_first = [t.hash for t in Transaction.objects.filter(recipient=RECEIVER.address).order_by("-id")]
+    response = client.get(f"/explorer/address/{RECEIVER.address}/{query}")
+    assert response.status_code == 200
+    assert _linked(response.content.decode(), newest_first) == set(newest_first[:100])
 
 
 def test_a_full_wallet_points_to_the_whole_history(alice: Any, client: Client) -> None:

@@ -227,11 +227,14 @@ def test_bad_list_filters_name_the_parameter(alice_client: APIClient) -> None:
     assert "kind" in response.json()
 
 
-def test_unknown_ordering_falls_back_to_the_default(alice: Any, alice_client: APIClient) -> None:
-    first, second = post_task(alice), post_task(alice)
+def test_an_ordering_on_a_field_not_offered_is_a_400_naming_it(alice: Any, alice_client: APIClient) -> None:
+    """Not silently ignored (a typo would look like an ordering that works), and never a
+    way to sort by a column the list does not offer, such as a related user's password."""
+    post_task(alice)
     response = alice_client.get(f"{TASKS}?ordering=owner__password")
-    assert response.status_code == 200
-    assert [t["id"] for t in response.json()["results"]] == [str(second.pk), str(first.pk)]
+    assert response.status_code == 400
+    assert "owner__password" in response.json()["ordering"][0]
+    assert "created_at" in response.json()["ordering"][0]
 
 
 def test_service_refuses_unknown_kind_directly(alice: Any) -> None:
