@@ -11,6 +11,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from marketplace.api.parsers import refuse_unstorable_text
 from marketplace.dataset_uploads import received_bytes
 from marketplace.kinds import KIND_NAMES, KINDS
 from marketplace.models import ApiToken, Dataset, DatasetUpload, Task, TaskEvent, User
@@ -18,18 +19,23 @@ from marketplace.units import UNITS_PER_CREDIT, credits_to_units, format_credits
 
 
 class JSONField(serializers.JSONField):
-    """DRF's JSONField, with a 400 for a form or multipart value nested too deeply.
+    """DRF's JSONField, with a 400 for a form or multipart value the JSON body's parser
+    would have refused: nested too deeply, or holding text that cannot be stored.
 
-    A form field's JSON is decoded here, not by the parser (``JSONParser`` already
-    refuses such a body), and ``json`` raises RecursionError on ``[[[[…``, which DRF
-    does not catch: it was a 500.
+    A form field's JSON is decoded here, after the parser's checks ran on the raw form
+    text: ``json`` raises RecursionError on ``[[[[…``, which DRF does not catch, and a
+    ``\\u0000`` or ``\\ud800`` escape decodes to a NUL or a lone surrogate, which
+    PostgreSQL refuses and no UTF-8 response echoing it can encode. Each was a 500 (a
+    worker's registration committed before its response failed to render).
     """
 
     def to_internal_value(self, data: Any) -> Any:
         try:
-            return super().to_internal_value(data)
+            value = super().to_internal_value(data)
         except RecursionError:
             self.fail("invalid")
+        refuse_unstorable_text(value)
+        return value
 
 
 class CreditsField(serializers.DecimalField):

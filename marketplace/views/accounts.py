@@ -10,7 +10,7 @@ from django.contrib.auth import login
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
 from django.db import transaction
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import redirect, render
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.cache import never_cache
@@ -32,10 +32,13 @@ ALREADY_CREATED = (
 
 
 def _next_url(request: HttpRequest) -> str:
-    """Where the login page was sending the user (``next``), if it is a page of this site."""
+    """Where the login page was sending the user (``next``), if it is a page of this site:
+    a path from the root. A bare word passes Django's host check as a relative URL, and
+    ``redirect()`` then tried it as a URL name (NoReverseMatch, a 500 after the account
+    was created)."""
     url = request.POST.get("next") or request.GET.get("next") or ""
     safe = url_has_allowed_host_and_scheme(url, allowed_hosts={request.get_host()}, require_https=request.is_secure())
-    return url if safe else ""
+    return url if safe and url.startswith("/") else ""
 
 
 class LoginView(auth_views.LoginView):
@@ -53,7 +56,7 @@ def signup(request: HttpRequest) -> HttpResponse:
     """Create an account and sign straight in, then go on to the page that asked for it."""
     next_url = _next_url(request)
     if request.user.is_authenticated:
-        return redirect(next_url or "my-tasks")
+        return HttpResponseRedirect(next_url) if next_url else redirect("my-tasks")
     form = SignupForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         # The user and their ledger account (with any signup grant) exist together or not at all.
@@ -62,7 +65,7 @@ def signup(request: HttpRequest) -> HttpResponse:
             services.welcome_user(user)
         login(request, user, backend="django.contrib.auth.backends.ModelBackend")
         messages.success(request, f"Welcome, {user.username}! Your account is ready.")
-        return redirect(next_url or "my-tasks")
+        return HttpResponseRedirect(next_url) if next_url else redirect("my-tasks")
     context = {"form": form, "next": next_url}
     return render(request, "registration/signup.html", context, status=400 if form.errors else 200)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 from rest_framework.test import APIClient
@@ -320,6 +321,30 @@ def test_a_form_value_nested_too_deeply_is_a_400_naming_it(alice_client: APIClie
         response = alice_client.post(url, {"kind": "synthetic", "budget": "1", "spec": deep}, format="multipart")
     assert response.status_code == 400
     assert errors_of(response)["spec"] == ["Value must be valid JSON."]
+
+
+@pytest.mark.parametrize("url", [TASKS, f"{TASKS}quote/"])
+@pytest.mark.parametrize("encoding", ["form", "multipart"])
+@pytest.mark.parametrize(
+    "spec",
+    ['{"\\ud800": 1}', '{"n": 64, "generator": "\\ud800"}', '{"n": 64, "generator": "a\\u0000b"}'],
+    ids=["surrogate key", "surrogate value", "nul value"],
+)
+@pytest.mark.usefixtures("unchanged")
+def test_a_form_spec_holding_text_no_column_can_hold_is_a_400_naming_it(
+    alice_client: APIClient, url: str, encoding: str, spec: str
+) -> None:
+    """The spec's JSON text is decoded by the field, after the parser's checks: a lone
+    surrogate echoed in the 400 could not be rendered (a 500), and a NUL reached the
+    database."""
+    if encoding == "form":
+        response = alice_client.post(
+            url, f"kind=synthetic&budget=1&spec={quote(spec)}", content_type="application/x-www-form-urlencoded"
+        )
+    else:
+        response = alice_client.post(url, {"kind": "synthetic", "budget": "1", "spec": spec}, format="multipart")
+    assert response.status_code == 400
+    assert "spec" in errors_of(response), response.content
 
 
 def test_a_worker_registering_with_capabilities_nested_too_deeply_gets_a_400(db: Any) -> None:

@@ -75,6 +75,10 @@ def test_back_from_stripe_checkout_the_wallet_says_how_it_went(alice_web: Client
         ("/tasks/new/synthetic/", "/tasks/new/synthetic/"),
         ("https://evil.example/", "/tasks/"),
         ("//evil.example/", "/tasks/"),
+        # A bare word passed the host check and was tried as a URL name: a 500 after the
+        # account was created.
+        ("abc", "/tasks/"),
+        ("tasks", "/tasks/"),
     ],
 )
 def test_signing_up_from_the_login_page_goes_where_the_user_was_going(
@@ -93,6 +97,12 @@ def test_signing_up_from_the_login_page_goes_where_the_user_was_going(
     )
     assert response.status_code == 302
     assert response["Location"] == lands_on
+
+
+def test_a_signed_in_user_opening_signup_with_a_bare_word_for_next_goes_to_their_tasks(alice_web: Client) -> None:
+    response = alice_web.get(reverse("signup"), {"next": "abc"})
+    assert response.status_code == 302
+    assert response["Location"] == "/tasks/"
 
 
 def test_a_signed_in_user_sent_to_the_login_page_goes_on_not_in_a_loop(alice_web: Client) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import subprocess
@@ -25,7 +26,11 @@ from workers.protocol import registration_message, sign_template
 CAPS = {"cpu_cores": 2, "ram_bytes": 8 * 2**30, "kinds": ["synthetic"], "agent_version": "test"}
 
 
-def register(client, raw_token: str, key: keys.KeyPair, *, caps=CAPS, sign_with: keys.KeyPair | None = None):
+def register(
+    client, raw_token: str, key: keys.KeyPair, *, caps=CAPS, sign_with: keys.KeyPair | None = None, fmt: str = "json"
+):
+    """Register ``key`` with the token, as the agent does (``fmt="multipart"``: as a form
+    would, with the capabilities as JSON text; non-ASCII is escaped as ``json.dumps`` does)."""
     pub = key.public_key.hex()
     response = client.post("/api/v1/workers/challenge/", {"registration_token": raw_token, "public_key": pub})
     assert response.status_code == 200, response.json()
@@ -38,10 +43,10 @@ def register(client, raw_token: str, key: keys.KeyPair, *, caps=CAPS, sign_with:
             "registration_token": raw_token,
             "public_key": pub,
             "signature": signature,
-            "capabilities": caps,
+            "capabilities": caps if fmt == "json" else json.dumps(caps),
             "register_tx_signature": tx_signature,
         },
-        format="json",
+        format=fmt,
     )
 
 

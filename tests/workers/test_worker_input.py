@@ -114,6 +114,29 @@ def test_capabilities_no_column_can_hold_are_a_400_naming_them(alice: Any, alice
     assert register(APIClient(), raw, key).status_code == 201
 
 
+@pytest.mark.parametrize("bad", ["\ud800", "a\x00b"], ids=["lone surrogate", "nul"])
+def test_form_capabilities_no_column_can_hold_are_a_400_and_nothing_is_written(
+    alice: Any, alice_client: APIClient, bad: str
+) -> None:
+    """Sent as a form, the capabilities are JSON text that DRF decodes after the parser's
+    checks: a ``\\ud800`` escape decoded to a lone surrogate. The registration committed
+    (worker, used token, REGISTER_WORKER) and then its response could not be rendered: a
+    500, the node without its API token, and the owner's worker pages 500s from then on."""
+    from ledger import keys
+    from ledger.models import Transaction
+    from tests.workers.test_registration import register
+
+    raw = alice_client.post("/api/v1/workers/registration-tokens/").json()["token"]
+    key = keys.generate()
+    response = register(APIClient(), raw, key, caps={"cpu_cores": 2, "gpu_name": bad}, fmt="multipart")
+    assert response.status_code == 400
+    assert "gpu_name" in response.json()["capabilities"], response.json()
+    assert not Worker.objects.filter(address=key.address).exists()
+    assert not Transaction.objects.filter(type="REGISTER_WORKER", sender=key.address).exists()
+    assert register(APIClient(), raw, key, fmt="multipart").status_code == 201
+    assert alice_client.get("/api/v1/workers/").status_code == 200
+
+
 @pytest.mark.parametrize(
     ("change", "message"),
     [
