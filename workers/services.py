@@ -142,7 +142,10 @@ def clean_capabilities(raw: Any) -> dict[str, Any]:
         return value
 
     def text(name: str) -> str:
-        value = raw.get(name) or ""
+        value = raw.get(name)
+        if value is None:  # absent, or null: a node without a GPU has no name for it
+            return ""
+        # Not ``or ""``: false, 0, [] or {} would pass as "" and hide a buggy agent.
         if not isinstance(value, str) or len(value) > 100:
             raise ValidationError({"capabilities": {name: ["Expected a string of at most 100 characters."]}})
         return value

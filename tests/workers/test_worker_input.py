@@ -114,6 +114,19 @@ def test_capabilities_no_column_can_hold_are_a_400_naming_them(alice: Any, alice
     assert register(APIClient(), raw, key).status_code == 201
 
 
+@pytest.mark.parametrize("bad", [False, 0, [], {}], ids=["false", "zero", "list", "object"])
+def test_a_capability_text_that_is_not_text_is_a_400_naming_it(alice: Any, alice_client: APIClient, bad: Any) -> None:
+    from ledger import keys
+    from tests.workers.test_registration import register
+
+    raw = alice_client.post("/api/v1/workers/registration-tokens/").json()["token"]
+    key = keys.generate()
+    response = register(APIClient(), raw, key, caps={"cpu_cores": 2, "cuda_version": bad})
+    assert response.status_code == 400
+    assert "cuda_version" in response.json()["capabilities"], response.json()
+    assert register(APIClient(), raw, key, caps={"cpu_cores": 2, "gpu_name": None}).status_code == 201
+
+
 @pytest.mark.parametrize("bad", ["\ud800", "a\x00b"], ids=["lone surrogate", "nul"])
 def test_form_capabilities_no_column_can_hold_are_a_400_and_nothing_is_written(
     alice: Any, alice_client: APIClient, bad: str
