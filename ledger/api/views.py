@@ -22,6 +22,7 @@ from ledger.api import serializers as s
 from ledger.bech32 import AddressError, decode_address
 from ledger.models import Account, AccountKind, Block, Transaction, TxStatus
 from ledger.proofs import build_proof, is_verified, verify_proof
+from marketplace.api.parsers import JSONParser  # the project's, as in DEFAULT_PARSER_CLASSES
 
 BLOCK_TX_LIMIT = 200
 _TX_HASH = re.compile(r"[0-9a-fA-F]{64}")
@@ -259,6 +260,9 @@ class TransactionSubmit(generics.GenericAPIView[Any]):
 
     serializer_class = s.SubmitTransactionSerializer
     throttle_classes = [SubmitThrottle]
+    # JSON only: a form has no way to send the payload object (DRF's DictField reads a
+    # form's "payload" as absent), so a signed payload would silently become {}.
+    parser_classes = [JSONParser]
 
     @extend_schema(request=s.SubmitTransactionSerializer, responses={202: s.TransactionSerializer})
     def post(self, request: Request) -> Response:
