@@ -17,6 +17,15 @@ of intents that never become a payment's (a Stripe account shared with other app
 their objects dropped after ``PARK_FOR``, when a later event is parked (payments has no
 periodic task).
 
+A verified event is still checked before any handler runs: its id must fit the column
+that records it, and each field of its object that the handler reads must be of the type
+Stripe documents, with no text PostgreSQL cannot store (NUL, lone surrogates). Only
+Stripe holds the secret, but an event it signs and this endpoint cannot apply must not be
+a 500 that Stripe redelivers for days: it is answered 200 and recorded as ``ignored:
+malformed <field>`` (unrecorded when its id cannot be stored), and moves nothing.
+Handlers are given only the fields they read, checked, so a parked event keeps those and
+nothing it was not checked for.
+
 Subscribe the endpoint to: payment_intent.succeeded, payment_intent.payment_failed,
 payment_intent.canceled, checkout.session.completed,
 checkout.session.async_payment_succeeded, charge.refunded, charge.dispute.created,
@@ -26,9 +35,10 @@ charge.dispute.closed, account.updated (Connect) and transfer.reversed (Connect)
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, Literal
 
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Q
@@ -37,6 +47,7 @@ from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
+from marketplace.api.parsers import text_error
 from payments import services, stripe_client
 from payments.models import PayoutRequest, WebhookEvent
 
@@ -49,6 +60,11 @@ PARKED = "parked: no payment with this payment intent yet"
 PARK_EXPIRED = "ignored: parked, and no payment with this payment intent came"
 # The advisory-lock class of "a PaymentIntent's events" (PostgreSQL; any fixed int4).
 INTENT_LOCK_CLASS = 0x5057_5049
+# The width of the id columns (the event's; the Payment's and the parked intent's are as
+# wide): Stripe's ids are far shorter, and a longer one cannot be stored.
+MAX_ID_LENGTH: int = WebhookEvent._meta.get_field("event_id").max_length  # type: ignore[assignment]
+# A BigIntegerField's largest: the amounts are stored (refunded, disputed).
+MAX_AMOUNT = 2**63 - 1
 
 
 def _id_of(value: Any) -> str:
@@ -161,22 +177,130 @@ def _transfer_reversed(obj: dict[str, Any]) -> str:
     return services.restore_payout(payout.pk, "The transfer was reversed.")
 
 
-HANDLERS: dict[str, Callable[[dict[str, Any]], str]] = {
-    "payment_intent.succeeded": _payment_intent_succeeded,
-    "payment_intent.payment_failed": _payment_intent_failed,
-    "payment_intent.canceled": lambda obj: _payment_intent_failed(obj, canceled=True),
-    "checkout.session.completed": _checkout_completed,
-    "checkout.session.async_payment_succeeded": _checkout_completed,
-    "charge.refunded": _charge_refunded,
-    "charge.dispute.created": lambda obj: _dispute(obj, services.open_dispute),
+# What a handler reads of data.object, as what: "id" a Stripe id (or an expanded object
+# with one), "str" text, "int" a non-negative amount, "int?" one or null, "bool",
+# "metadata" an object of texts, "error" an object whose message is text. Every field may
+# be absent, and null but for "int".
+Kind = Literal["id", "str", "int", "int?", "bool", "metadata", "error"]
+
+
+@dataclass(frozen=True)
+class Handler:
+    """How one event type is applied: ``apply`` is given the ``reads`` of its object,
+    checked (``_checked_object``), and returns the outcome."""
+
+    apply: Callable[[dict[str, Any]], str]
+    reads: Mapping[str, Kind]
+
+
+_CHECKOUT: dict[str, Kind] = {
+    "id": "id",
+    "metadata": "metadata",
+    "payment_intent": "id",
+    "payment_status": "str",
+    "amount_total": "int",
+    "currency": "str",
+}
+_INTENT_FAILED: dict[str, Kind] = {"id": "id", "last_payment_error": "error"}
+_DISPUTE: dict[str, Kind] = {
+    "id": "id",
+    "charge": "id",
+    "payment_intent": "id",
+    "currency": "str",
+    "amount": "int",
+    "status": "str",
+}
+
+HANDLERS: dict[str, Handler] = {
+    "payment_intent.succeeded": Handler(
+        _payment_intent_succeeded,
+        {
+            "id": "id",
+            "metadata": "metadata",
+            "status": "str",
+            "amount_received": "int?",
+            "amount": "int",
+            "currency": "str",
+            "latest_charge": "id",
+        },
+    ),
+    "payment_intent.payment_failed": Handler(_payment_intent_failed, _INTENT_FAILED),
+    "payment_intent.canceled": Handler(lambda obj: _payment_intent_failed(obj, canceled=True), _INTENT_FAILED),
+    "checkout.session.completed": Handler(_checkout_completed, _CHECKOUT),
+    "checkout.session.async_payment_succeeded": Handler(_checkout_completed, _CHECKOUT),
+    "charge.refunded": Handler(
+        _charge_refunded, {"id": "id", "payment_intent": "id", "currency": "str", "amount_refunded": "int"}
+    ),
+    "charge.dispute.created": Handler(lambda obj: _dispute(obj, services.open_dispute), _DISPUTE),
     # A won dispute is applied on charge.dispute.closed, not on funds_reinstated: closed
     # comes for every outcome (won, lost, an inquiry's warning_closed) with the final
     # status, while funds_reinstated only follows money moving back at Stripe (never for
     # an inquiry). funds_reinstated is not handled, so nothing can restore twice.
-    "charge.dispute.closed": lambda obj: _dispute(obj, services.close_dispute),
-    "account.updated": _account_updated,
-    "transfer.reversed": _transfer_reversed,
+    "charge.dispute.closed": Handler(lambda obj: _dispute(obj, services.close_dispute), _DISPUTE),
+    "account.updated": Handler(_account_updated, {"id": "id", "payouts_enabled": "bool", "details_submitted": "bool"}),
+    "transfer.reversed": Handler(_transfer_reversed, {"id": "id", "amount_reversed": "int"}),
 }
+
+
+class Malformed(Exception):
+    """A verified event this endpoint cannot apply; the message names the field."""
+
+
+def _storable(text: str, field: str) -> str:
+    if text_error(text) is not None:
+        raise Malformed(field)
+    return text
+
+
+def _stripe_id(value: Any, field: str) -> str:
+    if not isinstance(value, str) or len(value) > MAX_ID_LENGTH:
+        raise Malformed(field)
+    return _storable(value, field)
+
+
+def _checked_field(kind: Kind, value: Any, field: str) -> Any:
+    """``value`` if it is of ``kind``, an expanded object reduced to its id; else
+    Malformed naming ``field``."""
+    if value is None and kind != "int":
+        return None
+    if kind == "id":
+        return _stripe_id(value.get("id") if isinstance(value, dict) else value, field)
+    if kind == "str":
+        if not isinstance(value, str):
+            raise Malformed(field)
+        return _storable(value, field)
+    if kind in ("int", "int?"):
+        # bool is an int to Python, and a float or a huge number is no amount of Stripe's.
+        if type(value) is not int or not 0 <= value <= MAX_AMOUNT:
+            raise Malformed(field)
+        return value
+    if kind == "bool":
+        if not isinstance(value, bool):
+            raise Malformed(field)
+        return value
+    if not isinstance(value, dict):
+        raise Malformed(field)
+    if kind == "metadata":
+        for key, text in value.items():
+            if not isinstance(text, str):
+                raise Malformed(field)
+            _storable(key, field)
+            _storable(text, field)
+        return dict(value)
+    return {"message": _checked_field("str", value.get("message"), f"{field}.message")}  # "error"
+
+
+def _checked_object(handler: Handler, obj: Any) -> dict[str, Any]:
+    """The fields of data.object that ``handler`` reads, each checked against its kind
+    (Malformed naming the first that is not). Only those are kept: what a parked event
+    stores is what its replay reads, and nothing unchecked."""
+    if not isinstance(obj, dict):
+        raise Malformed("data.object")
+    return {
+        name: _checked_field(kind, obj[name], f"data.object.{name}")
+        for name, kind in handler.reads.items()
+        if name in obj
+    }
 
 
 def _replay_parked(intent_id: str) -> list[str]:
@@ -186,7 +310,12 @@ def _replay_parked(intent_id: str) -> list[str]:
     outcomes = []
     parked = WebhookEvent.objects.select_for_update().filter(parked_intent_id=intent_id).order_by("received_at", "id")
     for record in parked:
-        outcome = HANDLERS[record.type](record.parked_object or {})
+        handler = HANDLERS[record.type]
+        try:
+            # Parked before its object was checked (kept whole then): check it now.
+            outcome = handler.apply(_checked_object(handler, record.parked_object or {}))
+        except Malformed as exc:
+            outcome = f"ignored: malformed {exc}"
         if outcome == PARKED:  # cannot happen while the payment knows the intent: keep it rather than lose it
             continue
         log.info("stripe event %s %s replayed: %s", record.event_id, record.type, outcome)
@@ -198,9 +327,10 @@ def _replay_parked(intent_id: str) -> list[str]:
 
 
 def _park(record: WebhookEvent, obj: dict[str, Any]) -> None:
-    """Keep the event's object for the completion that names its intent, and drop the
-    parked events that have waited longer than ``PARK_FOR`` (their rows stay, so a late
-    redelivery is still a duplicate). Cheap: the partial index holds only parked rows."""
+    """Keep the event's object (the fields its handler reads, checked) for the completion
+    that names its intent, and drop the parked events that have waited longer than
+    ``PARK_FOR`` (their rows stay, so a late redelivery is still a duplicate). Cheap: the
+    partial index holds only parked rows."""
     record.parked_intent_id = _id_of(obj.get("payment_intent"))
     record.parked_object = obj
     expired = WebhookEvent.objects.filter(~Q(parked_intent_id=""), received_at__lt=timezone.now() - PARK_FOR)
@@ -210,19 +340,39 @@ def _park(record: WebhookEvent, obj: dict[str, Any]) -> None:
 
 
 def handle_event(event: dict[str, Any]) -> str:
-    """Apply one verified event exactly once. Returns the outcome recorded with it."""
-    event_id, event_type = str(event.get("id", "")), str(event.get("type", ""))
-    handler = HANDLERS.get(event_type)
-    if not event_id or handler is None:
+    """Apply one verified event exactly once. Returns the outcome recorded with it.
+
+    Its shape is checked before its handler runs: an event whose id cannot be stored is
+    answered ``ignored: malformed id`` and not recorded; one whose object is not what its
+    handler reads is recorded as ``ignored: malformed <field>``, so that its redeliveries
+    are duplicates, and changes nothing else."""
+    event_type = event.get("type")
+    if not isinstance(event_type, str) or event_type not in HANDLERS:
         return "ignored: not handled"
-    obj = (event.get("data") or {}).get("object") or {}
+    handler = HANDLERS[event_type]
+    raw_id = event.get("id")
+    try:
+        event_id = _stripe_id(raw_id or None, "id")  # an empty id is no event's
+    except Malformed:
+        log.warning("stripe event %.100r %s ignored: malformed id", raw_id, event_type)
+        return "ignored: malformed id"
+    data = event.get("data")
+    malformed = ""
+    try:
+        obj = _checked_object(handler, data.get("object") if isinstance(data, dict) else None)
+    except Malformed as exc:
+        obj, malformed = {}, f"ignored: malformed {exc}"
     with transaction.atomic():
         try:
             with transaction.atomic():
                 record = WebhookEvent.objects.create(event_id=event_id, type=event_type)
         except IntegrityError:
             return "duplicate"
-        outcome = handler(obj)
+        if malformed:
+            log.warning("stripe event %s %s %s", event_id, event_type, malformed)
+            outcome = malformed
+        else:
+            outcome = handler.apply(obj)
         record.outcome = outcome[:300]
         if outcome == PARKED:
             _park(record, obj)
