@@ -87,14 +87,37 @@ def clean_name(filename: str | None) -> str:
     return (base or "dataset")[:200]
 
 
-_FLOAT_TENSOR_TYPES = {"F16": 2, "F32": 4, "F64": 8}  # bytes per value
+# The safetensors dtypes the workers' loader (``safetensors.numpy.load_file``) can read, and
+# their sizes in bytes. The format has more (BF16, the 8-bit floats), but numpy has no such
+# types, and one such tensor anywhere in a file makes the loader refuse the whole file.
+_TENSOR_TYPES = {
+    "BOOL": 1,
+    "U8": 1,
+    "I8": 1,
+    "I16": 2,
+    "U16": 2,
+    "F16": 2,
+    "I32": 4,
+    "U32": 4,
+    "F32": 4,
+    "I64": 8,
+    "U64": 8,
+    "F64": 8,
+    "C64": 8,
+}
+_FLOAT_TENSOR_TYPES = ("F16", "F32", "F64")
+_TENSOR_FIELDS = ("dtype", "shape", "data_offsets")
+# The safetensors library's own bounds: a header of at most 10^8 bytes, sizes in a u64.
+_MAX_SAFETENSORS_HEADER = 100_000_000
+_USIZE_LIMIT = 2**64
 
 
 def embeddings_shape(fileobj: IO[bytes], fmt: str) -> tuple[list[int], str]:
     """(shape, dtype) of the embeddings in an .npy or .safetensors file, from its header only.
 
     The tensor is ``embeddings``, or a file's only tensor. Nothing is unpickled: the npy
-    header is a literal, the safetensors header JSON. ValueError names what is wrong.
+    header is a literal, the safetensors header JSON, checked whole as the workers' loader
+    checks it. ValueError names what is wrong.
     """
     fileobj.seek(0)
     if fmt == "npy":
@@ -111,41 +134,152 @@ def embeddings_shape(fileobj: IO[bytes], fmt: str) -> tuple[list[int], str]:
         _check_length(fileobj, fileobj.tell(), math.prod(shape) * dtype.itemsize)
         kind = "float" if dtype.kind == "f" and not dtype.hasobject else str(dtype)
         return list(shape), kind
-    entry, length = _safetensors_entry(fileobj)
-    name = str(entry.get("dtype"))
-    offsets = entry.get("data_offsets")
-    if name in _FLOAT_TENSOR_TYPES:
-        if not (isinstance(offsets, list) and len(offsets) == 2):
-            raise ValueError("the tensor's data_offsets are not a pair of integers")
-        if not all(isinstance(n, int) and not isinstance(n, bool) for n in offsets):
-            raise ValueError("the tensor's data_offsets are not integers")
-        need = math.prod(entry["shape"]) * _FLOAT_TENSOR_TYPES[name]
-        if offsets[1] - offsets[0] != need:
-            raise ValueError(f"the tensor's data_offsets span {offsets[1] - offsets[0]} bytes, its shape {need}")
-        _check_length(fileobj, 8 + length + offsets[0], need)
+    entry, _ = _safetensors_entry(fileobj)
+    name = entry["dtype"]
     return list(entry["shape"]), "float" if name in _FLOAT_TENSOR_TYPES else name
 
 
 def _safetensors_entry(fileobj: IO[bytes]) -> tuple[dict[str, Any], int]:
     """The embeddings tensor's header entry of a safetensors file (at its start) and the
     header's length. ValueError names what is wrong."""
+    tensors, length = _safetensors_header(fileobj)
+    entry = tensors.get("embeddings") or (next(iter(tensors.values())) if len(tensors) == 1 else None)
+    if entry is None:
+        raise ValueError("expected an 'embeddings' tensor (or a single tensor)")
+    return entry, length
+
+
+def _safetensors_header(fileobj: IO[bytes]) -> tuple[dict[str, dict[str, Any]], int]:
+    """Every tensor's header entry of a safetensors file (read from its start) and the
+    header's length, reading nothing past the header.
+
+    The rules are the safetensors library's own, which ``safetensors.numpy.load_file`` (the
+    workers' loader) applies before it loads anything, refusing the whole file if one
+    fails: a UTF-8 JSON header; ``__metadata__`` a map of strings to strings; every tensor a
+    known dtype, a shape and a pair of data_offsets, all non-negative integers, whose span
+    is the shape's size; the tensors back to back from byte 0 in offset order, without gap
+    or overlap, ending where the file ends. A few things the library lets by and no writer
+    produces are refused too: repeated keys, fields it ignores, dtypes numpy lacks.
+    ValueError names what is wrong.
+    """
     head = fileobj.read(8)
     (length,) = struct.unpack("<Q", head) if len(head) == 8 else (0,)
-    if not 2 <= length <= 100 * 1024 * 1024:
+    if not 2 <= length <= _MAX_SAFETENSORS_HEADER:
         raise ValueError("the safetensors header has an impossible length")
+    raw = fileobj.read(length)
+    if len(raw) < length:
+        raise ValueError(f"the safetensors header is {length} bytes long, longer than the file")
     try:
-        header = json.loads(fileobj.read(length))
-    except ValueError:
+        header = json.loads(
+            raw.decode("utf-8"),
+            object_pairs_hook=_json_object,
+            parse_int=_json_int,
+            parse_constant=_json_constant,
+        )
+    except UnicodeDecodeError:
+        raise ValueError("the safetensors header is not UTF-8 text") from None
+    except json.JSONDecodeError:
         raise ValueError("the safetensors header is not JSON") from None
     except RecursionError:  # ``[[[[…``: json raises this, not ValueError
         raise ValueError("the safetensors header is nested too deeply") from None
-    tensors = {k: v for k, v in header.items() if k != "__metadata__"} if isinstance(header, dict) else {}
-    entry = tensors.get("embeddings") or (next(iter(tensors.values())) if len(tensors) == 1 else None)
-    if not isinstance(entry, dict) or not isinstance(entry.get("shape"), list):
-        raise ValueError("expected an 'embeddings' tensor (or a single tensor)")
-    if not all(isinstance(n, int) and not isinstance(n, bool) for n in entry["shape"]):
-        raise ValueError("the tensor's shape is not a list of integers")
-    return entry, length
+    if not isinstance(header, dict):
+        raise ValueError("the safetensors header is not a JSON object")
+    metadata = header.pop("__metadata__", None)
+    if metadata is not None and not (
+        isinstance(metadata, dict) and all(isinstance(v, str) and _is_unicode(v) for v in metadata.values())
+    ):
+        raise ValueError("the safetensors __metadata__ must map strings to strings")
+    for name, entry in header.items():
+        _check_tensor_entry(name, entry)
+    end = 0
+    for name, entry in sorted(header.items(), key=lambda item: tuple(item[1]["data_offsets"])):
+        start, stop = entry["data_offsets"]
+        if start != end:
+            raise ValueError(
+                f"the data of tensor {name!r} starts at byte {start}, not {end}:"
+                " tensors must lie back to back from byte 0, without gaps or overlaps"
+            )
+        end = stop
+    size = fileobj.seek(0, os.SEEK_END)
+    if size < 8 + length + end:
+        described = f"{end}-byte tensor" if len(header) == 1 else f"{end} bytes of tensors"
+        raise ValueError(f"the file is {size} bytes, too short for the {described} its header describes")
+    if size > 8 + length + end:
+        extra = size - 8 - length - end
+        raise ValueError(f"the file is {size} bytes, {extra} more than its header and tensors (the last must end it)")
+    return header, length
+
+
+def _check_tensor_entry(name: str, entry: Any) -> None:
+    """ValueError unless ``entry`` is a well-formed header entry of one tensor."""
+    if not isinstance(entry, dict):
+        raise ValueError(f"the header entry of tensor {name!r} is not a JSON object")
+    missing = [field for field in _TENSOR_FIELDS if field not in entry]
+    if missing:
+        raise ValueError(f"the header entry of tensor {name!r} lacks {', '.join(missing)}")
+    if len(entry) > len(_TENSOR_FIELDS):
+        unexpected = ", ".join(sorted(set(entry) - set(_TENSOR_FIELDS)))
+        raise ValueError(f"the header entry of tensor {name!r} has unexpected fields: {unexpected}")
+    dtype, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
+    if not (isinstance(dtype, str) and dtype in _TENSOR_TYPES):
+        readable = ", ".join(_TENSOR_TYPES)
+        raise ValueError(f"tensor {name!r} has dtype {dtype!r}, which workers cannot load ({readable} only)")
+    if not (isinstance(shape, list) and all(_is_usize(n) for n in shape)):
+        raise ValueError(f"the shape of tensor {name!r} is not a list of non-negative integers")
+    if not (isinstance(offsets, list) and len(offsets) == 2 and all(_is_usize(n) for n in offsets)):
+        raise ValueError(f"the data_offsets of tensor {name!r} are not a pair of non-negative integers")
+    # As the library counts: the running product of the dimensions, then bytes, each in a u64.
+    count = 1
+    for n in [*shape, _TENSOR_TYPES[dtype]]:
+        count *= n
+        if count >= _USIZE_LIMIT:
+            raise ValueError(f"the shape of tensor {name!r} is too large")
+    if offsets[1] - offsets[0] != count:
+        raise ValueError(
+            f"the data_offsets of tensor {name!r} span {offsets[1] - offsets[0]} bytes, its shape and dtype {count}"
+        )
+
+
+def _is_usize(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < _USIZE_LIMIT
+
+
+def _is_unicode(text: str) -> bool:
+    """Whether ``text`` has no lone surrogate (``"\\ud800"``): JSON text that Python reads and
+    the library's parser does not."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _json_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object of the header, refusing a repeated key (which Python and the library
+    do not resolve alike) and a key that is not valid Unicode."""
+    result: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in result:
+            raise ValueError(f"the safetensors header repeats the key {key!r}")
+        if not _is_unicode(key):
+            raise ValueError("the safetensors header holds a key that is not valid Unicode")
+        result[key] = value
+    return result
+
+
+def _json_int(text: str) -> int | float:
+    """A JSON integer; ``-0`` stays a float, as the library reads it (no valid size)."""
+    if text == "-0":
+        return -0.0
+    try:
+        return int(text)
+    except ValueError:  # over Python's digit limit
+        raise ValueError("the safetensors header holds an impossibly large integer") from None
+
+
+def _json_constant(text: str) -> Any:
+    """``NaN`` and ``Infinity``, which Python reads and JSON (and the library) does not."""
+    raise ValueError("the safetensors header is not JSON")
 
 
 def embeddings_map(path: str, fmt: str) -> Any:

@@ -144,7 +144,7 @@ def test_a_safetensors_header_nested_too_deeply_is_refused_naming_the_dataset(
     # A float tensor without its data_offsets cannot be read (nor scanned for NaN): a 400 too.
     header = b'{"embeddings":{"dtype":"F32","shape":[2,32]}}'
     bare = make_dataset(alice, len(header).to_bytes(8, "little") + header + bytes(256), "bare.safetensors")
-    refused = ["bare.safetensors: the tensor's data_offsets are not a pair of integers."]
+    refused = ["bare.safetensors: the header entry of tensor 'embeddings' lacks data_offsets."]
     assert dataset_refusals(alice_client, inference("cube_inference", bare, source)) == [refused] * 2
 
 

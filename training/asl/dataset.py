@@ -37,6 +37,9 @@ from training.asl.source import (
 
 CACHE_VERSION = "islr-cache-1"
 INDEX_COLUMNS = ("path", "participant_id", "sequence_id", "sign")
+# train.csv is read whole, in the web process when a task is posted: its size is bounded
+# (64 MiB holds about a million rows; the Kaggle ASL index is 5 MB for 94,477).
+INDEX_MAX_BYTES = 64 * 1024 * 1024
 # Below this many sequences a thread pool is not worth starting.
 POOL_THRESHOLD = 64
 
@@ -87,17 +90,22 @@ class LandmarkDataset:
 def read_index(source: Source) -> tuple[list[Entry], list[str]]:
     """Rows of train.csv and the label list (from the sign map when the dataset has one)."""
     name = INDEX_FILE
+    if source.exists(INDEX_FILE) and (size := source.size(INDEX_FILE)) > INDEX_MAX_BYTES:
+        raise DatasetError(name, f"is {size:,} bytes; at most {INDEX_MAX_BYTES:,} are read")
     try:
         text = source.read(INDEX_FILE).decode("utf-8-sig")
     except UnicodeDecodeError:
         raise DatasetError(name, "is not UTF-8 text") from None
     reader = csv.DictReader(io.StringIO(text))
-    header = reader.fieldnames or []
+    try:
+        header = reader.fieldnames or []
+    except csv.Error as exc:
+        raise DatasetError(f"{name} line {reader.reader.line_num}", f"is not valid CSV ({exc})") from None
     missing = [c for c in INDEX_COLUMNS if c not in header]
     if missing:
         raise DatasetError(name, f"missing columns {', '.join(missing)} (expected {', '.join(INDEX_COLUMNS)})")
     entries: list[Entry] = []
-    for line, row in enumerate(reader, start=2):
+    for line, row in enumerate(_rows(reader, name), start=2):
         where = f"{name} line {line}"
         try:
             participant, sequence = int(row["participant_id"]), int(row["sequence_id"])
@@ -115,6 +123,16 @@ def read_index(source: Source) -> tuple[list[Entry], list[str]]:
     return entries, _labels(source, entries)
 
 
+def _rows(reader: csv.DictReader[str], name: str) -> Iterator[dict[str, str]]:
+    """The rows of ``reader``; malformed CSV (a field over the csv module's 131,072-character
+    limit) is a DatasetError naming the line."""
+    try:
+        yield from reader
+    except csv.Error as exc:
+        # The inner reader's count: DictReader updates its own only after a row is read.
+        raise DatasetError(f"{name} line {reader.reader.line_num}", f"is not valid CSV ({exc})") from None
+
+
 def _labels(source: Source, entries: list[Entry]) -> list[str]:
     if not source.exists(SIGN_MAP_FILE):
         return sorted({e.sign for e in entries})
@@ -122,6 +140,8 @@ def _labels(source: Source, entries: list[Entry]) -> list[str]:
         mapping = json.loads(source.read(SIGN_MAP_FILE))
     except (ValueError, UnicodeDecodeError):
         raise DatasetError(SIGN_MAP_FILE, "is not valid JSON") from None
+    except RecursionError:  # ``[[[[…``: json raises this, not ValueError
+        raise DatasetError(SIGN_MAP_FILE, "is nested too deeply") from None
     if (
         not isinstance(mapping, dict)
         or not mapping

@@ -7,8 +7,10 @@ members that would escape the archive are refused, as are archives over the size
 from __future__ import annotations
 
 import hashlib
+import lzma
 import os
 import zipfile
+import zlib
 from pathlib import Path, PurePosixPath
 
 from training.asl.parquet import DatasetError
@@ -17,6 +19,7 @@ DEFAULT_MAX_BYTES = 512 * 1024**2
 DEFAULT_MAX_UNCOMPRESSED_BYTES = 8 * 1024**3
 INDEX_FILE = "train.csv"
 SIGN_MAP_FILE = "sign_to_prediction_index_map.json"
+_READABLE_METHODS = (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED, zipfile.ZIP_BZIP2, zipfile.ZIP_LZMA)
 
 
 def safe_relative(path: str, name: str) -> str:
@@ -73,7 +76,9 @@ class Source:
             raise DatasetError(name, f"archive is {size} bytes, over the {self.max_bytes}-byte limit")
         try:
             self._zip = zipfile.ZipFile(self.location)
-        except (zipfile.BadZipFile, OSError) as exc:
+        # A damaged directory raises more than BadZipFile: NotImplementedError for an unknown
+        # zip version, UnicodeDecodeError (a ValueError) for a name flagged UTF-8 that is not.
+        except (zipfile.BadZipFile, OSError, EOFError, NotImplementedError, ValueError) as exc:
             raise DatasetError(name, f"not a readable zip archive ({exc})") from None
         total = 0
         for info in self._zip.infolist():
@@ -116,17 +121,46 @@ class Source:
         return (self.location / key).stat().st_size
 
     def read(self, relative: str) -> bytes:
-        """The bytes of one file (a DatasetError if it is absent)."""
+        """The bytes of one file, or a DatasetError naming it: absent, or unreadable (a
+        damaged, encrypted or oddly compressed archive member)."""
         key = self.prefix + relative
+        if self._zip is not None:
+            info = self._members.get(key)
+            if info is None:
+                raise DatasetError(relative, "missing from the dataset")
+            return self._read_member(self._zip, info)
+        target = (self.location / key).resolve()
+        if not target.is_relative_to(self.location.resolve()):
+            raise DatasetError(relative, "path escapes the dataset folder")
         try:
-            if self._zip is not None:
-                return self._zip.read(self._members[key])
-            target = (self.location / key).resolve()
-            if not target.is_relative_to(self.location.resolve()):
-                raise DatasetError(relative, "path escapes the dataset folder")
             return target.read_bytes()
-        except (KeyError, FileNotFoundError):
+        except FileNotFoundError:
             raise DatasetError(relative, "missing from the dataset") from None
+        except OSError as exc:
+            raise DatasetError(relative, f"cannot be read ({exc.strerror or exc})") from None
+
+    @staticmethod
+    def _read_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> bytes:
+        """One member's bytes. The directory was read when the archive was opened; the
+        member's own header and data are first read here, so damage shows up here."""
+        try:
+            return archive.read(info)
+        except NotImplementedError as exc:  # a RuntimeError, so first
+            if info.compress_type in _READABLE_METHODS:  # strong encryption, patch data
+                problem = f"cannot be read ({exc})"
+            else:
+                problem = f"uses compression method {info.compress_type}, which cannot be read (use deflate or none)"
+        except RuntimeError as exc:
+            # zipfile's error for an encrypted member (and for a codec this Python lacks).
+            encrypted = info.flag_bits & 0x1
+            problem = "is encrypted; upload an archive without a password" if encrypted else f"cannot be read ({exc})"
+        except EOFError:
+            problem = "is damaged in the archive (its data ends early)"
+        # BadZipFile (bad CRC, bad header), zlib.error and lzma.LZMAError (corrupt data),
+        # OSError (bzip2's corrupt data), ValueError (offsets pointing outside the file).
+        except (zipfile.BadZipFile, zlib.error, lzma.LZMAError, OSError, ValueError) as exc:
+            problem = f"is damaged in the archive ({exc})"
+        raise DatasetError(info.filename, problem)
 
     def stamp(self, relative: str) -> str:
         """What changes when a file changes: CRC in a zip, size and mtime in a folder."""
