@@ -13,7 +13,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.db import DatabaseError
 
-from marketplace.events import session_groups, signins_group, task_group
+from marketplace.events import session_group, signins_group, task_group
 from marketplace.models import Task
 
 log = logging.getLogger(__name__)
@@ -62,8 +62,7 @@ class SessionConsumer(LiveConsumer):
     """A browser's socket, signed in through its session cookie.
 
     Besides its feed's group it joins its session's (``join_session``, on connect: named
-    from the session key and from the sign-in, which outlives a key cycle), so that
-    logging out of that browser closes it with 4401 (``session.ended``), and its user's,
+    from the session key), so that logging out of that browser closes it with 4401 (``session.ended``), and its user's,
     so that a password change closes it with 4000 (``session.password_changed``): the page
     reconnects, and only a session still signed in is let back. Subclasses leave their
     feed's groups in ``leave_groups``.
@@ -83,8 +82,7 @@ class SessionConsumer(LiveConsumer):
         session = self.scope.get("session")
         if session is None or not session.session_key:
             return True
-        groups = await database_sync_to_async(session_groups)(session)
-        self.joined_sessions = (*groups, signins_group(self.scope["user"].pk))
+        self.joined_sessions = (session_group(session.session_key), signins_group(self.scope["user"].pk))
         for group in self.joined_sessions:
             await self.channel_layer.group_add(group, self.channel_name)
         if not await database_sync_to_async(session.exists)(session.session_key):

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import secrets
 from typing import Any, Literal, TypedDict
 from uuid import UUID
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.conf import settings
-from django.contrib.sessions.backends.base import SessionBase
 from django.db import transaction
 from django.http import HttpRequest
 
@@ -75,19 +73,6 @@ def signins_group(user_id: object) -> str:
     return f"signins.{user_id}"
 
 
-# Session data: a random id set at sign-in. A password change cycles the session key of a
-# signed-in browser (keeping the data), so a group named from the key alone loses the
-# sockets opened before the change; the id's group still reaches them at logout.
-SIGN_IN_ID = "_live_sockets_id"
-
-
-def session_groups(session: SessionBase) -> list[str]:
-    """The groups of the sockets signed in with ``session``: its key's and its sign-in's
-    (a session signed in before the id existed has the key's only)."""
-    names = (session.session_key, session.get(SIGN_IN_ID))
-    return [session_group(str(name)) for name in names if name]
-
-
 def send_event(group: str, payload: Event) -> None:
     """Fan an event out to a group. Best effort: a broken layer never fails the caller."""
     layer = get_channel_layer()
@@ -108,10 +93,12 @@ def end_session_sockets(groups: list[str]) -> None:
 
 def on_user_logged_out(sender: Any, request: HttpRequest | None = None, **kwargs: Any) -> None:
     """``user_logged_out`` receiver. ``logout()`` sends the signal before it flushes the
-    session, so its key and sign-in id still name the groups of the browser's sockets."""
+    session, so its key still names the group of the browser's sockets. (A password
+    change cycles the key, but it also sends every socket of the user away to reconnect,
+    so none is left in the old key's group.)"""
     session = getattr(request, "session", None)
-    if session is not None:
-        end_session_sockets(session_groups(session))
+    if session is not None and session.session_key:
+        end_session_sockets([session_group(session.session_key)])
 
 
 def on_user_logged_in(sender: Any, request: HttpRequest | None = None, **kwargs: Any) -> None:
@@ -119,14 +106,12 @@ def on_user_logged_in(sender: Any, request: HttpRequest | None = None, **kwargs:
     (``login()`` flushes it) without a ``user_logged_out``; by now the request holds the new
     key, but its cookie still names the old one. Re-signing in as the same user keeps the
     key (nothing to end); an anonymous session's key is cycled, but no socket of this app
-    signs in anonymously, so that group is empty and the send costs one round trip.
-    A new sign-in gets its id (``SIGN_IN_ID``); signing in again as the same user keeps it."""
+    signs in anonymously, so that group is empty and the send costs one round trip."""
     if request is None or not hasattr(request, "session"):
         return
     previous = request.COOKIES.get(settings.SESSION_COOKIE_NAME)
     if previous and previous != request.session.session_key:
         end_session_sockets([session_group(previous)])
-    request.session.setdefault(SIGN_IN_ID, secrets.token_hex(16))
 
 
 def on_user_pre_save(sender: Any, instance: Any, raw: bool = False, update_fields: Any = None, **kwargs: Any) -> None:

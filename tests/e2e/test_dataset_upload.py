@@ -17,6 +17,8 @@ import numpy as np
 import pytest
 
 from marketplace.models import Dataset, DatasetUpload
+from tests.e2e import browsing
+from tests.e2e.browsing import expect
 from tests.factories import PASSWORD, UserFactory
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
@@ -36,19 +38,10 @@ def _small_parts() -> Iterator[None]:
         os.environ["PROOFWORK_DATASET_UPLOAD_PART_BYTES"] = previous
 
 
-def expect() -> Any:
-    from playwright.sync_api import expect
-
-    return expect
-
-
 def log_in(page: Any, username: str) -> None:
+    """A new user, signed in."""
     UserFactory(username=username)
-    page.goto("/accounts/login/")
-    page.get_by_label("Username").fill(username)
-    page.get_by_label("Password").fill(PASSWORD)
-    page.get_by_role("button", name="Log in").click()
-    expect()(page).to_have_url(re.compile(r"/tasks/$"))
+    browsing.log_in(page, username)
 
 
 def embeddings_file(tmp_path: Any) -> tuple[Any, bytes]:

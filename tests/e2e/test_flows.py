@@ -15,25 +15,12 @@ import pytest
 from marketplace.kinds import KINDS
 from marketplace.models import ApiToken, Dataset, Task, User, hash_token
 from marketplace.units import format_credits
+from tests.e2e.browsing import expect, log_in
 from tests.factories import PASSWORD, UserFactory
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 UUID_PATH = re.compile(r"/tasks/[0-9a-f-]{36}/$")
-
-
-def expect() -> Any:
-    from playwright.sync_api import expect
-
-    return expect
-
-
-def log_in(page: Any, username: str) -> None:
-    page.goto("/accounts/login/")
-    page.get_by_label("Username").fill(username)
-    page.get_by_label("Password").fill(PASSWORD)
-    page.get_by_role("button", name="Log in").click()
-    expect()(page).to_have_url(re.compile(r"/tasks/$"))
 
 
 def test_new_user_signs_up_posts_and_cancels_a_task(page: Any) -> None:

@@ -18,25 +18,12 @@ from websockets.sync.client import connect
 
 from marketplace.units import UNITS_PER_CREDIT
 from tests.conftest import funded
-from tests.factories import PASSWORD, UserFactory, post_task
+from tests.e2e.browsing import expect, log_in
+from tests.factories import UserFactory, post_task
 from tests.workers.test_pages import make_assignment, make_worker
 from workers.models import Assignment, RegistrationToken, Worker
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
-
-
-def expect() -> Any:
-    from playwright.sync_api import expect
-
-    return expect
-
-
-def log_in(page: Any, username: str) -> None:
-    page.goto("/accounts/login/")
-    page.get_by_label("Username").fill(username)
-    page.get_by_label("Password").fill(PASSWORD)
-    page.get_by_role("button", name="Log in").click()
-    expect()(page).to_have_url(re.compile(r"/tasks/$"))
 
 
 def worker_send(live_url: str, raw_token: str, *messages: dict[str, Any]) -> list[str]:

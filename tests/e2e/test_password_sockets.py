@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.test_live_task import expect, log_in
+from tests.e2e.browsing import expect, log_in
 from tests.factories import PASSWORD, UserFactory
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]

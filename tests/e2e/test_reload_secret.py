@@ -13,24 +13,11 @@ from typing import Any
 import pytest
 
 from marketplace.models import ApiToken
-from tests.factories import PASSWORD, UserFactory
+from tests.e2e.browsing import expect, log_in
+from tests.factories import UserFactory
 from workers.models import RegistrationToken
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
-
-
-def expect() -> Any:
-    from playwright.sync_api import expect
-
-    return expect
-
-
-def log_in(page: Any, username: str) -> None:
-    page.goto("/accounts/login/")
-    page.get_by_label("Username").fill(username)
-    page.get_by_label("Password").fill(PASSWORD)
-    page.get_by_role("button", name="Log in").click()
-    expect()(page).to_have_url(re.compile(r"/tasks/$"))
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import funded
-from tests.e2e.test_live_task import log_in
+from tests.e2e.browsing import log_in
 from tests.factories import UserFactory, post_task
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]

@@ -53,3 +53,16 @@ def submit_result(pair: keys.KeyPair, nonce: int, task_id: uuid.UUID | None = No
         pair,
     )
     return signed(pair, encoding.SUBMIT_RESULT, pair.address, 0, nonce, {"compute_result": result.to_json()}, **over)
+
+
+def follow(client: Any, url: str, key: str = "next") -> list[dict[str, Any]]:
+    """Every page of a paged listing from ``url`` on, following ``key`` ("next", or
+    "previous" to walk back) to the end."""
+    pages = []
+    link: str | None = url
+    while link is not None:
+        response = client.get(link)
+        assert response.status_code == 200, response.content
+        pages.append(response.json())
+        link = pages[-1][key]
+    return pages

@@ -24,7 +24,7 @@ from ledger.mempool import admit
 from ledger.models import Transaction, TxStatus
 from ledger.sealer import ensure_system_accounts, seal_block
 from ledger.services import next_nonce
-from tests.ledger.helpers import CREDIT, signed, submit_result, worker_keys
+from tests.ledger.helpers import CREDIT, follow, signed, submit_result, worker_keys
 
 pytestmark = pytest.mark.django_db
 
@@ -79,17 +79,6 @@ def mixed(assignments: set[tuple[uuid.UUID, str]]) -> list[str]:
     assert len(history) == 1 + 3 * ROUNDS
     assert everything_of(OWNER.address).filter(recipient=OWNER.address, sender=OWNER.address).count() == ROUNDS
     return history
-
-
-def follow(client: APIClient, url: str, key: str = "next") -> list[dict[str, Any]]:
-    pages = []
-    link: str | None = url
-    while link is not None:
-        response = client.get(link)
-        assert response.status_code == 200, response.content
-        pages.append(response.json())
-        link = pages[-1][key]
-    return pages
 
 
 def hashes(pages: list[dict[str, Any]]) -> list[str]:

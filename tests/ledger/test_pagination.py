@@ -16,7 +16,7 @@ from ledger.mempool import admit
 from ledger.models import Block, Transaction
 from ledger.sealer import ensure_system_accounts, seal_block
 from ledger.services import ensure_user_account, next_nonce
-from tests.ledger.helpers import CREDIT, signed, worker_keys
+from tests.ledger.helpers import CREDIT, follow, signed, worker_keys
 
 pytestmark = pytest.mark.django_db
 
@@ -56,18 +56,6 @@ def big_block() -> Block:
     assert block is not None
     assert block.tx_count == 250
     return block
-
-
-def follow(client: APIClient, url: str) -> list[dict[str, Any]]:
-    """Every page from ``url`` on, following ``next`` to the end."""
-    pages = []
-    next_url: str | None = url
-    while next_url is not None:
-        response = client.get(next_url)
-        assert response.status_code == 200, response.content
-        pages.append(response.json())
-        next_url = pages[-1]["next"]
-    return pages
 
 
 def cursor(text: str) -> str:

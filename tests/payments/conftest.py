@@ -237,3 +237,11 @@ def eager_celery() -> Iterator[None]:
         yield
     finally:
         app.conf.task_always_eager = False
+
+
+@pytest.fixture
+def carol(db: Any) -> Any:
+    """A new user with no credits: every transaction of hers is one of her payment's."""
+    from tests.factories import UserFactory
+
+    return UserFactory(username="carol")

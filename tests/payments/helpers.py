@@ -97,3 +97,27 @@ def chain_agrees() -> Any:
     """Seal what is pending and replay the chain from genesis."""
     seal_all()
     return verify_chain()
+
+
+def charge_id_of(intent: dict[str, Any]) -> str:
+    """The id of the intent's charge (localstripe expands it; Stripe sends the id)."""
+    charge = intent["latest_charge"]
+    return str(charge["id"] if isinstance(charge, dict) else charge)
+
+
+def dispute(payment: Payment, charge_id: str, /, **changes: Any) -> dict[str, Any]:
+    """A Dispute object as Stripe sends it in charge.dispute.* events, with ``changes``."""
+    return {
+        "id": "dp_test_1",
+        "object": "dispute",
+        "amount": 1000,
+        "currency": "usd",
+        "charge": charge_id,
+        "payment_intent": payment.payment_intent_id,
+        "reason": "fraudulent",
+        "status": "needs_response",
+        "is_charge_refundable": False,
+        "livemode": False,
+        "metadata": {},
+        **changes,
+    }

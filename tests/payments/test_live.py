@@ -13,16 +13,11 @@ from ledger import services as ledger
 from marketplace.units import UNITS_PER_CREDIT
 from payments import services
 from payments.models import Payment, WebhookEvent
+from tests.e2e.browsing import expect
 from tests.factories import PASSWORD, UserFactory
 from tests.payments.helpers import DECLINED, chain_agrees, confirm_card, deposits_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
-
-
-def expect() -> Any:
-    from playwright.sync_api import expect
-
-    return expect
 
 
 def wait_for_status(payment: Payment, status: str, timeout: float = 20.0) -> Payment:

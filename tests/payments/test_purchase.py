@@ -16,7 +16,6 @@ from ledger import services as ledger
 from ledger.models import Transaction
 from marketplace.units import UNITS_PER_CREDIT
 from payments.models import Customer, Payment, WebhookEvent
-from tests.factories import UserFactory
 from tests.payments.conftest import WEBHOOK_PATH, event, sign
 from tests.payments.helpers import (
     DECLINED,
@@ -24,17 +23,12 @@ from tests.payments.helpers import (
     confirm_card,
     credited,
     deposits_for,
+    dispute,
     paid_intent,
     retrieve_intent,
 )
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def carol(db: Any) -> Any:
-    """A new user with no credits."""
-    return UserFactory(username="carol")
 
 
 # --- Starting a purchase -------------------------------------------------------------
@@ -337,26 +331,17 @@ def test_a_refund_of_spent_credits_burns_what_is_left_and_records_the_shortfall(
 
 def test_a_dispute_debits_the_disputed_credits(carol: Any, ls: Any, deliver: Any) -> None:
     payment, charge = credited(ls, carol, deliver, credits=10)
-    dispute = {
-        "id": "dp_test_1",
-        "object": "dispute",
-        "amount": 1000,
-        "currency": "usd",
-        "charge": charge["id"],
-        "payment_intent": payment.payment_intent_id,
-        "reason": "fraudulent",
-        "status": "needs_response",
-    }
-    assert deliver(event("charge.dispute.created", dispute)).json()["outcome"].startswith("reversed")
+    opened = dispute(payment, charge["id"])
+    assert deliver(event("charge.dispute.created", opened)).json()["outcome"].startswith("reversed")
     assert (
-        deliver(event("charge.dispute.created", dispute)).json()["outcome"] == "ignored: dispute already needs_response"
+        deliver(event("charge.dispute.created", opened)).json()["outcome"] == "ignored: dispute already needs_response"
     )
     payment.refresh_from_db()
     assert payment.status == "disputed"
     assert ledger.balance(carol) == 0
-    assert deliver(event("charge.dispute.created", {**dispute, "currency": "eur"})).json()["outcome"] == (
-        "ignored: currency mismatch"
-    )
+    assert deliver(event("charge.dispute.created", dispute(payment, charge["id"], currency="eur"))).json()[
+        "outcome"
+    ] == ("ignored: currency mismatch")
     chain_agrees()
 
 

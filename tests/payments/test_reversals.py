@@ -23,50 +23,18 @@ from ledger.models import Transaction
 from marketplace.units import UNITS_PER_CREDIT
 from payments.models import Payment, WebhookEvent
 from payments.webhook import PARK_EXPIRED, PARK_FOR, PARKED, handle_event
-from tests.factories import UserFactory
 from tests.payments.conftest import event
-from tests.payments.helpers import chain_agrees, charge_of, credited, paid_checkout, paid_intent
+from tests.payments.helpers import chain_agrees, charge_id_of, charge_of, credited, dispute, paid_checkout, paid_intent
 
 pytestmark = pytest.mark.django_db
 
 CREDIT = UNITS_PER_CREDIT
 
 
-@pytest.fixture
-def carol(db: Any) -> Any:
-    """A new user with no credits: every transaction of hers is one of her payment's."""
-    return UserFactory(username="carol")
-
-
-def charge_id_of(intent: dict[str, Any]) -> str:
-    """The id of the intent's charge (localstripe expands it; Stripe sends the id)."""
-    charge = intent["latest_charge"]
-    return str(charge["id"] if isinstance(charge, dict) else charge)
-
-
 def refund(ls: Any, charge_id: str, amount: int | None = None) -> dict[str, Any]:
     """Refund at localstripe (all of it without ``amount``); the charge as it is then."""
     ls.post("/v1/refunds", data={"charge": charge_id, **({"amount": amount} if amount else {})}).raise_for_status()
     return charge_of(ls, charge_id)
-
-
-def dispute(
-    payment: Payment, charge_id: str, amount: int = 1000, status: str = "needs_response", dispute_id: str = "dp_test_1"
-) -> dict[str, Any]:
-    """A Dispute object as Stripe sends it in charge.dispute.* events."""
-    return {
-        "id": dispute_id,
-        "object": "dispute",
-        "amount": amount,
-        "currency": "usd",
-        "charge": charge_id,
-        "payment_intent": payment.payment_intent_id,
-        "reason": "fraudulent",
-        "status": status,
-        "is_charge_refundable": False,
-        "livemode": False,
-        "metadata": {},
-    }
 
 
 def history(user: Any) -> list[tuple[str, int, str]]:
@@ -247,7 +215,7 @@ def test_a_close_that_overtakes_its_dispute_is_applied_and_the_late_dispute_igno
     assert ledger.balance(carol) == 10 * CREDIT
     # A lost one that overtakes its dispute burns what the dispute would have.
     lost, charge = credited(ls, carol, deliver, credits=5)
-    opened = dispute(lost, charge["id"], amount=500, dispute_id="dp_test_2")
+    opened = dispute(lost, charge["id"], amount=500, id="dp_test_2")
     assert (
         deliver(event("charge.dispute.closed", {**opened, "status": "lost"})).json()["outcome"].startswith("reversed")
     )
@@ -261,7 +229,7 @@ def test_a_close_that_overtakes_its_dispute_is_applied_and_the_late_dispute_igno
 def test_a_dispute_about_another_charge_of_the_payment_is_not_restored(carol: Any, ls: Any, deliver: Any) -> None:
     payment, charge = credited(ls, carol, deliver, credits=10)
     deliver(event("charge.dispute.created", dispute(payment, charge["id"])))
-    other = dispute(payment, charge["id"], status="won", dispute_id="dp_somebody_else")
+    other = dispute(payment, charge["id"], status="won", id="dp_somebody_else")
     assert deliver(event("charge.dispute.closed", other)).json()["outcome"] == "ignored: not this payment's dispute"
     assert ledger.balance(carol) == 0
 
@@ -356,7 +324,7 @@ def test_a_dispute_before_the_async_checkout_success_is_parked_then_burnt_once_c
 ) -> None:
     payment, session, intent = paid_checkout(ls, carol, credits=10)
     opened = event(
-        "charge.dispute.created", {**dispute(payment, charge_id_of(intent), disputed), "payment_intent": intent["id"]}
+        "charge.dispute.created", dispute(payment, charge_id_of(intent), amount=disputed, payment_intent=intent["id"])
     )
     assert deliver(opened).json()["outcome"] == PARKED
     assert ledger.balance(carol) == 0

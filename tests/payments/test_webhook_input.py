@@ -18,39 +18,13 @@ from ledger.models import Transaction
 from marketplace.units import UNITS_PER_CREDIT
 from payments.models import Payment, WebhookEvent
 from payments.webhook import PARKED
-from tests.factories import UserFactory
 from tests.payments.conftest import event
-from tests.payments.helpers import charge_of, credited, deposits_for, paid_checkout
+from tests.payments.helpers import charge_id_of, charge_of, credited, deposits_for, dispute, paid_checkout
 
 pytestmark = pytest.mark.django_db
 
 CREDIT = UNITS_PER_CREDIT
 LONG_ID = "x" * 256  # one more than the id columns hold
-
-
-@pytest.fixture
-def carol(db: Any) -> Any:
-    """A new user with no credits."""
-    return UserFactory(username="carol")
-
-
-def charge_id_of(intent: dict[str, Any]) -> str:
-    charge = intent["latest_charge"]
-    return str(charge["id"] if isinstance(charge, dict) else charge)
-
-
-def dispute(payment: Payment, charge: dict[str, Any], /, **changes: Any) -> dict[str, Any]:
-    """A Dispute object as Stripe sends it in charge.dispute.* events."""
-    return {
-        "id": "dp_test_1",
-        "object": "dispute",
-        "amount": 1000,
-        "currency": "usd",
-        "charge": charge["id"],
-        "payment_intent": payment.payment_intent_id,
-        "status": "needs_response",
-        **changes,
-    }
 
 
 def uncredited(payment: Payment, user: Any) -> None:
@@ -187,10 +161,10 @@ def test_an_event_type_that_is_not_text_is_not_handled(deliver: Any) -> None:
         ("charge.refunded", lambda p, c: {**c, "amount_refunded": str(c["amount"])}, "amount_refunded"),
         ("charge.refunded", lambda p, c: {**c, "currency": "usd\x00"}, "currency"),
         ("charge.refunded", lambda p, c: {**c, "payment_intent": p.payment_intent_id + "\x00"}, "payment_intent"),
-        ("charge.dispute.created", lambda p, c: dispute(p, c, status="lost\x00"), "status"),
-        ("charge.dispute.created", lambda p, c: dispute(p, c, id="dp_" + LONG_ID), "id"),
-        ("charge.dispute.created", lambda p, c: dispute(p, c, amount=-1000), "amount"),
-        ("charge.dispute.closed", lambda p, c: dispute(p, c, charge=c["id"] + "\ud800"), "charge"),
+        ("charge.dispute.created", lambda p, c: dispute(p, c["id"], status="lost\x00"), "status"),
+        ("charge.dispute.created", lambda p, c: dispute(p, c["id"], id="dp_" + LONG_ID), "id"),
+        ("charge.dispute.created", lambda p, c: dispute(p, c["id"], amount=-1000), "amount"),
+        ("charge.dispute.closed", lambda p, c: dispute(p, c["id"], charge=c["id"] + "\ud800"), "charge"),
     ],
 )
 def test_other_events_it_cannot_apply_move_nothing(
