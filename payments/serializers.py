@@ -9,6 +9,7 @@ from typing import Any
 from django.conf import settings
 from rest_framework import serializers
 
+from config.serializers import StrictInput
 from marketplace.units import credits_to_units, units_to_credits
 from payments.models import ConnectedAccount, Payment, PayoutRequest
 
@@ -28,7 +29,7 @@ class CreditsField(serializers.DecimalField):
         return super().to_representation(units_to_credits(int(value)))
 
 
-class PurchaseRequestSerializer(serializers.Serializer[dict[str, Any]]):
+class PurchaseRequestSerializer(StrictInput, serializers.Serializer[dict[str, Any]]):
     credits = serializers.IntegerField(help_text="Whole credits to buy, within the server's bounds.")
     checkout = serializers.BooleanField(
         default=False, help_text="Pay on Stripe's hosted Checkout page instead of with Stripe.js on ours."
@@ -68,7 +69,7 @@ class PurchaseSerializer(serializers.Serializer[dict[str, Any]]):
     publishable_key = serializers.CharField()
 
 
-class PayoutRequestSerializer(serializers.Serializer[dict[str, Any]]):
+class PayoutRequestSerializer(StrictInput, serializers.Serializer[dict[str, Any]]):
     amount = CreditsField(help_text="Credits to pay out (at least the server's minimum).")
 
 
@@ -96,7 +97,7 @@ class PayoutSerializer(serializers.ModelSerializer[PayoutRequest]):
         read_only_fields = fields
 
 
-class AccountLinkRequestSerializer(serializers.Serializer[dict[str, Any]]):
+class AccountLinkRequestSerializer(StrictInput, serializers.Serializer[dict[str, Any]]):
     return_url = serializers.URLField(
         required=False, help_text="Where Stripe sends the provider back; defaults to the wallet."
     )

@@ -12,6 +12,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from config.serializers import StrictInput
 from ledger.api.serializers import SubmitTransactionSerializer, TransactionSerializer
 from ledger.api.views import refusal_errors
 from ledger.models import TxStatus
@@ -60,7 +61,7 @@ class RegisteredSerializer(WorkerSerializer):
         read_only_fields = fields
 
 
-class ChallengeRequest(serializers.Serializer):
+class ChallengeRequest(StrictInput, serializers.Serializer):
     registration_token = serializers.CharField(max_length=100)
     public_key = serializers.CharField(max_length=64)
 

@@ -9,6 +9,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from config.serializers import StrictInput
 from ledger import encoding
 from ledger.bech32 import AddressError, decode_address
 from ledger.models import Account, Block, Transaction
@@ -185,7 +186,7 @@ PLATFORM_PATHS = {
 }
 
 
-class SubmitTransactionSerializer(serializers.Serializer[dict[str, Any]]):
+class SubmitTransactionSerializer(StrictInput, serializers.Serializer[dict[str, Any]]):
     """A TRANSFER its sender signed (a user's, or a node's with its own key)."""
 
     chain_id = serializers.CharField(max_length=64)

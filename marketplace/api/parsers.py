@@ -9,6 +9,10 @@ from rest_framework import parsers
 from rest_framework.exceptions import ParseError, ValidationError
 
 NUL_MESSAGE = "Null characters are not allowed."
+NUL_IN_FORM_FIELD = (
+    "Null characters are not allowed in a form field; to send a file, send it as a file part"
+    ' with a filename (Content-Disposition: form-data; name="…"; filename="…").'
+)
 SURROGATE_MESSAGE = "Unpaired surrogates (\\ud800-\\udfff escapes that are not a character) are not allowed."
 
 
@@ -93,7 +97,23 @@ class FormParser(_StorableText, parsers.FormParser):
 
 
 class MultiPartParser(_StorableText, parsers.MultiPartParser):
-    """DRF's multipart parser; its fields are checked as in JSON."""
+    """DRF's multipart parser; its fields are checked as in JSON.
+
+    A part sent with ``filename=""`` is a plain field to Django, not a file, so a binary
+    file sent that way arrives as text with NUL bytes: the message says how to send it."""
+
+    def parse(
+        self, stream: IO[Any], media_type: str | None = None, parser_context: Mapping[str, Any] | None = None
+    ) -> Any:
+        try:
+            return super().parse(stream, media_type, parser_context)
+        except ValidationError as exc:
+            detail = exc.detail
+            if isinstance(detail, dict) and len(detail) == 1:
+                ((key, messages),) = detail.items()
+                if messages == [NUL_MESSAGE]:
+                    raise ValidationError({key: [NUL_IN_FORM_FIELD]}) from None
+            raise
 
 
 PARSERS = [JSONParser, FormParser, MultiPartParser]

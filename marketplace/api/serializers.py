@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
 
@@ -11,6 +12,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from config.serializers import StrictInput
 from marketplace.api.parsers import refuse_unstorable_text
 from marketplace.dataset_uploads import received_bytes
 from marketplace.kinds import KIND_NAMES, KINDS
@@ -20,13 +22,15 @@ from marketplace.units import UNITS_PER_CREDIT, credits_to_units, format_credits
 
 class JSONField(serializers.JSONField):
     """DRF's JSONField, with a 400 for a form or multipart value the JSON body's parser
-    would have refused: nested too deeply, or holding text that cannot be stored.
+    or DRF would have refused: nested too deeply, holding text that cannot be stored, or
+    ``null`` where the field takes none.
 
     A form field's JSON is decoded here, after the parser's checks ran on the raw form
     text: ``json`` raises RecursionError on ``[[[[…``, which DRF does not catch, and a
     ``\\u0000`` or ``\\ud800`` escape decodes to a NUL or a lone surrogate, which
     PostgreSQL refuses and no UTF-8 response echoing it can encode. Each was a 500 (a
-    worker's registration committed before its response failed to render).
+    worker's registration committed before its response failed to render). A form's
+    ``null`` reaches here as text, past DRF's null check; it was taken as the default.
     """
 
     def to_internal_value(self, data: Any) -> Any:
@@ -34,6 +38,8 @@ class JSONField(serializers.JSONField):
             value = super().to_internal_value(data)
         except RecursionError:
             self.fail("invalid")
+        if value is None and not self.allow_null:  # a form's "null": as a JSON body's null
+            self.fail("null")
         refuse_unstorable_text(value)
         return value
 
@@ -137,7 +143,7 @@ class TaskDetailSerializer(TaskSerializer):
         return result_files(task)
 
 
-class TaskCreateSerializer(serializers.Serializer):
+class TaskCreateSerializer(StrictInput, serializers.Serializer):
     """What a requester posts. The spec is checked by the kind in the service."""
 
     kind = serializers.ChoiceField(choices=KIND_NAMES, help_text="A kind from /api/v1/kinds/.")
@@ -153,11 +159,8 @@ class TaskCreateSerializer(serializers.Serializer):
     draft = serializers.BooleanField(default=False, help_text="Save without opening it to workers.")
 
     def to_internal_value(self, data: Any) -> Any:
-        if not isinstance(data, dict):
+        if not isinstance(data, Mapping):
             raise serializers.ValidationError({"non_field_errors": ["Expected a JSON object."]})
-        unknown = sorted(set(data) - set(self.fields))
-        if unknown:
-            raise serializers.ValidationError({key: ["Unknown field."] for key in unknown})
         return super().to_internal_value(data)
 
 
@@ -218,12 +221,12 @@ class DatasetSerializer(serializers.ModelSerializer):
         return bool(getattr(dataset, "task_count", 0))
 
 
-class DatasetUploadSerializer(serializers.Serializer):
+class DatasetUploadSerializer(StrictInput, serializers.Serializer):
     file = serializers.FileField(allow_empty_file=True, help_text="The dataset file (multipart).")
     name = serializers.CharField(max_length=200, required=False, default="", allow_blank=True)
 
 
-class DatasetUploadSessionCreateSerializer(serializers.Serializer):
+class DatasetUploadSessionCreateSerializer(StrictInput, serializers.Serializer):
     size_bytes = serializers.IntegerField(help_text="The whole file's size in bytes.")
     name = serializers.CharField(max_length=200, required=False, default="", allow_blank=True)
     filename = serializers.CharField(
@@ -268,7 +271,7 @@ class KindSerializer(serializers.Serializer):
     spec_schema = serializers.DictField(help_text="JSON schema of the spec.")
 
 
-class UserSerializer(serializers.ModelSerializer):
+class UserSerializer(StrictInput, serializers.ModelSerializer):
     class Meta:
         model = User
         fields = ["id", "username", "email", "first_name", "last_name", "date_joined"]
@@ -290,5 +293,5 @@ class ApiTokenCreatedSerializer(ApiTokenSerializer):
         read_only_fields = fields
 
 
-class ApiTokenCreateSerializer(serializers.Serializer):
+class ApiTokenCreateSerializer(StrictInput, serializers.Serializer):
     name = serializers.CharField(max_length=64)

@@ -183,6 +183,9 @@ def test_submitting_a_signed_transfer(chain: dict[str, Any], alice_client: APICl
     worker = chain["worker"]
     sub = signed(worker, encoding.TRANSFER, worker_keys(77).address, 1000, 1, {})
     body = tx_body(sub)
+    memo = alice_client.post("/api/v1/ledger/transactions/", {**body, "memo": "for lunch"}, format="json")
+    assert memo.status_code == 400  # not signed, not kept: refused, not dropped
+    assert memo.json() == {"memo": ["Unknown field."]}
     res = alice_client.post("/api/v1/ledger/transactions/", body, format="json")
     assert res.status_code == 202, res.json()
     assert res.json()["status"] == "pending"

@@ -12,6 +12,7 @@ import pytest
 from rest_framework.test import APIClient
 
 from marketplace import services
+from marketplace.api.parsers import NUL_IN_FORM_FIELD
 from marketplace.models import Dataset, Task, TaskEvent
 from tests.factories import make_dataset, post_task
 
@@ -302,7 +303,36 @@ def test_a_nul_in_a_form_encoded_body_is_refused_like_in_json(alice_client: APIC
     assert errors_of(response) == {"title": ["Null characters are not allowed."]}
     response = alice_client.post(TASKS, {"kind": "synthetic", "budget": "1", "title": "a\x00b"}, format="multipart")
     assert response.status_code == 400
-    assert errors_of(response) == {"title": ["Null characters are not allowed."]}
+    assert errors_of(response) == {"title": [NUL_IN_FORM_FIELD]}
+
+
+def test_a_file_part_without_a_filename_is_told_how_to_send_a_file(alice: Any, alice_client: APIClient) -> None:
+    """To Django a part with ``filename=""`` is a plain field, so a binary file sent that way
+    arrives as text holding NUL bytes; the 400 names the field and says what to send."""
+    body = (
+        '--XX\r\nContent-Disposition: form-data; name="file"; filename=""\r\n'
+        "Content-Type: application/octet-stream\r\n\r\nPK\x03\x04\x00\x00binary\r\n--XX--\r\n"
+    )
+    response = alice_client.generic("POST", "/api/v1/datasets/", body, content_type="multipart/form-data; boundary=XX")
+    assert response.status_code == 400
+    assert errors_of(response) == {"file": [NUL_IN_FORM_FIELD]}
+    assert 'filename="' in NUL_IN_FORM_FIELD
+    assert not Dataset.objects.filter(owner=alice).exists()
+
+
+@pytest.mark.parametrize("encoding", ["form", "multipart"])
+@pytest.mark.usefixtures("unchanged")
+def test_a_form_spec_of_null_is_refused_as_in_json(alice_client: APIClient, encoding: str) -> None:
+    as_json = post_raw(alice_client, '{"kind": "synthetic", "budget": "1", "spec": null}')
+    assert as_json.status_code == 400
+    if encoding == "form":
+        response = alice_client.post(
+            TASKS, "kind=synthetic&budget=1&spec=null", content_type="application/x-www-form-urlencoded"
+        )
+    else:
+        response = alice_client.post(TASKS, {"kind": "synthetic", "budget": "1", "spec": "null"}, format="multipart")
+    assert response.status_code == 400
+    assert errors_of(response) == errors_of(as_json) == {"spec": ["This field may not be null."]}
 
 
 DEEP = "%5B" * 5000 + "%5D" * 5000  # [[[[…]]]] once decoded: json raises RecursionError

@@ -100,6 +100,9 @@ def test_bob_cannot_list_or_revoke_alices_token(alice: Any, bob_client: APIClien
 
 def test_me_is_always_the_caller(alice: Any, bob_client: APIClient) -> None:
     response = bob_client.patch("/api/v1/me/", {"first_name": "Robert", "id": alice.pk}, format="json")
+    assert response.status_code == 400
+    assert response.json() == {"id": ["This field is read-only."]}
+    response = bob_client.patch("/api/v1/me/", {"first_name": "Robert"}, format="json")
     assert response.status_code == 200
     assert response.json()["username"] == "bob"
     alice.refresh_from_db()

@@ -128,9 +128,12 @@ def test_me_get_and_patch(alice: Any, alice_client: APIClient) -> None:
     assert response.json()["username"] == "alice"
     assert response.json()["email"] == "alice@example.com"
     assert "password" not in response.json()
-    patched = alice_client.patch(
+    renamed = alice_client.patch(
         "/api/v1/me/", {"first_name": "Alice", "email": "a@example.org", "username": "mallory"}, format="json"
     )
+    assert renamed.status_code == 400
+    assert renamed.json() == {"username": ["This field is read-only."]}
+    patched = alice_client.patch("/api/v1/me/", {"first_name": "Alice", "email": "a@example.org"}, format="json")
     assert patched.status_code == 200
     assert patched.json()["first_name"] == "Alice"
     assert patched.json()["username"] == "alice"

@@ -58,6 +58,14 @@ def test_purchase_creates_a_payment_intent_with_metadata_and_credits_nothing(car
     assert ledger.balance(carol) == 0  # only the webhook credits
 
 
+def test_a_purchase_with_an_unknown_field_starts_nothing(carol: Any, ls: Any, client: Any) -> None:
+    client.force_login(carol)
+    response = client.post("/api/v1/payments/", {"credits": 12, "coupon": "FREE"}, content_type="application/json")
+    assert response.status_code == 400
+    assert response.json() == {"coupon": ["Unknown field."]}
+    assert not Payment.objects.filter(user=carol).exists()
+
+
 @pytest.mark.parametrize(
     ("payload", "field", "message"),
     [

@@ -1,0 +1,53 @@
+"""What every API request body is held to: a key the endpoint does not take is a 400 naming
+it, never silently dropped."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from rest_framework import serializers
+
+# Sent by Django's and DRF's browsable forms with every POST; never a field of the body.
+FORM_KEYS = frozenset({"csrfmiddlewaretoken"})
+# A body naming more unknown keys than this has its first ones named only.
+NAMED_AT_MOST = 20
+
+
+class StrictInput(serializers.Serializer):
+    """Mixed in before a request serializer (``class X(StrictInput, serializers.Serializer)``).
+
+    DRF drops a key it has no field for, and a read-only field's value, without a word: a
+    misspelt ``emial`` on ``PATCH /me/``, or a ``username`` the endpoint does not change,
+    answered 200 and changed nothing. Here each is a 400 under its own key. A read-only
+    field sent back with the value the object already has is taken (a client may send back
+    what it read), so only an attempt to change it is refused.
+    """
+
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, Mapping):
+            errors = self._refused_keys(data)
+            if errors:
+                raise serializers.ValidationError(errors)
+        return super().to_internal_value(data)
+
+    def _refused_keys(self, data: Mapping[Any, Any]) -> dict[str, list[str]]:
+        errors: dict[str, list[str]] = {}
+        for key in data:
+            if len(errors) >= NAMED_AT_MOST:
+                break
+            field = self.fields.get(key)
+            if field is None:
+                if key not in FORM_KEYS:
+                    errors[str(key)] = ["Unknown field."]
+            elif field.read_only and not self._same_as_stored(field, data.get(key)):
+                errors[str(key)] = ["This field is read-only."]
+        return errors
+
+    def _same_as_stored(self, field: serializers.Field, value: Any) -> bool:
+        if self.instance is None:
+            return False
+        try:
+            return bool(field.to_representation(field.get_attribute(self.instance)) == value)
+        except (AttributeError, KeyError, TypeError, ValueError):  # nothing stored to compare
+            return False
