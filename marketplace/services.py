@@ -94,6 +94,8 @@ def check_task_request(
         if kind.name == "asl_inference" and dataset is not None:
             _check_sequences(dataset)
         spec["source_task"] = str(spec["source_task"])
+    if kind.name == "asl_training" and dataset is not None:
+        _check_training_archive(dataset)
 
     price = kind.estimate_price(spec)
     needed = price * request.replication
@@ -154,10 +156,38 @@ def _check_sequences(dataset: Dataset) -> None:
     try:
         count_inputs(path)
     except DatasetError as exc:
-        # Errors name the archive by its stored name; the requester knows it by theirs.
-        where = str(exc).replace(path.name, dataset.name, 1)
-        where = where if where.startswith(f"{dataset.name}: ") else f"{dataset.name}: {where}"
-        raise ValidationError({"dataset": [f"{where}."]}) from None
+        raise _dataset_refused(dataset, path, exc) from None
+
+
+def _check_training_archive(dataset: Dataset) -> None:
+    """Refuse an ISLR training archive the platform's held-out split would refuse before any
+    worker saw it: not a zip, a train.csv that is missing, malformed or names missing files,
+    fewer participants than the split needs (the archive's directory and train.csv only; a
+    damaged sequence file still shows at the split, as a failure with a full refund). A
+    dataset found sound is remembered by its content hash, so quotes do not read it again."""
+    from training.asl.dataset import read_index
+    from training.asl.parquet import DatasetError
+    from training.asl.source import Source
+    from training.asl.split import heldout_participants
+
+    key = f"islr-index-sound:{dataset.sha256}"
+    if cache.get(key):
+        return
+    path = Path(dataset.file.path)
+    try:
+        with Source(path, max_bytes=max(1, path.stat().st_size)) as archive:
+            entries, _signs = read_index(archive)
+        heldout_participants([entry.participant_id for entry in entries], seed=0)
+    except DatasetError as exc:
+        raise _dataset_refused(dataset, path, exc) from None
+    cache.set(key, True, 7 * 24 * 3600)
+
+
+def _dataset_refused(dataset: Dataset, path: Path, exc: Exception) -> ValidationError:
+    # Errors name the archive by its stored name; the requester knows it by theirs.
+    where = str(exc).replace(path.name, dataset.name, 1)
+    where = where if where.startswith(f"{dataset.name}: ") else f"{dataset.name}: {where}"
+    return ValidationError({"dataset": [f"{where}."]})
 
 
 def post_task(owner: User, request: TaskRequest) -> Task:

@@ -52,6 +52,25 @@ def zip_bytes(files: dict[str, bytes] | None = None) -> bytes:
     return buf.getvalue()
 
 
+def islr_zip_bytes(participants: int = 3) -> bytes:
+    """A small, real ISLR training archive (synthetic landmark sequences, as a zip)."""
+    import tempfile
+    from pathlib import Path
+
+    from training.asl.synthetic import generate
+
+    with tempfile.TemporaryDirectory() as root:
+        archive = generate(
+            Path(root) / "islr.zip",
+            n_signs=3,
+            n_participants=participants,
+            per_participant=1,
+            max_frames=16,
+            as_zip=True,
+        )
+        return archive.read_bytes()
+
+
 def upload(content: bytes, filename: str = "data.bin") -> Any:
     """An in-memory uploaded file, as Django hands it to a view."""
     from django.core.files.uploadedfile import SimpleUploadedFile

@@ -12,7 +12,7 @@ from rest_framework.test import APIClient
 
 from marketplace.models import Task, TaskEvent
 from marketplace.units import UNITS_PER_CREDIT
-from tests.factories import make_dataset, post_task, zip_bytes
+from tests.factories import islr_zip_bytes, make_dataset, post_task, zip_bytes
 
 pytestmark = pytest.mark.django_db
 
@@ -94,7 +94,7 @@ def test_post_cube_training_on_an_uploaded_array(alice: Any, alice_client: APICl
 def test_post_asl_training_with_an_uploaded_zip(alice: Any, alice_client: APIClient) -> None:
     upload = alice_client.post(
         "/api/v1/datasets/",
-        {"file": _file(zip_bytes(), "islr.zip"), "name": "islr"},
+        {"file": _file(islr_zip_bytes(), "islr.zip"), "name": "islr"},
         format="multipart",
     )
     assert upload.status_code == 201, upload.json()
@@ -102,6 +102,13 @@ def test_post_asl_training_with_an_uploaded_zip(alice: Any, alice_client: APICli
     body = {"kind": "asl_training", "spec": {"epochs": 1, "dim": 384}, "dataset": upload.json()["id"], "budget": 100}
     response = alice_client.post(TASKS, body, format="json")
     assert response.status_code == 201, response.json()
+    # A zip whose train.csv lists nothing is refused at posting, naming the dataset.
+    empty = alice_client.post(
+        "/api/v1/datasets/", {"file": _file(zip_bytes(), "empty.zip"), "name": "empty"}, format="multipart"
+    )
+    refused = alice_client.post(TASKS, {**body, "dataset": empty.json()["id"]}, format="json")
+    assert refused.status_code == 400
+    assert refused.json() == {"dataset": ["empty: train.csv: lists no sequences."]}
     assert response.json()["spec"]["dim"] == 384
     assert Task.objects.get(pk=response.json()["id"]).dataset_id is not None
 

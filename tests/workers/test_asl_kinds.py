@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import torch
+from rest_framework.exceptions import ValidationError
 
 from ledger import services as ledger
 from marketplace.models import Task, TaskStatus
@@ -118,28 +119,50 @@ def test_the_worker_never_receives_a_held_out_participant(bob: Any, alpha: AslPr
     assert served.read("sign_to_prediction_index_map.json") == held.read("sign_to_prediction_index_map.json")
 
 
-def test_too_few_participants_fail_the_task_with_a_refund(bob: Any, alpha: AslProvider, tmp_path: Path) -> None:
+def refused_at_posting(owner: Any, content: bytes) -> str:
+    """Post an asl_training task on ``content``: the ValidationError's message; nothing is
+    created and no money moves."""
+    before = (ledger.balance(owner), Task.objects.count())
+    upload = make_dataset(owner, content, "signs.zip")
+    with pytest.raises(ValidationError) as refused:
+        post_task(owner, "asl_training", SPEC, dataset=upload.pk, budget=10 * UNITS_PER_CREDIT)
+    assert (ledger.balance(owner), Task.objects.count()) == before
+    (message,) = refused.value.detail["dataset"]  # type: ignore[call-overload]
+    return str(message)
+
+
+def test_too_few_participants_are_refused_at_posting(bob: Any, tmp_path: Path) -> None:
     archive = generate(tmp_path / "two.zip", n_signs=3, n_participants=2, per_participant=1, max_frames=12, as_zip=True)
-    before = ledger.balance(bob)
-    task = training_task(bob, archive)
-    assert scheduler_offers_nothing(task)
-    task.refresh_from_db()
-    assert task.status == TaskStatus.FAILED
-    assert "at least 3 are needed" in task.status_reason
-    assert ledger.balance(bob) == before
+    assert "has 2 participant(s); at least 3 are needed" in refused_at_posting(bob, archive.read_bytes())
 
 
-def test_a_malformed_archive_fails_the_task_naming_the_file(bob: Any, alpha: AslProvider) -> None:
+def test_an_index_naming_a_missing_file_is_refused_at_posting(bob: Any) -> None:
     from tests.factories import zip_bytes
 
     bad = {"train.csv": b"path,participant_id,sequence_id,sign\nmissing.parquet,1,1,hello\n"}
-    upload = make_dataset(bob, zip_bytes(bad), "bad.zip")
-    task = post_task(bob, "asl_training", SPEC, dataset=upload.pk, budget=UNITS_PER_CREDIT)
+    message = refused_at_posting(bob, zip_bytes(bad))
+    assert message.startswith("signs.zip: train.csv line 2: ")
+    assert "'missing.parquet' is missing" in message
+
+
+def test_a_damaged_sequence_fails_the_task_at_the_split_with_a_refund(
+    bob: Any, alpha: AslProvider, dataset: Path, tmp_path: Path
+) -> None:
+    """Posting reads the archive's directory and index only; a sequence file that is not
+    parquet shows when the platform reads the held-out ones: the task fails, naming the
+    file, before any worker is offered it, and the budget comes back."""
+    damaged = tmp_path / "damaged.zip"
+    with zipfile.ZipFile(dataset) as source, zipfile.ZipFile(damaged, "w") as target:
+        for info in source.infolist():
+            target.writestr(info, b"not parquet" if info.filename.endswith(".parquet") else source.read(info))
+    before = ledger.balance(bob)
+    task = training_task(bob, damaged)
+    assert ledger.balance(bob) < before  # posted: the budget is in escrow
     assert scheduler_offers_nothing(task)
     task.refresh_from_db()
     assert task.status == TaskStatus.FAILED
-    assert "train.csv line 2" in task.status_reason
-    assert "missing.parquet" in task.status_reason
+    assert ".parquet" in task.status_reason
+    assert ledger.balance(bob) == before
 
 
 def scheduler_offers_nothing(task: Task) -> bool:
