@@ -3,16 +3,18 @@
 The API token and worker registration pages show their secret once, in the response to
 their POST, and store only its hash. A reload of that response re-sends the POST, as do a
 double-click and back-then-resubmit; without a nonce each would create another secret
-that nobody ever sees. So every rendering of such a form carries a random nonce
-(``issue``), remembered in the user's session, and its POST goes ahead only if it is the
-first to spend that nonce (``consume``). Anything else is sent back to the page with a
-message (``refuse``).
+that nobody ever sees. So every rendering of such a form carries a nonce (``issue``), and
+its POST goes ahead only if it is the first to spend it (``consume``). Anything else is
+sent back to the page with a message (``refuse``).
 
-The session says which nonces this browser was given and which it has spent (so the
-message can tell a replay from a stale form); a ``cache.add`` claim makes spending atomic,
-since two requests sent at once load the same session and would both find the nonce
-unspent. No raw secret is kept anywhere: a nonce only ever lets its own session submit its
-own form once.
+A nonce is signed, not stored: it names its user and its form, and the signature (with a
+timestamp, so it expires after ``MAX_AGE``) says the server issued it. Rendering a form
+therefore writes nothing, and two tabs opened at once each get a nonce that works (a
+nonce remembered in the session was lost when two renderings saved it together). Spending
+is a ``cache.add`` claim, atomic across processes, so of a double-click's two requests only
+the first goes ahead; the session also keeps the newest spent nonces, so a replay is told
+"already submitted" even after the cache dropped the claim. No raw secret is kept
+anywhere: a nonce only ever lets its own user submit its own form once.
 """
 
 from __future__ import annotations
@@ -20,36 +22,36 @@ from __future__ import annotations
 import enum
 import hashlib
 import secrets
+from datetime import timedelta
 from typing import Any
 
-from django.conf import settings
 from django.contrib import messages
+from django.core import signing
 from django.core.cache import cache
 from django.http import HttpRequest, HttpResponseRedirect
 from django.shortcuts import resolve_url
 
 FIELD = "form_nonce"
-SESSION_KEY = "form_nonces"
-# Per form kind: enough for a user's open tabs; the oldest are dropped first.
-MAX_OUTSTANDING = 20
+SESSION_KEY = "form_nonces_spent"
+SALT = "proofwork.formnonce"
+# A form left open longer than this says it expired; nothing is created from it.
+MAX_AGE = timedelta(days=1)
+# Per form kind, the spent nonces the session remembers (the cache claim is the guard).
+MAX_SPENT = 20
 STALE_FORM = "This form had expired, so nothing was created: please submit it again."
 
 
 class Nonce(enum.Enum):
     """What a submitted nonce turned out to be."""
 
-    FRESH = "fresh"  # issued to this session and now spent by this request: go ahead
+    FRESH = "fresh"  # issued to this user for this form and now spent by this request: go ahead
     USED = "used"  # spent by an earlier (or a simultaneous) submission
-    UNKNOWN = "unknown"  # missing, dropped as the oldest, or never issued to this session
+    UNKNOWN = "unknown"  # missing, expired, tampered with, or issued to another user or form
 
 
 def issue(request: HttpRequest, kind: str) -> str:
     """A new nonce for one rendering of the ``kind`` form (its hidden ``FIELD`` input)."""
-    nonce = secrets.token_urlsafe(16)
-    state = _state(request, kind)
-    state["issued"] = [*state["issued"], nonce][-MAX_OUTSTANDING:]
-    _save(request, kind, state)
-    return nonce
+    return signing.dumps({"u": _user_id(request), "k": kind, "r": secrets.token_urlsafe(12)}, salt=SALT)
 
 
 def consume(request: HttpRequest, kind: str) -> Nonce:
@@ -58,28 +60,26 @@ def consume(request: HttpRequest, kind: str) -> Nonce:
     Call it after validating the form and before creating anything.
     """
     nonce = request.POST.get(FIELD, "")
-    state = _state(request, kind)
-    if nonce not in state["issued"]:
-        return Nonce.USED if nonce in state["used"] else Nonce.UNKNOWN
-    state["issued"].remove(nonce)
-    state["used"] = [*state["used"], nonce][-MAX_OUTSTANDING:]
-    _save(request, kind, state)
-    # The session alone is not atomic: a double-click's two requests both load it with the
-    # nonce unspent. Only the first to claim it here goes ahead.
-    if not cache.add(_claim_key(kind, nonce), True, settings.SESSION_COOKIE_AGE):
+    if not _issued_for(request, kind, nonce):
+        return Nonce.UNKNOWN
+    digest = _digest(nonce)
+    spent = _spent(request, kind)
+    if digest in spent:
         return Nonce.USED
+    # A double-click's two requests both load the session with the nonce unspent: only the
+    # first to claim it here goes ahead.
+    if not cache.add(_claim_key(kind, digest), True, int(MAX_AGE.total_seconds())):
+        return Nonce.USED
+    _save(request, kind, [*spent, digest][-MAX_SPENT:])
     return Nonce.FRESH
 
 
 def release(request: HttpRequest, kind: str) -> None:
     """Give back the POST's nonce, spent by ``consume``, when the service refused and created
     nothing: a reload then retries instead of claiming that something was created."""
-    nonce = request.POST.get(FIELD, "")
-    state = _state(request, kind)
-    state["used"] = [used for used in state["used"] if used != nonce]
-    state["issued"] = [*state["issued"], nonce][-MAX_OUTSTANDING:]
-    _save(request, kind, state)
-    cache.delete(_claim_key(kind, nonce))
+    digest = _digest(request.POST.get(FIELD, ""))
+    _save(request, kind, [spent for spent in _spent(request, kind) if spent != digest])
+    cache.delete(_claim_key(kind, digest))
 
 
 def refuse(request: HttpRequest, outcome: Nonce, to: str, already_submitted: str) -> HttpResponseRedirect:
@@ -89,16 +89,33 @@ def refuse(request: HttpRequest, outcome: Nonce, to: str, already_submitted: str
     return HttpResponseRedirect(resolve_url(to), status=303)
 
 
-def _state(request: HttpRequest, kind: str) -> dict[str, list[str]]:
-    stored: Any = request.session.get(SESSION_KEY, {}).get(kind, {})
-    return {"issued": list(stored.get("issued", [])), "used": list(stored.get("used", []))}
+def _issued_for(request: HttpRequest, kind: str, nonce: str) -> bool:
+    try:
+        fields: Any = signing.loads(nonce, salt=SALT, max_age=MAX_AGE)
+    except signing.BadSignature:  # also SignatureExpired
+        return False
+    return isinstance(fields, dict) and fields.get("u") == _user_id(request) and fields.get("k") == kind
 
 
-def _save(request: HttpRequest, kind: str, state: dict[str, list[str]]) -> None:
+def _user_id(request: HttpRequest) -> str:
+    return str(request.user.pk)
+
+
+def _spent(request: HttpRequest, kind: str) -> list[str]:
+    stored: Any = request.session.get(SESSION_KEY, {})
+    spent = stored.get(kind, []) if isinstance(stored, dict) else []
+    return [digest for digest in spent if isinstance(digest, str)]
+
+
+def _save(request: HttpRequest, kind: str, spent: list[str]) -> None:
     # Assigned, not changed in place, so the session knows to save itself.
-    request.session[SESSION_KEY] = {**request.session.get(SESSION_KEY, {}), kind: state}
+    request.session[SESSION_KEY] = {**request.session.get(SESSION_KEY, {}), kind: spent}
 
 
-def _claim_key(kind: str, nonce: str) -> str:
+def _digest(nonce: str) -> str:
     # Hashed: the nonce comes from the request and may hold anything.
-    return f"formnonce:{kind}:{hashlib.sha256(nonce.encode()).hexdigest()}"
+    return hashlib.sha256(nonce.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _claim_key(kind: str, digest: str) -> str:
+    return f"formnonce:{kind}:{digest}"
