@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -39,12 +40,18 @@ class StandIn:
         self.port = port
         self.received: list[tuple[float, dict[str, Any]]] = []
         self.started = 0.0
+        self.connections = 0
+        self.refuse_with: int | None = None  # a close code to refuse every socket with
         self._stop: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._ready = threading.Event()
         self._thread = threading.Thread(target=asyncio.run, args=(self._main(),), daemon=True)
 
     async def _handler(self, connection: ServerConnection) -> None:
+        self.connections += 1
+        if self.refuse_with is not None:  # accept, then close at once: as the platform refuses
+            await connection.close(code=self.refuse_with)
+            return
         async for message in connection:
             self.received.append((time.monotonic(), json.loads(message)))
 
@@ -112,6 +119,48 @@ def test_reconnecting_waits_at_most_5_s_and_beats_at_once(
         first_at, first = platform.received[0]
         assert first == {"type": "heartbeat"}
         assert first_at - platform.started < 2.0
+        reporter.stop()
+
+
+@pytest.mark.parametrize("code", [4401, 4403])
+def test_a_refused_node_tries_again_every_minute_and_says_so_once(
+    monkeypatch: pytest.MonkeyPatch, reporters: list[Reporter], caplog: pytest.LogCaptureFixture, code: int
+) -> None:
+    """Suspended, retired or with a replaced token, the node is refused at each try: it
+    tries again about once a minute (a suspended worker may be resumed), not every 5 s,
+    and logs the refusal once, not at each try. Taken back, it beats at once."""
+    waits: list[float] = []
+    real_sleep = asyncio.sleep
+
+    def sleep(delay: float, result: Any = None) -> Any:
+        # The reporter's own waits only (websockets' keepalive sleeps too), on a fast clock.
+        if sys._getframe(1).f_globals["__name__"] == "workers.agent.reporter":
+            waits.append(delay)
+        return real_sleep(0.005, result)
+
+    monkeypatch.setattr(asyncio, "sleep", sleep)
+    port = free_port()
+    with StandIn(port) as platform:
+        platform.refuse_with = code
+        reporter = Reporter(f"http://127.0.0.1:{port}", "pww_test", heartbeat=10.0)
+        with caplog.at_level("ERROR", logger="workers.agent.reporter"):
+            reporters.append(reporter.start())
+            deadline = time.monotonic() + 10
+            while platform.connections < 4 and time.monotonic() < deadline:
+                time.sleep(0.01)
+        assert platform.connections >= 4
+        assert len(waits) >= 3
+        assert all(48.0 <= wait <= 60.0 for wait in waits), waits
+        refusals = [r.getMessage() for r in caplog.records if "refuses this node's socket" in r.getMessage()]
+        assert len(refusals) == 1
+        assert f"({code})" in refusals[0]
+        assert "resumed from its page" in refusals[0]
+        platform.refuse_with = None  # resumed
+        assert reporter.connected.wait(5)
+        limit = time.monotonic() + 5
+        while not platform.received and time.monotonic() < limit:
+            time.sleep(0.01)
+        assert platform.received[0][1] == {"type": "heartbeat"}
         reporter.stop()
 
 

@@ -31,6 +31,11 @@ log = logging.getLogger("workers.agent.reporter")
 
 HEARTBEAT_SECONDS = 10.0
 RECONNECT_MAX_SECONDS = 5.0  # jitter included: 10 s between beats + 5 s stays well below the 30 s timeout
+# After the platform refused the token (4401) or the worker (4403: suspended or retired):
+# tried again this often, since a suspended worker may be resumed, but not every 5 s.
+REFUSED_RETRY_SECONDS = 60.0
+# A refusal streak is logged as an error once, then reminded of this often.
+REFUSED_REMINDER_SECONDS = 600.0
 
 
 def reconnect_delay(failures: int) -> float:
@@ -38,6 +43,11 @@ def reconnect_delay(failures: int) -> float:
     # The exponent is capped too: 2.0 ** 1024 overflows, and that, after about 85 minutes
     # of a platform down, ended the reporter's thread and the node's heartbeats for good.
     return min(2.0 ** min(failures - 1, 16) * random.uniform(0.8, 1.2), RECONNECT_MAX_SECONDS)
+
+
+def refused_delay() -> float:
+    """Seconds to wait before trying again after the platform refused this node's socket."""
+    return REFUSED_RETRY_SECONDS * random.uniform(0.8, 1.0)
 
 
 def ws_url(server: str) -> str:
@@ -134,7 +144,10 @@ class Reporter:
         self._loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
         failures = 0
+        refused_since: float | None = None  # monotonic time of a refusal streak's first
+        reminded = 0.0
         while not self._stop.is_set():
+            refused = False
             if not self.broker_up.is_set():
                 self._wake.clear()
                 with contextlib.suppress(TimeoutError):
@@ -155,8 +168,19 @@ class Reporter:
                     await self._session(socket)
             except websockets.ConnectionClosedError as exc:
                 if exc.rcvd is not None and exc.rcvd.code in (4401, 4403):
-                    # Retried after the backoff all the same: a suspended worker may be resumed.
-                    log.error("the platform closed the socket (%s): token refused or worker suspended", exc.rcvd.code)
+                    refused = True
+                    now = time.monotonic()
+                    if refused_since is None or now - reminded >= REFUSED_REMINDER_SECONDS:
+                        log.error(
+                            "the platform refuses this node's socket (%s)%s: its worker is suspended or"
+                            " retired, or its token was replaced by registering the key again. Trying again"
+                            " every minute: a suspended worker may be resumed from its page; a retired one"
+                            " must register anew",
+                            exc.rcvd.code,
+                            "" if refused_since is None else f", for {(now - refused_since) / 60:.0f} min now",
+                        )
+                        reminded = now
+                    refused_since = now if refused_since is None else refused_since
                 elif exc.rcvd is not None:
                     # 4429: over the message budget, or too many sockets for this worker
                     # (another process running with this node's token?); retrying after
@@ -169,10 +193,12 @@ class Reporter:
             except Exception:  # a bug here must not silence the node's heartbeats for good
                 log.exception("reporter session failed; reconnecting")
             self.connected.clear()
+            if not refused:  # refusals are accepted, then closed: any other end ends a streak
+                refused_since = None
             if self._stop.is_set():
                 break
             failures += 1
-            await asyncio.sleep(reconnect_delay(failures))
+            await asyncio.sleep(refused_delay() if refused else reconnect_delay(failures))
 
     async def _session(self, socket: Any) -> None:
         assert self._wake is not None
