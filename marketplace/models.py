@@ -224,6 +224,7 @@ class Task(models.Model):
         indexes = [
             models.Index(fields=["owner", "-created_at"]),
             models.Index(fields=["status", "-created_at"]),
+            models.Index(fields=["status", "-budget"]),  # the public listing's ?ordering=budget
         ]
         constraints = [
             models.CheckConstraint(condition=models.Q(budget__gt=0), name="task_budget_positive"),

@@ -25,6 +25,7 @@ from ledger.models import Transaction, TxStatus
 from ledger.sealer import ensure_system_accounts, seal_block
 from ledger.services import next_nonce
 from tests.ledger.helpers import CREDIT, follow, signed, submit_result, worker_keys
+from tests.plans import nodes, plan_of
 
 pytestmark = pytest.mark.django_db
 
@@ -221,20 +222,6 @@ def insert_rows(sender: str, recipient: str, status: str, count: int, **params: 
             """,  # noqa: S608 (the expressions are this file's; the values are parameters)
             {"count": count, **params},
         )
-
-
-def plan_of(rows: QuerySet[Transaction]) -> dict[str, Any]:
-    sql, params = rows.query.sql_with_params()
-    with connection.cursor() as cursor:
-        cursor.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {sql}", params)
-        found = cursor.fetchone()
-    assert found is not None
-    value = found[0]
-    return (json.loads(value) if isinstance(value, str) else value)[0]["Plan"]
-
-
-def nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
-    return [plan, *(n for child in plan.get("Plans", []) for n in nodes(child))]
 
 
 def rows_read(plan: dict[str, Any]) -> int:
