@@ -100,7 +100,11 @@ class WebhookEvent(models.Model):
     parked_intent_id = models.CharField(
         max_length=255, blank=True, help_text="The PaymentIntent a parked event waits for; empty once applied."
     )
-    parked_object = models.JSONField(null=True, blank=True, help_text="The parked event's data.object.")
+    parked_object = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="The fields of the parked event's data.object that its handler reads, as checked on receipt.",
+    )
 
     class Meta:
         ordering = ["-received_at"]

@@ -401,5 +401,6 @@ def stripe_webhook(request: HttpRequest) -> HttpResponse:
         log.warning("stripe webhook refused: %s", exc)
         return JsonResponse({"detail": f"Invalid signature: {exc}"}, status=400)
     outcome = handle_event(event)
-    log.info("stripe event %s %s: %s", event.get("id"), event.get("type"), outcome)
+    # Signed, but its id and type may be anything (a malformed id is an outcome, not stored).
+    log.info("stripe event %.100r %.100r: %s", event.get("id"), event.get("type"), outcome)
     return JsonResponse({"received": True, "outcome": outcome})
