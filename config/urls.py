@@ -29,3 +29,5 @@ urlpatterns = [
     path("", include("ledger.urls")),
     path("", include("payments.urls")),
 ]
+
+handler404 = "config.errors.not_found"

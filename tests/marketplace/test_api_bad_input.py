@@ -209,7 +209,19 @@ def test_publishing_an_open_task_is_a_409(alice: Any, alice_client: APIClient) -
 )
 def test_malformed_ids_in_urls_are_404(alice_client: APIClient, url: str) -> None:
     method = alice_client.post if url.endswith("cancel/") else alice_client.get
-    assert method(url).status_code == 404
+    response = method(url)
+    assert response.status_code == 404
+    assert response["Content-Type"].startswith("application/json")  # as every API 4xx, routed or not
+
+
+@pytest.mark.parametrize("url", ["/api/v1/nothing/", "/api/v1/ledger/blocks/x/", "/api/nothing"])
+def test_an_api_url_no_route_matches_is_a_json_404_and_a_page_an_html_one(client: Any, url: str) -> None:
+    response = client.get(url)
+    assert response.status_code == 404
+    assert response.json() == {"detail": "Not found."}
+    page = client.get("/no-such-page/")
+    assert page.status_code == 404
+    assert page["Content-Type"].startswith("text/html")
 
 
 @pytest.mark.parametrize("token_id", ["abc", "9" * 30, "-1", "0"])
