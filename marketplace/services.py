@@ -96,6 +96,8 @@ def check_task_request(
         spec["source_task"] = str(spec["source_task"])
     if kind.name == "asl_training" and dataset is not None:
         _check_training_archive(dataset)
+    if kind.name == "cube_training" and dataset is not None:
+        _check_training_embeddings(dataset, spec)
 
     price = kind.estimate_price(spec)
     needed = price * request.replication
@@ -112,8 +114,8 @@ def check_task_request(
     return spec, dataset, price
 
 
-def _check_embeddings(dataset: Dataset, width: int) -> None:
-    """Refuse inference inputs the source model cannot take: [N, width] floats (header only)."""
+def _check_embeddings(dataset: Dataset, width: int, *, min_rows: int = 1, taker: str = "the source model") -> None:
+    """Refuse embeddings ``taker`` cannot take: [N ≥ min_rows, width] finite floats."""
     with dataset.file.open("rb") as handle:
         try:
             shape, dtype = embeddings_shape(handle, dataset.format)
@@ -121,11 +123,35 @@ def _check_embeddings(dataset: Dataset, width: int) -> None:
             raise ValidationError({"dataset": [f"{dataset.name}: {exc}."]}) from None
     if len(shape) != 2 or shape[0] < 1 or shape[1] != width:
         raise ValidationError(
-            {"dataset": [f"{dataset.name}: shape {shape}, but the source model takes rows of teacher_dim {width}."]}
+            {"dataset": [f"{dataset.name}: shape {shape}, but {taker} takes rows of teacher_dim {width}."]}
+        )
+    if shape[0] < min_rows:
+        raise ValidationError(
+            {"dataset": [f"{dataset.name}: {shape[0]} rows; at least {min_rows} are needed (some are held out)."]}
         )
     if dtype != "float":
         raise ValidationError({"dataset": [f"{dataset.name}: dtype {dtype} is not a float type."]})
     _check_finite(dataset)
+
+
+def _check_training_embeddings(dataset: Dataset, spec: dict[str, Any]) -> None:
+    """Refuse a cube_training upload the platform's held-out split would refuse after the
+    task was funded (``training.cube.split.read_upload``): a shape other than [N,
+    teacher_dim], too few rows to hold some out, non-float or non-finite values, or a
+    dialogue-mode upload that cannot carry its targets."""
+    from training.cube.split import MIN_ROWS
+
+    width = int(spec.get("teacher_dim", 768))
+    _check_embeddings(dataset, width, min_rows=MIN_ROWS, taker="this spec")
+    if spec.get("mode") == "dialogue" and dataset.format != "safetensors":
+        raise ValidationError(
+            {
+                "dataset": [
+                    f"{dataset.name}: dialogue mode needs paired targets; upload one .safetensors file"
+                    " with 'embeddings' and 'targets' tensors."
+                ]
+            }
+        )
 
 
 def _check_finite(dataset: Dataset) -> None:

@@ -29,8 +29,9 @@ def post_task(owner: Any, kind: str = "synthetic", spec: dict[str, Any] | None =
     return services.post_task(owner, services.TaskRequest(kind=kind, spec=spec or {}, **kwargs))
 
 
-def npy_bytes(rows: int = 4, cols: int = 8) -> bytes:
-    """A real .npy file (float32 zeros), built in memory."""
+def npy_bytes(rows: int = 4, cols: int = 768) -> bytes:
+    """A real .npy file (float32 zeros), built in memory: by default, as many rows as a
+    cube_training upload needs (some are held out) of the default spec's teacher_dim."""
     import io
 
     import numpy as np

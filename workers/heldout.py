@@ -98,7 +98,10 @@ def ensure_prepared(task_id: UUID | str) -> bool:
         try:
             worker, heldout = hook(task.spec, source, Path(tmp) / "out")
         except ValueError as exc:
-            _fail_unusable(task.pk, str(exc))
+            reason = str(exc)
+            if source is not None and task.dataset is not None:  # named as the requester knows it
+                reason = reason.replace(source.name, task.dataset.name)
+            _fail_unusable(task.pk, reason)
             return False
         _store(task, worker, heldout)
     return True

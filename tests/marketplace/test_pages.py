@@ -18,7 +18,7 @@ from ledger import services as ledger
 from marketplace.kinds import KINDS
 from marketplace.models import ApiToken, Dataset, Task, TaskEvent, User, hash_token
 from marketplace.units import UNITS_PER_CREDIT, format_credits
-from tests.factories import PASSWORD, post_task
+from tests.factories import PASSWORD, npy_bytes, post_task
 from tests.form_nonces import submit
 
 pytestmark = pytest.mark.django_db
@@ -581,8 +581,7 @@ def test_oversized_upload_shows_the_limit(alice_web: Client, settings: Any) -> N
 def test_dataset_in_use_cannot_be_deleted(alice_web: Client, alice: Any) -> None:
     from marketplace import services
 
-    npy = b"\x93NUMPY\x01\x00v\x00{'descr': '<f4', 'fortran_order': False, 'shape': (1,), }" + b" " * 40 + b"\n\0\0\0\0"
-    dataset = services.upload_dataset(alice, SimpleUploadedFile("e.npy", npy), "embeddings")
+    dataset = services.upload_dataset(alice, SimpleUploadedFile("e.npy", npy_bytes()), "embeddings")
     post_task(alice, kind="cube_training", dataset=dataset.pk, budget=5 * UNITS_PER_CREDIT)
     response = alice_web.post(reverse("dataset-delete", args=[dataset.pk]), follow=True)
     assert "In use by 1 task(s)" in text(response)

@@ -14,6 +14,7 @@ import pytest
 import torch
 from django.core.files.base import ContentFile
 from django.core.files.storage import default_storage
+from rest_framework.exceptions import ValidationError
 from rest_framework.test import APIClient
 from safetensors.numpy import load, save_file
 
@@ -167,14 +168,53 @@ def test_synthetic_data_sends_no_dataset_and_holds_out_another_stream(bob: Any, 
     assert {r.tobytes() for r in held}.isdisjoint({r.tobytes() for r in train})
 
 
-def test_an_unusable_upload_fails_the_task_with_a_full_refund(bob: Any, alpha: Provider) -> None:
+NAN_ROWS = np.zeros((40, 32), dtype=np.float32)
+NAN_ROWS[7, 3] = np.nan
+
+
+@pytest.mark.parametrize(
+    ("array", "spec", "words"),
+    [
+        (np.zeros((40, 8), dtype=np.float32), {}, "shape [40, 8], but this spec takes rows of teacher_dim 32"),
+        (np.zeros((4, 4, 4), dtype=np.float32), {}, "shape [4, 4, 4]"),
+        (np.zeros((3, 32), dtype=np.float32), {}, "3 rows; at least 4 are needed"),
+        (NAN_ROWS, {}, "row 7 holds NaN or infinite values"),
+        (np.zeros((40, 32), dtype=np.int32), {}, "dtype int32 is not a float type"),
+        (np.zeros((40, 32), dtype=np.float32), {"mode": "dialogue"}, "dialogue mode needs paired targets"),
+    ],
+    ids=["teacher_dim", "3-D", "too few rows", "NaN", "integers", "dialogue without targets"],
+)
+def test_an_upload_the_split_would_refuse_is_refused_at_posting(
+    bob: Any, array: np.ndarray, spec: dict[str, Any], words: str
+) -> None:
+    before = (ledger.balance(bob), Task.objects.count())
+    with pytest.raises(ValidationError) as refused:
+        training_task(bob, array, **spec)
+    (message,) = refused.value.detail["dataset"]  # type: ignore[call-overload]
+    assert str(message).startswith("teacher.npy: ")
+    assert words in str(message)
+    assert (ledger.balance(bob), Task.objects.count()) == before
+
+
+def test_an_unusable_upload_fails_the_task_with_a_full_refund_naming_it(
+    bob: Any, alpha: Provider, tmp_path: Path
+) -> None:
+    """What posting reads (the header, the values) fits; the dialogue targets the split
+    reads do not exist: the task fails before any worker is offered it, naming the file as
+    the requester uploaded it, and the budget comes back."""
+    save_file({"embeddings": teacher()}, str(tmp_path / "pairs.safetensors"))
+    dataset = make_dataset(bob, (tmp_path / "pairs.safetensors").read_bytes(), "pairs.safetensors")
     before = ledger.balance(bob)
-    task = training_task(bob, np.zeros((40, 8), dtype=np.float32))  # teacher_dim is 32
+    task = post_task(
+        bob, "cube_training", {**SPEC, "mode": "dialogue"}, dataset=dataset.pk, budget=10 * UNITS_PER_CREDIT
+    )
     assert ledger.balance(bob) < before
     assert scheduler.schedule(task.pk) == []
     task.refresh_from_db()
     assert task.status == TaskStatus.FAILED
-    assert "8 dimensions but teacher_dim is 32" in task.status_reason
+    assert "pairs.safetensors" in task.status_reason
+    assert "targets" in task.status_reason
+    assert "upload." not in task.status_reason
     assert ledger.balance(bob) == before
     assert not Assignment.objects.filter(task=task).exists()
     assert heldout.prepared(task) is None

@@ -50,7 +50,7 @@ def heldout_rows(rows: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
 def read_upload(spec: Mapping[str, Any], source: Path) -> tuple[np.ndarray, np.ndarray | None]:
     """Inputs (and dialogue targets) of one uploaded file, validated against the spec."""
     full = training_spec(spec)
-    dim, name = int(full["teacher_dim"]), f"dataset{source.suffix}"
+    dim, name = int(full["teacher_dim"]), source.name
     inputs = validate_embeddings(load_array(source, "embeddings"), dim, name)
     if full["mode"] != "dialogue":
         return inputs, None
