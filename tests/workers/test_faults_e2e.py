@@ -112,7 +112,7 @@ def test_a_suspended_node_loses_its_socket_and_its_token(alice: Any, tmp_path: P
             assert response.json()["state"] == "suspended"
 
             p.wait_for(
-                lambda: "closed the socket (4403)" in (tmp_path / "agent.log").read_text(errors="replace"),
+                lambda: "refuses this node's socket (4403)" in (tmp_path / "agent.log").read_text(errors="replace"),
                 20,
                 "the agent's socket was not closed",
                 explain=lambda: logs(tmp_path, "agent.log", "daphne.log"),
