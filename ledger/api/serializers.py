@@ -13,6 +13,7 @@ from config.serializers import StrictInput
 from ledger import encoding
 from ledger.bech32 import AddressError, decode_address
 from ledger.models import Account, Block, Transaction
+from marketplace.units import format_credits
 
 
 class BlockSerializer(serializers.ModelSerializer[Block]):
@@ -133,11 +134,28 @@ class AccountSerializer(serializers.ModelSerializer[Account]):
         read_only_fields = fields
 
 
+@extend_schema_field(OpenApiTypes.STR)
+class CreditsText(serializers.Field[int, int, str, Any]):
+    """Base units out as a credit string ('12.5'), read-only."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(read_only=True, **kwargs)
+
+    def to_representation(self, value: int) -> str:
+        return format_credits(int(value))
+
+
 class WalletSerializer(serializers.Serializer[dict[str, Any]]):
+    """Amounts in base units, as the ledger signs them, and the same in credits (decimal
+    strings, as the rest of the API gives them)."""
+
     address = serializers.CharField()
-    balance = serializers.IntegerField(help_text="Spendable now (pending transactions included).")
-    sealed_balance = serializers.IntegerField(help_text="As of the last sealed block.")
-    escrowed = serializers.IntegerField(help_text="Locked in the escrow of your tasks.")
+    balance = serializers.IntegerField(help_text="Spendable now (pending transactions included), in base units.")
+    sealed_balance = serializers.IntegerField(help_text="As of the last sealed block, in base units.")
+    escrowed = serializers.IntegerField(help_text="Locked in the escrow of your tasks, in base units.")
+    balance_credits = CreditsText(source="balance", help_text="balance in credits.")
+    sealed_balance_credits = CreditsText(source="sealed_balance", help_text="sealed_balance in credits.")
+    escrowed_credits = CreditsText(source="escrowed", help_text="escrowed in credits.")
     escrow_accounts = serializers.ListField(child=serializers.CharField())
     transactions = TransactionSerializer(
         many=True, help_text="The latest ones, newest first; `transactions_url` lists them all."

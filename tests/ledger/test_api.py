@@ -157,6 +157,9 @@ def test_wallet_shows_balance_escrow_and_history(chain: dict[str, Any], anon_cli
     body = client.get("/api/v1/ledger/wallet/").json()
     assert body["balance"] == 20 * CREDIT - 3 * CREDIT
     assert body["escrowed"] == 0
+    # The same in credits, as decimal strings like the rest of the API.
+    assert (body["balance_credits"], body["escrowed_credits"]) == ("17", "0")
+    assert body["sealed_balance_credits"] == str(body["sealed_balance"] // CREDIT)
     assert [t["type"] for t in body["transactions"]][:2] == ["ESCROW_RELEASE", "ESCROW_LOCK"]
     assert anon_client.get("/api/v1/ledger/wallet/").status_code in (401, 403)
 
