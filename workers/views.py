@@ -6,6 +6,7 @@ that restricts rows to the signed-in provider: another user's worker is a 404.
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -14,13 +15,17 @@ from uuid import UUID
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.db.models import Count, Q, QuerySet
+from django.db.models import Count, OuterRef, Q, QuerySet, Subquery
+from django.db.models.functions import Coalesce
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
+from django.utils.timesince import timesince
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 from rest_framework.exceptions import APIException, NotFound, PermissionDenied, Throttled
 
+from ledger.models import Account
 from marketplace import formnonce
 from marketplace.errors import error_text
 from marketplace.models import Task, User
@@ -38,6 +43,11 @@ ACTIONS: dict[str, str] = {
 ACTION_DONE = {"suspend": "suspended", "resume": "resumed", "retire": "retired"}
 LIVE_STATES = (Assignment.State.OFFERED, Assignment.State.RUNNING)
 REGISTRATION_FORM = "registration-token"
+# How the pages tell a provider to run the agent: the project is not installed as a
+# package, so ``workers`` imports only with the checkout's root as the working folder,
+# and its dependencies are in the checkout's .venv (``make install``).
+AGENT = ".venv/bin/python -m workers.agent"
+SILENT_AFTER_SECONDS = 20
 
 
 def current_user(request: HttpRequest) -> User:
@@ -117,14 +127,31 @@ def _gib(value: Any) -> str:
         return "?"
 
 
-def _worker_row(worker: Worker) -> dict[str, Any]:
+def heartbeat_age(when: datetime | None, now: datetime | None = None) -> str:
+    """How long ago a heartbeat came: "just now" under a minute (timesince would say
+    "0 minutes"), else "5 minutes ago". Empty for none."""
+    if when is None:
+        return ""
+    now = now or timezone.now()
+    if now - when < timedelta(minutes=1):
+        return "just now"
+    return f"{timesince(when, now)} ago"
+
+
+def _worker_row(worker: Worker, unswept: int) -> dict[str, Any]:
+    """A worker as its pages show it; ``unswept`` is the balance at its address, which
+    the retire button's confirmation names (a retired worker can no longer sweep it)."""
     busy = bool(getattr(worker, "live_assignments", 0))
     return {
         "worker": worker,
         "status": worker_status(worker, busy),
+        "heartbeat": heartbeat_age(worker.last_heartbeat_at),
         "capabilities": capability_rows(worker.capabilities),
         "earnings": format_credits(worker.earnings),
         "actions": _actions_for(worker),
+        "unswept": unswept,
+        # The sweep's fee comes out of the balance: a balance under it cannot be swept.
+        "sweepable": unswept > sweep.sweep_fee(),
     }
 
 
@@ -149,6 +176,7 @@ def register(request: HttpRequest) -> HttpResponse:
         "ttl_minutes": ttl_minutes,
         "server_url": request.build_absolute_uri("/").rstrip("/"),
         "broker": broker_argument(),
+        "agent": AGENT,
     }
     if request.method == "POST":
         submitted = formnonce.consume(request, REGISTRATION_FORM)
@@ -175,10 +203,12 @@ def register(request: HttpRequest) -> HttpResponse:
 @login_required
 def my_workers(request: HttpRequest) -> HttpResponse:
     """The provider's workers, with status, capabilities, benchmark and earnings."""
+    balance = Account.objects.filter(address=OuterRef("address")).values("available")[:1]
     workers = _own_workers(request).annotate(
-        live_assignments=Count("assignments", filter=Q(assignments__state__in=LIVE_STATES))
+        live_assignments=Count("assignments", filter=Q(assignments__state__in=LIVE_STATES)),
+        unswept=Coalesce(Subquery(balance), 0),
     )
-    rows = [_worker_row(worker) for worker in workers]
+    rows = [_worker_row(worker, worker.unswept) for worker in workers]
     return render(request, "workers/my_workers.html", {"rows": rows})
 
 
@@ -190,16 +220,17 @@ def worker_detail(request: HttpRequest, pk: UUID) -> HttpResponse:
     assignments = list(
         Assignment.objects.filter(worker=worker).select_related("task").order_by("-created_at")[:RECENT_ASSIGNMENTS]
     )
-    row = _worker_row(worker)
+    sweep_state = sweep.sweep_state(worker)
+    row = _worker_row(worker, sweep_state.balance)
     row["status"] = worker_status(worker, busy=any(a.state in LIVE_STATES for a in assignments))
     server_url = request.build_absolute_uri("/").rstrip("/")
     context = {
         "row": row,
         "assignments": assignments,
         "status": row["status"],
-        "sweep": sweep.sweep_state(worker),
+        "sweep": sweep_state,
         "demand": supply.demand(worker) if worker.state != Worker.State.RETIRED else None,
-        "sweep_command": f"python -m workers.agent --key worker.pem sweep --server {server_url}",
+        "sweep_command": f"{AGENT} --key worker.pem sweep --server {server_url}",
     }
     return render(request, "workers/worker_detail.html", context)
 
@@ -226,7 +257,9 @@ def worker_action(request: HttpRequest, pk: UUID, action: str) -> HttpResponse:
 
 
 def assignment_live_state(assignment: Assignment) -> dict[str, Any]:
-    """What the task page needs to draw one assignment: progress, chart history, log tail."""
+    """What the task page needs to draw one assignment: progress, chart history, log tail,
+    and when its worker was last heard from (a heartbeat or a progress report)."""
+    heard = [at for at in (assignment.worker.last_heartbeat_at, assignment.last_progress_at) if at is not None]
     return {
         "id": str(assignment.pk),
         "worker": assignment.worker.name,
@@ -237,6 +270,7 @@ def assignment_live_state(assignment: Assignment) -> dict[str, Any]:
         "metrics": assignment.metrics if isinstance(assignment.metrics, dict) else {},
         "history": assignment.history if isinstance(assignment.history, list) else [],
         "log_tail": assignment.log_tail if isinstance(assignment.log_tail, list) else [],
+        "heard_at": max(heard).isoformat(timespec="milliseconds") if heard else None,
     }
 
 
@@ -248,6 +282,11 @@ def task_live_state(task: Task) -> dict[str, Any]:
         "status": task.status,
         "progress": task.progress,
         "assignments": [assignment_live_state(a) for a in assignments],
+        # The page counts a worker's silence on the server's clock, not the browser's.
+        "now": timezone.now().isoformat(timespec="milliseconds"),
+        # A live worker is heard from at least every heartbeat (the agent's 10 s, stored at
+        # most every 5 s): past this the page says how long it has been silent.
+        "silent_after": SILENT_AFTER_SECONDS,
     }
 
 

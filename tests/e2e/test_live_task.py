@@ -130,7 +130,7 @@ def test_a_provider_registers_a_node_and_manages_workers(page: Any, live_url: st
     token = page.locator("#registration-token").inner_text()
     assert token.startswith("pwr_")
     expect()(page.locator("#cmd-register")).to_have_text(
-        f"python -m workers.agent register --server {live_url} --token {token}"
+        f".venv/bin/python -m workers.agent register --server {live_url} --token {token}"
     )
     expect()(page.locator("#cmd-run")).to_contain_text("python -m workers.agent run --broker memory://")
     assert RegistrationToken.objects.get(owner=provider).token_hash != token
