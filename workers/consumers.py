@@ -371,7 +371,9 @@ class WorkerConsumer(LiveConsumer):
         # One message adds at most LOG_BATCH lines of LOG_LINE_CHARS; the rest is cut.
         clean = [line[:LOG_LINE_CHARS] for line in lines[:LOG_BATCH]]
         key = str(assignment.pk)
-        event = {"type": "task.log", "task_id": str(assignment.task_id), "lines": clean}
+        # The assignment lets the task page merge these lines with the stored tail it reads
+        # later, which may not hold them yet (they are buffered), without losing or repeating any.
+        event = {"type": "task.log", "task_id": str(assignment.task_id), "assignment_id": key, "lines": clean}
         await fanout.send(self.channel_layer, task_group(assignment.task_id), (key, "task.log"), event, FANOUT_INTERVAL)
         self._logged.add(key)
         await log_writes.add(key, clean, LOG_FLUSH_INTERVAL)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
@@ -19,15 +20,17 @@ from rest_framework.exceptions import NotFound, ValidationError
 
 from config.downloads import download
 from ledger import services as ledger
+from ledger.models import TxStatus
 from marketplace import services
 from marketplace.errors import error_text
 from marketplace.forms import StatusFilterForm, TaskForm
 from marketplace.kinds import KINDS, Kind
-from marketplace.models import CANCELLABLE, Task, TaskStatus, User
+from marketplace.models import CANCELLABLE, Task, TaskEvent, TaskStatus, User
 from marketplace.units import format_credits
 from marketplace.views.common import current_user
 from workers import jobs, supply
 from workers.jobs import Conflict
+from workers.models import Assignment
 from workers.views import task_live_state
 
 PAGE_SIZE = 20
@@ -134,18 +137,23 @@ def _estimate(form: TaskForm) -> dict[str, Any] | None:
         return None
     data = getattr(form, "cleaned_data", {})
     min_reputation = data.get("min_reputation", form.fields["min_reputation"].initial) or 0
-    replication = data.get("replication", form.fields["replication"].initial) or 1
+    # None while the field does not parse: the price per replica is all that is known then.
+    replication = data.get("replication") if form.is_bound else form.fields["replication"].initial
     resources = form.kind.resources(clean)
     need = supply.Need.of(form.kind.name, clean, min_reputation)
     survey = supply.survey(need, max_age=settings.SUPPLY_SNAPSHOT_SECONDS)
+    price = form.kind.estimate_price(clean)
     return {
-        "price": format_credits(form.kind.estimate_price(clean)),
+        "price": format_credits(price),
+        "replication": replication,
+        # What services.check_task_request asks the budget to cover: every replica is paid.
+        "budget_needed": format_credits(price * replication) if replication else None,
         "resources": resources,
         "memory": supply.memory(resources.memory_bytes),  # as the waiting reasons write it
         "supply": survey,
         # With no worker (or too few providers) able to take it, the post page says why
         # before the money is held.
-        "warning": survey.posting_warning(replication),
+        "warning": survey.posting_warning(replication or 1),
     }
 
 
@@ -162,25 +170,82 @@ def task_detail(request: HttpRequest, pk: UUID) -> HttpResponse:
     # The kind's field order, not the stored one: PostgreSQL's jsonb reorders keys.
     keys = [key for key in fields if key in task.spec] + [key for key in task.spec if key not in fields]
     spec_rows = [(key, task.spec[key], str(getattr(fields.get(key), "help_text", "") or "")) for key in keys]
+    ledger_txs = jobs.ledger_trail(task)
     context = {
         "task": task,
         "kind": kind,
         "spec_rows": spec_rows,
         "price_estimate": format_credits(task.price_estimate),
-        "events": task.events.all(),
+        "events": _timeline(list(task.events.all())),
         "metrics": {
             key: f"{value:.4g}" if isinstance(value, float) else value
             for key, value in (task.metrics if isinstance(task.metrics, dict) else {}).items()
         },
+        "metrics_note": _metrics_note(task, kind),
+        "start_rows": _start_rows(task),
         "status_labels": dict(TaskStatus.choices),
         "cancellable_statuses": sorted(CANCELLABLE),
         # The same JSON live.json serves on reconnect: the first paint and a recovery draw alike.
         "live": task_live_state(task),
         "result_rows": _result_rows(task.result_summary),
         "result_files": jobs.result_files(task),
-        "ledger_txs": jobs.ledger_trail(task),
+        "ledger_txs": ledger_txs,
+        # While a row waits for its block the page re-reads this section (task.js), about
+        # once a block time: a sealing sends the task's socket nothing.
+        "ledger_pending": any(t.status == TxStatus.PENDING for t in ledger_txs),
+        "ledger_poll_seconds": settings.LEDGER_BLOCK_TIME,
     }
     return render(request, "marketplace/task_detail.html", context)
+
+
+# post_task writes "created" and "opened" in one transaction, moments apart; a draft that
+# was published later was opened at least this long after it was created.
+_POSTED_OPEN = timedelta(seconds=1)
+
+
+def _timeline(events: list[TaskEvent]) -> list[dict[str, Any]]:
+    """The timeline's rows: each event's time, status badge (status and label) and message.
+
+    Every task is created as a draft (``post_task``), but one posted straight to the market
+    was a draft only inside that transaction: its first row says "Created", not "Draft"."""
+    rows = [
+        {"at": e.at, "status": e.status, "label": e.get_status_display() if e.status else "", "message": e.message}
+        for e in events
+    ]
+    if len(events) > 1 and events[0].status == TaskStatus.DRAFT:
+        opened = events[1]
+        if opened.status == TaskStatus.OPEN and opened.at - events[0].at < _POSTED_OPEN:
+            rows[0].update(status="", label="Created")
+    return rows
+
+
+def _metrics_note(task: Task, kind: Kind | None) -> str:
+    """What the metrics list says while it is empty."""
+    if kind is not None and not kind.model_files:
+        # Only the training kinds (those that produce a model) report metrics, such as a
+        # loss; the synthetic and inference kinds report their progress alone.
+        return "This kind of task reports its progress only, no metrics."
+    if task.is_terminal:
+        return "No metrics were reported."
+    return "No metrics reported yet."
+
+
+def _start_rows(task: Task) -> list[tuple[str, datetime]]:
+    """The summary's "started" rows: the task's first start, and its latest one when the
+    task was run again (a reassignment, or another replica).
+
+    ``task.started_at`` is the first time a worker started it and is never cleared, so
+    once the task went back to waiting it is labelled as the first start."""
+    first = task.started_at
+    if first is None:
+        return []
+    starts = Assignment.objects.filter(task=task, started_at__isnull=False).values_list("started_at", flat=True)
+    latest = max((at for at in starts if at is not None), default=first)
+    if task.status in (TaskStatus.OPEN, TaskStatus.ASSIGNED):
+        return [("First started", first)]
+    if latest > first:
+        return [("First started", first), ("Last started", latest)]
+    return [("Started", first)]
 
 
 # Labels for the summary keys the platform itself writes; other keys (a kind's metrics)

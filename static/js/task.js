@@ -1,6 +1,8 @@
 // Live task status: a WebSocket on /ws/tasks/<id>/ pushes "task.status", "task.progress"
 // and "task.log" events; after every (re)connect the page re-reads /api/v1/tasks/<id>/
-// and the assignments' live.json so nothing missed while disconnected stays stale.
+// and the assignments' live.json so nothing missed while disconnected stays stale. The
+// ledger section, whose rows are sealed into blocks without a task event, is re-read
+// while a row is pending.
 (function () {
   "use strict";
 
@@ -14,6 +16,7 @@
   var labels = readJson("status-labels", {});
   var cancellable = readJson("cancellable-statuses", []);
   var terminal = ["completed", "failed", "cancelled"];
+  var LIVE_ASSIGNMENTS = ["offered", "running"]; // a worker holds the job and should be heard from
   var attempts = 0;
   var socket = null;
 
@@ -49,11 +52,37 @@
       reason.hidden = !state.status_reason;
     }
     if (typeof state.progress === "number") setProgress(state.progress);
+    if (state.status) settleStep(state.status);
     if (state.metrics && typeof state.metrics === "object") renderMetrics(state.metrics);
     if (state.status && cancellable.indexOf(state.status) === -1) {
       var cancel = byId("cancel-form");
       if (cancel) cancel.remove();
     }
+  }
+
+  function currentStatus() {
+    var badge = byId("task-status");
+    return badge ? badge.getAttribute("data-status") || "" : "";
+  }
+
+  // The step and the time left describe the run in hand: none once the task is finished,
+  // and no time left once the work is done (verifying) or went back to waiting (open).
+  function settleStep(status) {
+    var done = terminal.indexOf(status) !== -1;
+    var stepNode = byId("task-step");
+    var eta = byId("task-eta");
+    if (stepNode && (done || status === "open")) stepNode.textContent = "";
+    if (eta && (done || status === "open" || status === "verifying")) eta.textContent = "";
+  }
+
+  function showStep(event) {
+    var status = currentStatus();
+    if (terminal.indexOf(status) !== -1) return; // a late report of a finished run
+    var stepNode = byId("task-step");
+    if (stepNode) stepNode.textContent = "Step " + event.step + " of " + event.total + ".";
+    var eta = byId("task-eta");
+    var left = typeof event.eta === "number" && event.step < event.total && status !== "verifying";
+    if (eta) eta.textContent = left ? "About " + formatSeconds(event.eta) + " left." : "";
   }
 
   function renderMetrics(metrics) {
@@ -83,8 +112,13 @@
   var PAD = 6;
 
   function createLive(initial) {
-    var assignments = {}; // id -> {worker, attempt, state_label, progress, history: [{step, metrics}], index}
+    // id -> {worker, attempt, state, state_label, progress, history: [{step, metrics}], lines, heardAt, index}
+    var assignments = {};
     var order = [];
+    var strays = {}; // log lines of an assignment live.json has not listed yet: id -> lines
+    var skew = 0; // the server's clock minus this browser's, in ms
+    var silentAfter = 0; // seconds; 0: never say
+    var hinted = false; // whether a row says how long its worker has been silent
 
     function sample(entry) {
       var metrics = {};
@@ -105,33 +139,96 @@
       return history;
     }
 
+    function serverNow() {
+      return Date.now() + skew;
+    }
+
+    // The stored state replaces this page's, except for the log lines: the stored tail may
+    // not hold the newest lines the page already shows (the server buffers them before it
+    // writes them), so each assignment's lines are merged, never replaced.
     function load(data) {
+      var previous = assignments;
+      var now = Date.parse(data.now);
+      if (!isNaN(now)) skew = now - Date.now();
+      if (typeof data.silent_after === "number") silentAfter = data.silent_after;
       assignments = {};
       order = [];
       (data.assignments || []).forEach(function (a) {
+        var shown = previous[a.id] ? previous[a.id].lines : [];
+        if (strays[a.id]) {
+          shown = shown.concat(strays[a.id]);
+          delete strays[a.id];
+        }
+        var heard = Date.parse(a.heard_at);
+        var before = previous[a.id] ? previous[a.id].heardAt : 0;
         assignments[a.id] = {
           worker: a.worker,
           attempt: a.attempt,
+          state: a.state,
           state_label: a.state_label,
           progress: a.progress,
           history: bounded((a.history || []).filter(function (e) {
             return e && typeof e.step === "number";
           }).map(sample)),
+          lines: mergeLines((a.log_tail || []).map(String), shown),
+          heardAt: Math.max(isNaN(heard) ? 0 : heard, before || 0),
           index: order.length,
         };
         order.push(a.id);
       });
-      var log = byId("task-log");
-      if (log) {
-        log.textContent = "";
-        var lines = [];
-        (data.assignments || []).forEach(function (a) {
-          lines = lines.concat(a.log_tail || []);
-        });
-        appendLog(lines);
+      var unnamed = strays[""]; // lines that came before any assignment was known
+      if (unnamed && order.length) {
+        var newest = assignments[order[order.length - 1]];
+        newest.lines = mergeLines(newest.lines, unnamed);
+        delete strays[""];
       }
+      renderLog();
       renderRows();
       renderCharts();
+    }
+
+    // Two windows onto one worker's append-only stream of lines: the stored tail, which
+    // lags while lines wait in the server's buffer, and the lines this page shows, which
+    // lack those sent while its socket was down. Their union, in order, without repeats.
+    function mergeLines(stored, shown) {
+      if (!shown.length) return stored.slice(-MAX_LOG_LINES);
+      if (!stored.length) return shown.slice(-MAX_LOG_LINES);
+      if (startsWith(shown, stored)) return shown.slice(-MAX_LOG_LINES); // not all written yet
+      if (startsWith(stored, shown)) return stored.slice(-MAX_LOG_LINES); // some missed here
+      // Both windows slid (each keeps the last lines only): where in the shown lines does
+      // the stored tail end? After that point the shown lines are newer than the stored.
+      for (var end = shown.length; end > 0; end--) {
+        var k = Math.min(end, stored.length);
+        if (sameLines(stored, stored.length - k, shown, end - k, k)) {
+          return stored.concat(shown.slice(end)).slice(-MAX_LOG_LINES);
+        }
+      }
+      return stored.slice(-MAX_LOG_LINES); // no overlap: the stored tail is the newer one
+    }
+
+    function startsWith(lines, prefix) {
+      return prefix.length <= lines.length && sameLines(lines, 0, prefix, 0, prefix.length);
+    }
+
+    function sameLines(a, i, b, j, n) {
+      for (var x = 0; x < n; x++) {
+        if (a[i + x] !== b[j + x]) return false;
+      }
+      return true;
+    }
+
+    function renderLog() {
+      var log = byId("task-log");
+      if (!log) return;
+      var lines = [];
+      order.forEach(function (id) {
+        lines = lines.concat(assignments[id].lines);
+      });
+      Object.keys(strays).forEach(function (id) {
+        lines = lines.concat(strays[id]);
+      });
+      log.textContent = "";
+      appendLines(lines);
     }
 
     function progress(event) {
@@ -141,6 +238,7 @@
         return false;
       }
       a.progress = event.percent;
+      a.heardAt = serverNow();
       var last = a.history[a.history.length - 1];
       var point = { step: event.step, metrics: event.metrics || {} };
       if (last && last.step === event.step) a.history[a.history.length - 1] = point;
@@ -148,17 +246,32 @@
       else a.history = [point]; // the run started over (as the stored history does)
       a.history = bounded(a.history);
       setProgress(event.percent);
-      var stepNode = byId("task-step");
-      if (stepNode) stepNode.textContent = "Step " + event.step + " of " + event.total + ".";
-      var eta = byId("task-eta");
-      if (eta) eta.textContent = typeof event.eta === "number" ? "About " + formatSeconds(event.eta) + " left." : "";
+      showStep(event);
       if (event.metrics && Object.keys(event.metrics).length) renderMetrics(event.metrics);
       renderRows();
       renderCharts();
       return true;
     }
 
-    function appendLog(lines) {
+    // Lines from the socket: kept with their assignment (for the next merge) and shown.
+    // Returns false for an assignment this page has not seen yet.
+    function appendLog(event) {
+      var lines = (Array.isArray(event.lines) ? event.lines : []).map(String);
+      if (!lines.length) return true;
+      // A server that does not name the assignment: the newest one is the likeliest.
+      var id = event.assignment_id || order[order.length - 1] || "";
+      var a = assignments[id];
+      if (a) {
+        a.lines = a.lines.concat(lines).slice(-MAX_LOG_LINES);
+        a.heardAt = serverNow();
+      } else {
+        strays[id] = (strays[id] || []).concat(lines).slice(-MAX_LOG_LINES);
+      }
+      appendLines(lines);
+      return Boolean(a);
+    }
+
+    function appendLines(lines) {
       var log = byId("task-log");
       if (!log || !lines || !lines.length) return;
       lines.forEach(function (line) {
@@ -174,11 +287,13 @@
       var body = byId("assignment-rows");
       if (!body || !order.length) return;
       body.textContent = "";
+      hinted = false;
       order.forEach(function (id) {
         var a = assignments[id];
+        if (silence(a)) hinted = true;
         var row = document.createElement("tr");
         row.setAttribute("data-assignment-id", id);
-        [a.worker, a.attempt, a.state_label, Math.round(a.progress || 0) + "%"].forEach(function (value, i) {
+        [a.worker, a.attempt, a.state_label + silenceNote(a), Math.round(a.progress || 0) + "%"].forEach(function (value, i) {
           var cell = document.createElement("td");
           if (i === 0) {
             var swatch = document.createElement("span");
@@ -193,6 +308,28 @@
         });
         body.appendChild(row);
       });
+    }
+
+    // Seconds since a worker holding the job was last heard from, once past silent_after.
+    function silence(a) {
+      if (!silentAfter || !a.heardAt || LIVE_ASSIGNMENTS.indexOf(a.state) === -1) return 0;
+      var seconds = (serverNow() - a.heardAt) / 1000;
+      return seconds > silentAfter ? seconds : 0;
+    }
+
+    function silenceNote(a) {
+      var seconds = silence(a);
+      return seconds ? " · last heard from " + formatSeconds(seconds) + " ago" : "";
+    }
+
+    // Whether a worker holding the job has gone quiet; the rows are redrawn to say so (or
+    // to stop saying so).
+    function quiet() {
+      var any = order.some(function (id) {
+        return silence(assignments[id]) > 0;
+      });
+      if (any || hinted) renderRows();
+      return any;
     }
 
     function renderCharts() {
@@ -278,7 +415,7 @@
     }
 
     if (initial) load(initial);
-    return { load: load, progress: progress, log: appendLog };
+    return { load: load, progress: progress, log: appendLog, quiet: quiet };
   }
 
   function setProgress(percent) {
@@ -304,19 +441,25 @@
 
   var live = createLive(readJson("task-live-data", null));
 
+  var liveReadAt = 0;
+
+  function refreshLive() {
+    if (!liveUrl) return;
+    liveReadAt = Date.now();
+    fetch(liveUrl, { credentials: "same-origin", headers: { Accept: "application/json" } })
+      .then(function (response) {
+        return response.ok ? response.json() : null;
+      })
+      .then(function (data) {
+        if (data) live.load(data);
+      })
+      .catch(function () {
+        /* offline: the next reconnect tries again */
+      });
+  }
+
   function refresh() {
-    if (liveUrl) {
-      fetch(liveUrl, { credentials: "same-origin", headers: { Accept: "application/json" } })
-        .then(function (response) {
-          return response.ok ? response.json() : null;
-        })
-        .then(function (data) {
-          if (data) live.load(data);
-        })
-        .catch(function () {
-          /* offline: the next reconnect tries again */
-        });
-    }
+    refreshLive();
     fetch(apiUrl, { credentials: "same-origin", headers: { Accept: "application/json" } })
       .then(function (response) {
         return response.ok ? response.json() : null;
@@ -329,10 +472,11 @@
       });
   }
 
-  // The server-rendered parts a status change alters (result, summary, timeline, ledger):
-  // fetched again as this page's HTML and swapped in, so they never disagree with the server.
-  function redrawSections() {
-    fetch(window.location.pathname, { credentials: "same-origin", headers: { Accept: "text/html" } })
+  // The server-rendered parts a status change alters (metrics, result, summary, timeline,
+  // ledger): fetched again as this page's HTML and swapped in, so they never disagree with
+  // the server. ``only``: the ids of the sections to swap (all of them if left out).
+  function redrawSections(only) {
+    return fetch(window.location.pathname, { credentials: "same-origin", headers: { Accept: "text/html" } })
       .then(function (response) {
         return response.ok ? response.text() : null;
       })
@@ -340,14 +484,64 @@
         if (!html) return;
         var fresh = new DOMParser().parseFromString(html, "text/html");
         document.querySelectorAll("[data-live-section]").forEach(function (section) {
+          if (only && only.indexOf(section.id) === -1) return;
           var replacement = section.id ? fresh.getElementById(section.id) : null;
-          if (replacement) section.innerHTML = replacement.innerHTML;
+          if (!replacement) return;
+          section.innerHTML = replacement.innerHTML;
+          if (replacement.hasAttribute("data-pending")) {
+            section.setAttribute("data-pending", replacement.getAttribute("data-pending"));
+          }
         });
       })
       .catch(function () {
         /* offline: the next status change or a reload redraws */
+      })
+      .then(function () {
+        watchLedger(!only);
       });
   }
+
+  // A block seals the task's pending transactions without a word to its socket, so while
+  // the ledger section shows one pending it is read again: first after about a block time,
+  // then less often (up to LEDGER_POLL_MAX_MS) should no block come; never while the tab
+  // is hidden, and not at all once every row is sealed.
+  var LEDGER_POLL_MAX_MS = 60000;
+  var ledgerTimer = null;
+  var ledgerDelay = 0;
+
+  function watchLedger(fresh) {
+    var section = byId("task-ledger");
+    if (ledgerTimer) window.clearTimeout(ledgerTimer);
+    ledgerTimer = null;
+    if (!section || section.getAttribute("data-pending") !== "true") {
+      ledgerDelay = 0;
+      return;
+    }
+    var base = 1000 * (Number(section.getAttribute("data-poll-seconds")) || 5);
+    ledgerDelay = fresh || !ledgerDelay ? base : Math.min(LEDGER_POLL_MAX_MS, Math.round(ledgerDelay * 1.5));
+    ledgerTimer = window.setTimeout(function () {
+      ledgerTimer = null;
+      if (document.hidden) return; // visibilitychange starts it again
+      redrawSections(["task-ledger"]);
+    }, ledgerDelay);
+  }
+
+  document.addEventListener("visibilitychange", function () {
+    if (!document.hidden && !ledgerTimer) watchLedger(true);
+  });
+  // The cancel form swaps #task-main (htmx): its ledger section may show a pending refund.
+  document.addEventListener("htmx:afterSwap", function () {
+    watchLedger(true);
+  });
+
+  // A worker that holds the job but has gone quiet (killed, or cut off) looks alive until
+  // its job expires: the rows say how long it has been silent. Its heartbeats reach the
+  // server, not this page, so while one is quiet live.json is read again now and then.
+  var QUIET_CHECK_MS = 5000;
+  var QUIET_READ_MS = 10000;
+  window.setInterval(function () {
+    if (live.quiet() && Date.now() - liveReadAt > QUIET_READ_MS) refreshLive();
+  }, QUIET_CHECK_MS);
 
   function connect() {
     socket = new WebSocket(wsUrl);
@@ -377,7 +571,9 @@
       }
       else if (data.type === "task.progress") {
         if (!live.progress(data)) refresh(); // an assignment this page has not seen yet
-      } else if (data.type === "task.log") live.log(data.lines);
+      } else if (data.type === "task.log") {
+        if (!live.log(data)) refreshLive(); // likewise
+      }
     });
     socket.addEventListener("close", function (event) {
       // 4403: not ours or signed out; 4401: this browser logged out. Retrying cannot help.
@@ -409,5 +605,6 @@
   window.addEventListener("beforeunload", function () {
     if (socket) socket.close();
   });
+  watchLedger(true);
   connect();
 })();

@@ -77,7 +77,12 @@ def test_the_task_owner_receives_progress_and_log_lines_from_the_worker(alice: A
         "eta": 12.5,
         "sent_at": None,
     }
-    assert log == {"type": "task.log", "task_id": str(task.pk), "lines": ["epoch 1: loss 0.5"]}
+    assert log == {
+        "type": "task.log",
+        "task_id": str(task.pk),
+        "assignment_id": str(assignment.pk),
+        "lines": ["epoch 1: loss 0.5"],
+    }
     # What a reconnecting browser recovers over REST was persisted.
     row = Assignment.objects.get(pk=assignment.pk)
     assert row.progress == 50.0
