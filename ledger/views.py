@@ -3,27 +3,90 @@ an audit log anyone may read); the wallet is the signed-in user's."""
 
 from __future__ import annotations
 
+import json
 import re
 
+from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse
-from django.shortcuts import get_object_or_404, render
+from django.shortcuts import get_object_or_404, redirect, render
 
 from ledger import custody
 from ledger.api.views import HISTORY_LIMIT, AddressHistory, get_transaction, wallet_of
 from ledger.bech32 import AddressError, decode_address
-from ledger.models import Account, Block
+from ledger.models import Account, Block, Transaction, TxStatus
 from ledger.proofs import build_proof, is_verified, verify_proof
 
 TX_PAGE_SIZE = 100
 _ID = re.compile(r"[0-9]{1,18}")  # a positive 64-bit id: a longer number names no row
+# The pages shorten hashes to their first 8 hex digits; 6 are enough to search by.
+_HASH_PREFIX = re.compile(r"[0-9a-f]{6,64}")
+SEARCH_LIMIT = 20
 
 
 def explorer(request: HttpRequest) -> HttpResponse:
     """Latest blocks, updated live over /ws/blocks/."""
     page = Paginator(Block.objects.order_by("-height"), 20).get_page(request.GET.get("page"))
     return render(request, "ledger/explorer.html", {"page": page})
+
+
+def explorer_search(request: HttpRequest) -> HttpResponse:
+    """Where the explorer's search box leads: a block height, an address, or a block or
+    transaction hash, whole or its first 6 or more hex digits (the short form the pages
+    show). One match opens it; several are listed; none says so, on a page that searches
+    again. Hash prefixes are index range scans (``hash >= p AND hash < p + "g"``)."""
+    query = request.GET.get("q", "").strip()
+    if not query:
+        return redirect("explorer")
+    text = query.lower()
+    if text.startswith("cpc1"):
+        try:
+            decode_address(text)
+        except AddressError as exc:
+            return _search_page(request, query, problem=f"Not an address: {exc}.")
+        return redirect("explorer-address", address=text)
+    height = int(text) if _ID.fullmatch(text) else None
+    if height is not None and Block.objects.filter(height=height).exists():
+        return redirect("explorer-block", height=height)
+    if height is not None and not _HASH_PREFIX.fullmatch(text):
+        head = Block.objects.order_by("-height").values_list("height", flat=True).first()
+        return _search_page(request, query, problem=f"No block #{height} yet; the latest is #{head}.")
+    if not _HASH_PREFIX.fullmatch(text):
+        return _search_page(
+            request,
+            query,
+            problem="Search by block height, by address (cpc1…), or by a block or transaction hash"
+            " (whole, or its first 6 or more hex digits).",
+        )
+    past = text + "g"  # just above every hex string that starts with the prefix
+    txs = list(
+        Transaction.objects.exclude(status=TxStatus.REFUSED)
+        .filter(hash__gte=text, hash__lt=past)
+        .select_related("block")
+        .order_by("hash")[: SEARCH_LIMIT + 1]
+    )
+    if not txs and len(text) == 64:  # a refused transaction is found by its whole hash only
+        txs = list(Transaction.objects.filter(hash=text).order_by("-id")[:1])
+    blocks = list(Block.objects.filter(hash__gte=text, hash__lt=past).order_by("hash")[: SEARCH_LIMIT + 1])
+    if len(txs) + len(blocks) == 1:
+        if blocks:
+            return redirect("explorer-block", height=blocks[0].height)
+        return redirect("explorer-tx", tx_hash=txs[0].hash)
+    return _search_page(
+        request,
+        query,
+        txs=txs[:SEARCH_LIMIT],
+        blocks=blocks[:SEARCH_LIMIT],
+        more=len(txs) > SEARCH_LIMIT or len(blocks) > SEARCH_LIMIT,
+        problem=""
+        if txs or blocks
+        else f"No block or transaction hash starts with {text}" + (f", and no block #{height} yet." if height else "."),
+    )
+
+
+def _search_page(request: HttpRequest, query: str, **found: object) -> HttpResponse:
+    return render(request, "ledger/search.html", {"query": query, **found})
 
 
 def block_detail(request: HttpRequest, height: int) -> HttpResponse:
@@ -36,14 +99,19 @@ def block_detail(request: HttpRequest, height: int) -> HttpResponse:
 
 
 def tx_detail(request: HttpRequest, tx_hash: str) -> HttpResponse:
+    """A transaction's fields, its payload as indented JSON, and its checked inclusion proof."""
     tx = get_transaction(tx_hash)
     proof = build_proof(tx)
     checks = verify_proof(proof, custody.validator_keys().public_key) if proof else {}
-    return render(
-        request,
-        "ledger/transaction.html",
-        {"tx": tx, "proof": proof, "checks": checks, "verified": bool(proof) and is_verified(checks)},
-    )
+    context = {
+        "tx": tx,
+        # Plain text, escaped by the template like any other: the payload is the sender's data.
+        "payload": json.dumps(tx.payload, indent=2, sort_keys=True, ensure_ascii=False),
+        "proof": proof,
+        "checks": checks,
+        "verified": bool(proof) and is_verified(checks),
+    }
+    return render(request, "ledger/transaction.html", context)
 
 
 def address_detail(request: HttpRequest, address: str) -> HttpResponse:
@@ -82,4 +150,11 @@ def _position(value: str | None) -> int | None:
 
 @login_required
 def wallet(request: HttpRequest) -> HttpResponse:
-    return render(request, "ledger/wallet.html", {"wallet": wallet_of(request.user), "limit": HISTORY_LIMIT})
+    """The user's balances and history; how to get credits when there are none (buying them
+    only where payments are configured)."""
+    context = {
+        "wallet": wallet_of(request.user),
+        "limit": HISTORY_LIMIT,
+        "payments_enabled": bool(settings.PAYMENTS_ENABLED),
+    }
+    return render(request, "ledger/wallet.html", context)

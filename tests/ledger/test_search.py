@@ -1,0 +1,87 @@
+"""The explorer's search box: a height, an address, or a hash whole or by the short form
+the pages show, leads to its page; several matches are listed; none says why."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.test import Client
+
+from ledger.models import Block, Transaction, TxStatus
+from tests.ledger.chain import build_chain
+
+SEARCH = "/explorer/search/"
+
+
+@pytest.fixture
+def chain(db: Any, assignments: set) -> dict[str, Any]:
+    return build_chain(assignments)
+
+
+def lands(client: Client, query: str) -> str:
+    response = client.get(SEARCH, {"q": query})
+    assert response.status_code == 302, (query, response.status_code)
+    return str(response["Location"])
+
+
+def page(client: Client, query: str) -> str:
+    response = client.get(SEARCH, {"q": query})
+    assert response.status_code == 200, (query, response.status_code)
+    return response.content.decode()
+
+
+def test_a_short_or_whole_hash_opens_its_transaction(chain: dict[str, Any], client: Client) -> None:
+    tx_hash = chain["result_hash"]
+    for query in (tx_hash, tx_hash[:8], tx_hash[:12].upper(), f"  {tx_hash[:6]} "):
+        assert lands(client, query) == f"/explorer/tx/{tx_hash}/"
+
+
+def test_a_block_hash_prefix_opens_its_block(chain: dict[str, Any], client: Client) -> None:
+    block = Block.objects.get(height=2)
+    # Long enough to name one thing even if a transaction hash shares its first digits.
+    assert lands(client, block.hash[:16]) == "/explorer/blocks/2/"
+
+
+def test_a_height_and_an_address_open_their_pages(chain: dict[str, Any], client: Client) -> None:
+    assert lands(client, "1") == "/explorer/blocks/1/"
+    sender = Transaction.objects.exclude(status=TxStatus.REFUSED).first()
+    assert sender is not None
+    assert lands(client, sender.sender.upper()) == f"/explorer/address/{sender.sender}/"
+
+
+def test_a_prefix_several_hashes_share_lists_them(chain: dict[str, Any], client: Client) -> None:
+    template = Transaction.objects.filter(status=TxStatus.PENDING).first() or Transaction.objects.first()
+    assert template is not None
+    fields = {f.attname: getattr(template, f.attname) for f in Transaction._meta.concrete_fields if not f.primary_key}
+    twins = ["abcdef" + "0" * 58, "abcdef" + "1" * 58]
+    for twin in twins:
+        pending = {"hash": twin, "status": TxStatus.PENDING, "block_id": None, "reference": None}
+        Transaction.objects.create(**{**fields, **pending})
+    text = page(client, "abcdef")
+    for twin in twins:
+        assert f"/explorer/tx/{twin}/" in text
+    assert lands(client, "abcdef1") == f"/explorer/tx/{twins[1]}/"
+
+
+def test_no_match_says_why_on_a_page_that_searches_again(chain: dict[str, Any], client: Client) -> None:
+    taken = set(Transaction.objects.values_list("hash", flat=True)) | set(Block.objects.values_list("hash", flat=True))
+    free = next(p for p in ("ffffff", "fedcba", "eeeeee") if not any(h.startswith(p) for h in taken))
+    assert f"No block or transaction hash starts with {free}." in page(client, free)
+    digits = next(p for p in ("999999", "123456", "777777") if not any(h.startswith(p) for h in taken))
+    assert f"No block or transaction hash starts with {digits}, and no block #{int(digits)} yet." in page(
+        client, digits
+    )
+    assert "No block #999 yet; the latest is #" in page(client, "999")
+    assert "Not an address" in page(client, "cpc1nothing")
+    text = page(client, "e7de<script>")
+    assert "Search by block height" in text
+    assert "e7de&lt;script&gt;" in text  # the query is echoed escaped
+    assert 'name="q"' in text
+    assert client.get(SEARCH, {"q": ""})["Location"] == "/explorer/"
+
+
+def test_the_explorer_form_searches_on_the_server(chain: dict[str, Any], client: Client) -> None:
+    text = client.get("/explorer/").content.decode()
+    assert f'action="{SEARCH}"' in text
+    assert "onsubmit" not in text
