@@ -140,6 +140,13 @@ class CubeTrainingSpec(SpecSerializer):
     mixed_precision = Bool(True, "bf16 on CPU, fp16 with loss scaling on CUDA.")
     compile = Bool(False, "Use torch.compile where available.")
     seed = Int(0, 0, 2**31 - 1, "Random seed for a deterministic run.")
+    min_loss_reduction = Int(
+        0,
+        0,
+        99,
+        "Percent below the untrained model's held-out loss that the trained model's must reach to be"
+        " paid; the platform's own minimum (20 unless configured) applies when this is lower.",
+    )
 
 
 class CubeInferenceSpec(SpecSerializer):

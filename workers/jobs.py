@@ -51,6 +51,16 @@ def wrong_state(state: str, consequence: str) -> Conflict:
     return Conflict({"state": [f"This assignment is {state}; {consequence}"], "assignment_state": state})
 
 
+# Spec fields the platform alone reads (its acceptance bars): a worker has no use for
+# them, and an agent that predates one would refuse the spec as unknown.
+PLATFORM_SPEC_FIELDS = frozenset({"min_loss_reduction"})
+
+
+def worker_spec(spec: dict[str, Any]) -> dict[str, Any]:
+    """The task's spec as its worker gets it."""
+    return {key: value for key, value in spec.items() if key not in PLATFORM_SPEC_FIELDS}
+
+
 def describe(assignment: Assignment) -> dict[str, Any]:
     """Everything the node needs to run the job and sign its result.
 
@@ -69,7 +79,7 @@ def describe(assignment: Assignment) -> dict[str, Any]:
         "id": str(assignment.pk),
         "task_id": str(task.pk),
         "kind": task.kind,
-        "spec": task.spec,
+        "spec": worker_spec(task.spec),
         "attempt": assignment.attempt,
         "state": assignment.state,
         "deadline": assignment.deadline.isoformat(),

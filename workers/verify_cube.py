@@ -119,7 +119,8 @@ def verify_cube_training(assignment: Assignment, artifacts: dict[str, Path]) -> 
     if not recomputed < untrained:
         reason = f"held-out val_loss {recomputed:.6g} is no better than untrained ({untrained:.6g})."
         return Verdict(False, reason, metrics, penalise=False)
-    required = settings.CUBE_MIN_LOSS_REDUCTION_PCT
+    # The requester may ask for more than the platform's floor, never for less.
+    required = max(settings.CUBE_MIN_LOSS_REDUCTION_PCT, int(task.spec.get("min_loss_reduction", 0)))
     if untrained > 0 and recomputed > untrained * (1 - required / 100):
         removed = 1 - recomputed / untrained
         return Verdict(

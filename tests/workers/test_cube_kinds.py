@@ -315,6 +315,22 @@ def test_an_honest_model_is_accepted_on_the_held_out_rows(bob: Any, alpha: Provi
     assert verdict.metrics["heldout_val_loss"] < verdict.metrics["untrained_val_loss"]
 
 
+def test_a_requester_may_ask_for_more_than_the_platforms_bar(bob: Any, alpha: Provider, trained: Path) -> None:
+    """``min_loss_reduction`` raises the bar for this task (a value under the platform's
+    floor leaves the floor); the worker never sees it: it is the platform's to check."""
+    task = training_task(bob, min_loss_reduction=99)
+    assignment = assign(task)
+    assert "min_loss_reduction" not in jobs.describe(assignment)["spec"]
+    assert task.spec["min_loss_reduction"] == 99
+    verdict = verify_cube_training(
+        submitted(assignment, trained / "model.safetensors", {"val_loss_micro": reported_micro(trained)}),
+        artifacts_of(trained),
+    )
+    assert not verdict.ok  # the model the platform's 20 % takes (above)
+    assert "training must remove at least 99%" in verdict.reason
+    assert not verdict.penalise  # an honest claim that fell short of the requester's bar
+
+
 def test_a_wrong_reported_loss_is_rejected(bob: Any, alpha: Provider, trained: Path) -> None:
     assignment = submitted(
         assign(training_task(bob)), trained / "model.safetensors", {"val_loss_micro": reported_micro(trained, 0.3)}

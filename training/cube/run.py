@@ -59,6 +59,10 @@ DEFAULT_TRAINING_SPEC: dict[str, Any] = {
     "mixed_precision": True,
     "compile": False,
     "seed": 0,
+    # The platform's acceptance bar, not a training setting: the trainer ignores it, and
+    # the platform leaves it out of the job it sends (workers.jobs), so agents that
+    # predate it still take the task.
+    "min_loss_reduction": 0,
 }
 DEFAULT_INFERENCE_SPEC: dict[str, Any] = {"batch_size": 64, "verify_samples": 16}
 VALIDATION_FRACTION = 0.1
