@@ -15,7 +15,7 @@ from uuid import UUID
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.db.models import Count, OuterRef, Q, QuerySet, Subquery
+from django.db.models import Count, OuterRef, Q, QuerySet, Subquery, Sum
 from django.db.models.functions import Coalesce
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -25,7 +25,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 from rest_framework.exceptions import APIException, NotFound, PermissionDenied, Throttled
 
-from ledger.models import Account
+from ledger.models import Account, Transaction, TxStatus
 from marketplace import formnonce
 from marketplace.errors import error_text
 from marketplace.models import Task, User
@@ -222,6 +222,12 @@ def worker_detail(request: HttpRequest, pk: UUID) -> HttpResponse:
     )
     sweep_state = sweep.sweep_state(worker)
     row = _worker_row(worker, sweep_state.balance)
+    # Rewards are paid gross; the node pays the gas of its results and sweeps from them.
+    row["gas_paid"] = (
+        Transaction.objects.filter(sender=worker.address)
+        .exclude(status=TxStatus.REFUSED)
+        .aggregate(total=Coalesce(Sum("fee"), 0))["total"]
+    )
     row["status"] = worker_status(worker, busy=any(a.state in LIVE_STATES for a in assignments))
     server_url = request.build_absolute_uri("/").rstrip("/")
     context = {

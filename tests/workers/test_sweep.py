@@ -316,10 +316,13 @@ def test_the_worker_page_shows_unswept_earnings_and_the_command(
     assert f'<dd id="unswept-balance">{format_credits(earned)} credits</dd>' in html
     assert "python -m workers.agent --key worker.pem sweep --server http://testserver" in html
     assert ledger.ensure_user_account(alice).address in html
+    assert f"of which {format_credits(0)} went back as gas" in html  # paid outright: no result of its own
     paid_alpha.sweep(paid_alpha.signed(paid_alpha.template().json()))
     html = client.get(f"/workers/{paid_alpha.worker.pk}/").content.decode()
     assert '<dd id="unswept-balance">0 credits</dd>' in html
     assert "Nothing to sweep" in html
+    # The sweep's fee came out of the worker's balance: the page counts it.
+    assert f"of which {format_credits(FEE)} went back as gas for its results and sweeps" in html
     client.force_login(bob)
     assert client.get(f"/workers/{paid_alpha.worker.pk}/").status_code == 404
 
