@@ -45,9 +45,19 @@ class StrictInput(serializers.Serializer):
         return errors
 
     def _same_as_stored(self, field: serializers.Field, value: Any) -> bool:
+        """Whether ``value`` is what the instance holds, however the client wrote it: as
+        the GET gave it, as form text ("1" for 1), or in another notation of the same
+        value (a time ending in +00:00 for one ending in Z)."""
         if self.instance is None:
             return False
         try:
-            return bool(field.to_representation(field.get_attribute(self.instance)) == value)
+            stored = field.get_attribute(self.instance)
+            shown = field.to_representation(stored)
         except (AttributeError, KeyError, TypeError, ValueError):  # nothing stored to compare
+            return False
+        if shown == value or (isinstance(value, str) and str(shown) == value):
+            return True
+        try:
+            return bool(field.to_internal_value(value) == stored)
+        except (serializers.ValidationError, NotImplementedError, AttributeError, TypeError, ValueError):
             return False

@@ -7,8 +7,10 @@ owner and go out only through authenticated views.
 from __future__ import annotations
 
 from django.contrib import admin
-from django.urls import include, path
+from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+
+from config.errors import api_not_found
 
 urlpatterns = [
     path("admin/", admin.site.urls),
@@ -24,6 +26,8 @@ urlpatterns = [
         SpectacularSwaggerView.as_view(url_name="schema", http_method_names=["get", "head"]),
         name="swagger-ui",
     ),
+    # Last of the API: anything else under /api/ is a JSON 404 (config/errors.py).
+    re_path(r"^api/", api_not_found),
     path("workers/", include("workers.page_urls")),
     path("", include("marketplace.urls")),
     path("", include("ledger.urls")),

@@ -51,7 +51,8 @@ def explorer_search(request: HttpRequest) -> HttpResponse:
         return redirect("explorer-block", height=height)
     if height is not None and not _HASH_PREFIX.fullmatch(text):
         head = Block.objects.order_by("-height").values_list("height", flat=True).first()
-        return _search_page(request, query, problem=f"No block #{height} yet; the latest is #{head}.")
+        latest = "no block is sealed yet" if head is None else f"the latest is #{head}"
+        return _search_page(request, query, problem=f"No block #{height}; {latest}.")
     if not _HASH_PREFIX.fullmatch(text):
         return _search_page(
             request,
@@ -67,7 +68,9 @@ def explorer_search(request: HttpRequest) -> HttpResponse:
         .order_by("hash")[: SEARCH_LIMIT + 1]
     )
     if not txs and len(text) == 64:  # a refused transaction is found by its whole hash only
-        txs = list(Transaction.objects.filter(hash=text).order_by("-id")[:1])
+        # Named with its status: the partial index on refused hashes serves it (hash alone
+        # matches neither partial index, and was a scan of the whole table).
+        txs = list(Transaction.objects.filter(hash=text, status=TxStatus.REFUSED).order_by("-id")[:1])
     blocks = list(Block.objects.filter(hash__gte=text, hash__lt=past).order_by("hash")[: SEARCH_LIMIT + 1])
     if len(txs) + len(blocks) == 1:
         if blocks:

@@ -30,6 +30,8 @@ from marketplace.models import ApiToken, Dataset, Task, TaskEvent, TaskStatus, U
 from marketplace.signals import task_cancelling
 from marketplace.units import format_credits
 
+# How long a dataset's content checks are remembered (by its content hash).
+CHECKED_FOR = 7 * 24 * 3600
 TRAINING_KIND_OF = {"cube_inference": "cube_training", "asl_inference": "asl_training"}
 
 
@@ -160,13 +162,16 @@ def _check_finite(dataset: Dataset) -> None:
     a dataset found clean is remembered by its content hash, so quotes do not read it again."""
     from training.cube.data import first_non_finite_row
 
-    key = f"dataset-finite:{dataset.sha256}"
-    if cache.get(key):
-        return
-    row = first_non_finite_row(embeddings_map(dataset.file.path, dataset.format))
-    if row is not None:
+    key = f"dataset-finite-row:{dataset.sha256}"
+    row = cache.get(key)
+    if row is None:
+        # Remembered either way: the post form checks on every pause in typing, and a
+        # refused file would otherwise be read whole each time.
+        found = first_non_finite_row(embeddings_map(dataset.file.path, dataset.format))
+        row = -1 if found is None else found
+        cache.set(key, row, CHECKED_FOR)
+    if row >= 0:
         raise ValidationError({"dataset": [f"{dataset.name}: row {row} holds NaN or infinite values."]})
-    cache.set(key, True, 7 * 24 * 3600)
 
 
 def _check_sequences(dataset: Dataset) -> None:
@@ -178,11 +183,18 @@ def _check_sequences(dataset: Dataset) -> None:
 
     if dataset.format != "zip":
         return
+    key = f"islr-inputs-problem:{dataset.pk}:{dataset.sha256}"  # the text names its file
+    problem = cache.get(key)
     path = Path(dataset.file.path)
-    try:
-        count_inputs(path)
-    except DatasetError as exc:
-        raise _dataset_refused(dataset, path, exc) from None
+    if problem is None:  # remembered either way, as _check_finite's
+        try:
+            count_inputs(path)
+            problem = ""
+        except DatasetError as exc:
+            problem = str(exc)
+        cache.set(key, problem, CHECKED_FOR)
+    if problem:
+        raise _dataset_refused(dataset, path, problem)
 
 
 def _check_training_archive(dataset: Dataset) -> None:
@@ -196,22 +208,25 @@ def _check_training_archive(dataset: Dataset) -> None:
     from training.asl.source import Source
     from training.asl.split import heldout_participants
 
-    key = f"islr-index-sound:{dataset.sha256}"
-    if cache.get(key):
-        return
+    key = f"islr-index-problem:{dataset.pk}:{dataset.sha256}"  # the text names its file
+    problem = cache.get(key)
     path = Path(dataset.file.path)
-    try:
-        with Source(path, max_bytes=max(1, path.stat().st_size)) as archive:
-            entries, _signs = read_index(archive)
-        heldout_participants([entry.participant_id for entry in entries], seed=0)
-    except DatasetError as exc:
-        raise _dataset_refused(dataset, path, exc) from None
-    cache.set(key, True, 7 * 24 * 3600)
+    if problem is None:  # remembered either way, as _check_finite's
+        try:
+            with Source(path, max_bytes=max(1, path.stat().st_size)) as archive:
+                entries, _signs = read_index(archive)
+            heldout_participants([entry.participant_id for entry in entries], seed=0)
+            problem = ""
+        except DatasetError as exc:
+            problem = str(exc)
+        cache.set(key, problem, CHECKED_FOR)
+    if problem:
+        raise _dataset_refused(dataset, path, problem)
 
 
-def _dataset_refused(dataset: Dataset, path: Path, exc: Exception) -> ValidationError:
+def _dataset_refused(dataset: Dataset, path: Path, problem: str) -> ValidationError:
     # Errors name the archive by its stored name; the requester knows it by theirs.
-    where = str(exc).replace(path.name, dataset.name, 1)
+    where = problem.replace(path.name, dataset.name, 1)
     where = where if where.startswith(f"{dataset.name}: ") else f"{dataset.name}: {where}"
     return ValidationError({"dataset": [f"{where}."]})
 

@@ -112,7 +112,8 @@ def get_transaction(tx_hash: str) -> Transaction:
     if not _TX_HASH.fullmatch(tx_hash):
         raise Http404("No such transaction.")
     rows = Transaction.objects.filter(hash=tx_hash.lower()).select_related("block")
-    tx = rows.exclude(status=TxStatus.REFUSED).first() or rows.order_by("-id").first()
+    # Each with its status named, so each reads its partial index (hash alone reads neither).
+    tx = rows.exclude(status=TxStatus.REFUSED).first() or rows.filter(status=TxStatus.REFUSED).order_by("-id").first()
     if tx is None:
         raise Http404("No such transaction.")
     return tx

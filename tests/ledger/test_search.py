@@ -6,10 +6,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from django.db import connection
 from django.test import Client
 
 from ledger.models import Block, Transaction, TxStatus
 from tests.ledger.chain import build_chain
+from tests.ledger.test_history import insert_rows
+from tests.plans import nodes, plan_of
 
 SEARCH = "/explorer/search/"
 
@@ -72,7 +75,7 @@ def test_no_match_says_why_on_a_page_that_searches_again(chain: dict[str, Any], 
     assert f"No block or transaction hash starts with {digits}, and no block #{int(digits)} yet." in page(
         client, digits
     )
-    assert "No block #999 yet; the latest is #" in page(client, "999")
+    assert "No block #999; the latest is #" in page(client, "999")
     assert "Not an address" in page(client, "cpc1nothing")
     text = page(client, "e7de<script>")
     assert "Search by block height" in text
@@ -85,3 +88,24 @@ def test_the_explorer_form_searches_on_the_server(chain: dict[str, Any], client:
     text = client.get("/explorer/").content.decode()
     assert f'action="{SEARCH}"' in text
     assert "onsubmit" not in text
+
+
+@pytest.mark.django_db(transaction=True)  # VACUUM, as autovacuum would have: it runs outside a transaction
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="the plan is PostgreSQL's")
+def test_every_lookup_of_a_search_reads_an_index_not_the_table() -> None:
+    """Anyone may search: a whole hash (admitted or refused) and a prefix each read a
+    partial index, never every row."""
+    insert_rows("'a'", "'b'", "CASE WHEN mod(g, 10) = 0 THEN 'refused' ELSE 'sealed' END", 20_000, salt="search")
+    with connection.cursor() as cursor:
+        cursor.execute("VACUUM ANALYZE ledger_transaction")
+    missing = "f" * 64
+    lookups = [
+        Transaction.objects.exclude(status=TxStatus.REFUSED).filter(hash=missing),
+        Transaction.objects.filter(hash=missing, status=TxStatus.REFUSED).order_by("-id")[:1],
+        Transaction.objects.exclude(status=TxStatus.REFUSED)
+        .filter(hash__gte="abcdef", hash__lt="abcdefg")
+        .order_by("hash")[:21],
+    ]
+    for rows in lookups:
+        kinds = {n["Node Type"] for n in nodes(plan_of(rows))}
+        assert "Seq Scan" not in kinds, (str(rows.query), kinds)

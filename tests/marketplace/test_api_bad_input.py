@@ -214,14 +214,28 @@ def test_malformed_ids_in_urls_are_404(alice_client: APIClient, url: str) -> Non
     assert response["Content-Type"].startswith("application/json")  # as every API 4xx, routed or not
 
 
-@pytest.mark.parametrize("url", ["/api/v1/nothing/", "/api/v1/ledger/blocks/x/", "/api/nothing"])
-def test_an_api_url_no_route_matches_is_a_json_404_and_a_page_an_html_one(client: Any, url: str) -> None:
-    response = client.get(url)
-    assert response.status_code == 404
-    assert response.json() == {"detail": "Not found."}
+@pytest.mark.parametrize("debug", [False, True], ids=["production", "development"])
+@pytest.mark.parametrize("url", ["/api/v1/nothing/", "/api/v1/ledger/blocks/x/", "/api/nothing", "/api/v1/tasks/abc/"])
+def test_an_api_url_no_route_matches_is_a_json_404_and_a_page_an_html_one(
+    client: Any, settings: Any, url: str, debug: bool
+) -> None:
+    settings.DEBUG = debug  # Django's handler404 is not used with DEBUG on: `make run`'s default
+    for method in (client.get, client.post, client.delete):
+        response = method(url)
+        assert response.status_code == 404
+        assert response.json() == {"detail": "Not found."}
     page = client.get("/no-such-page/")
     assert page.status_code == 404
     assert page["Content-Type"].startswith("text/html")
+
+
+def test_an_api_path_without_its_slash_is_redirected_or_told(alice_client: APIClient) -> None:
+    response = alice_client.get("/api/v1/tasks?status=open")
+    assert response.status_code == 301
+    assert response["Location"] == "/api/v1/tasks/?status=open"
+    posted = alice_client.post("/api/v1/tasks", {"kind": "synthetic", "budget": "1"}, format="json")
+    assert posted.status_code == 404
+    assert posted.json() == {"detail": "Not found. API paths end with a slash: /api/v1/tasks/"}
 
 
 @pytest.mark.parametrize("token_id", ["abc", "9" * 30, "-1", "0"])

@@ -145,6 +145,23 @@ def test_an_index_naming_a_missing_file_is_refused_at_posting(bob: Any) -> None:
     assert "'missing.parquet' is missing" in message
 
 
+def test_an_id_too_large_for_64_bits_is_refused_at_posting(bob: Any, dataset: Path) -> None:
+    """numpy holds the ids as int64: a larger one was an OverflowError, a 500."""
+    with zipfile.ZipFile(dataset) as source:
+        rows = index(source)
+        files = {info.filename: source.read(info) for info in source.infolist()}
+    rows[-1]["participant_id"] = str(2**70)
+    text = io.StringIO()
+    writer = csv.DictWriter(text, fieldnames=list(rows[0]), lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    files["train.csv"] = text.getvalue().encode()
+    from tests.factories import zip_bytes
+
+    message = refused_at_posting(bob, zip_bytes(files))
+    assert message == f"signs.zip: train.csv line {len(rows) + 1}: participant_id and sequence_id must fit in 64 bits."
+
+
 def test_a_damaged_sequence_fails_the_task_at_the_split_with_a_refund(
     bob: Any, alpha: AslProvider, dataset: Path, tmp_path: Path
 ) -> None:

@@ -196,6 +196,26 @@ def test_an_upload_the_split_would_refuse_is_refused_at_posting(
     assert (ledger.balance(bob), Task.objects.count()) == before
 
 
+def test_a_refused_upload_is_read_once_however_often_it_is_checked(bob: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The post form checks its task on every pause in typing: a file found bad is not
+    read whole again each time."""
+    import training.cube.data
+
+    reads: list[int] = []
+    real = training.cube.data.first_non_finite_row
+
+    def counted(array: np.ndarray, *args: Any, **kwargs: Any) -> int | None:
+        reads.append(1)
+        return real(array, *args, **kwargs)
+
+    monkeypatch.setattr(training.cube.data, "first_non_finite_row", counted)
+    dataset = make_dataset(bob, npy(NAN_ROWS), "teacher.npy")
+    for _ in range(3):
+        with pytest.raises(ValidationError, match="row 7 holds NaN"):
+            post_task(bob, "cube_training", SPEC, dataset=dataset.pk, budget=10 * UNITS_PER_CREDIT)
+    assert len(reads) == 1
+
+
 def test_an_unusable_upload_fails_the_task_with_a_full_refund_naming_it(
     bob: Any, alpha: Provider, tmp_path: Path
 ) -> None:

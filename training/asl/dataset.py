@@ -87,6 +87,9 @@ class LandmarkDataset:
         )
 
 
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+
 def read_index(source: Source) -> tuple[list[Entry], list[str]]:
     """Rows of train.csv and the label list (from the sign map when the dataset has one)."""
     name = INDEX_FILE
@@ -111,6 +114,9 @@ def read_index(source: Source) -> tuple[list[Entry], list[str]]:
             participant, sequence = int(row["participant_id"]), int(row["sequence_id"])
         except (TypeError, ValueError):
             raise DatasetError(where, "participant_id and sequence_id must be integers") from None
+        if not (_INT64_MIN <= participant <= _INT64_MAX and _INT64_MIN <= sequence <= _INT64_MAX):
+            # numpy holds them as int64 (the split, the predictions): a larger one was an OverflowError.
+            raise DatasetError(where, "participant_id and sequence_id must fit in 64 bits")
         sign = (row["sign"] or "").strip()
         if not sign:
             raise DatasetError(where, "empty sign")
