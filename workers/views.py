@@ -47,7 +47,9 @@ REGISTRATION_FORM = "registration-token"
 # package, so ``workers`` imports only with the checkout's root as the working folder,
 # and its dependencies are in the checkout's .venv (``make install``).
 AGENT = ".venv/bin/python -m workers.agent"
-SILENT_AFTER_SECONDS = 20
+# A healthy node beats every 10 s and its beat is stored at most every 5 s: older than
+# this, the task page says when the worker was last heard from.
+SILENT_AFTER_SECONDS = 25
 
 
 def current_user(request: HttpRequest) -> User:

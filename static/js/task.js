@@ -203,6 +203,13 @@
           return stored.concat(shown.slice(end)).slice(-MAX_LOG_LINES);
         }
       }
+      // The shown lines have a gap (the socket dropped, then came back with newer lines):
+      // anchor on the stored tail's last line, where the shown lines hold it, and keep what
+      // the page showed after it.
+      var last = stored[stored.length - 1];
+      for (var at = shown.length - 1; at >= 0; at--) {
+        if (shown[at] === last) return stored.concat(shown.slice(at + 1)).slice(-MAX_LOG_LINES);
+      }
       return stored.slice(-MAX_LOG_LINES); // no overlap: the stored tail is the newer one
     }
 
@@ -537,10 +544,19 @@
   // A worker that holds the job but has gone quiet (killed, or cut off) looks alive until
   // its job expires: the rows say how long it has been silent. Its heartbeats reach the
   // server, not this page, so while one is quiet live.json is read again now and then.
+  // Not while the tab is hidden, and less often the longer the silence lasts.
   var QUIET_CHECK_MS = 5000;
   var QUIET_READ_MS = 10000;
+  var QUIET_READ_MAX_MS = 60000;
+  var quietReadMs = QUIET_READ_MS;
   window.setInterval(function () {
-    if (live.quiet() && Date.now() - liveReadAt > QUIET_READ_MS) refreshLive();
+    if (!live.quiet()) {
+      quietReadMs = QUIET_READ_MS;
+      return;
+    }
+    if (document.hidden || Date.now() - liveReadAt <= quietReadMs) return;
+    quietReadMs = Math.min(QUIET_READ_MAX_MS, quietReadMs * 2);
+    refreshLive();
   }, QUIET_CHECK_MS);
 
   function connect() {

@@ -164,6 +164,23 @@ def test_a_refused_node_tries_again_every_minute_and_says_so_once(
         reporter.stop()
 
 
+def test_a_node_stopping_during_the_wait_after_a_refusal_stops_at_once(reporters: list[Reporter]) -> None:
+    port = free_port()
+    with StandIn(port) as platform:
+        platform.refuse_with = 4403
+        reporter = Reporter(f"http://127.0.0.1:{port}", "pww_test")
+        reporters.append(reporter.start())
+        deadline = time.monotonic() + 10
+        while platform.connections < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.3)  # refused, and into its minute's wait
+        started = time.monotonic()
+        reporter.stop()
+        assert time.monotonic() - started < 2.0
+        assert not reporter._thread.is_alive()
+        assert platform.connections == 1
+
+
 def test_flush_returns_once_the_events_were_sent(monkeypatch: pytest.MonkeyPatch, reporters: list[Reporter]) -> None:
     """On a slow link a send takes time: flush must wait for it, not merely for the
     reporter thread to take the event off its queue, or the final progress can arrive

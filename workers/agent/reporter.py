@@ -69,6 +69,7 @@ class Reporter:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._wake: asyncio.Event | None = None
+        self._stopping: asyncio.Event | None = None  # set on the loop by stop(): ends a wait
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread = threading.Thread(target=self._run, name="reporter", daemon=True)
         self.connected = threading.Event()
@@ -97,6 +98,9 @@ class Reporter:
     def stop(self) -> None:
         self._stop.set()
         self._poke()
+        if self._loop is not None and self._stopping is not None:
+            with contextlib.suppress(RuntimeError):  # the loop is closed already
+                self._loop.call_soon_threadsafe(self._stopping.set)
         if self._thread.ident is not None:  # never started: the node stopped before its consumer was ready
             self._thread.join(timeout=5)
 
@@ -143,6 +147,9 @@ class Reporter:
     async def _main(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
+        self._stopping = asyncio.Event()
+        if self._stop.is_set():
+            return
         failures = 0
         refused_since: float | None = None  # monotonic time of a refusal streak's first
         reminded = 0.0
@@ -198,7 +205,17 @@ class Reporter:
             if self._stop.is_set():
                 break
             failures += 1
-            await asyncio.sleep(refused_delay() if refused else reconnect_delay(failures))
+            await self._pause(refused_delay() if refused else reconnect_delay(failures))
+
+    async def _pause(self, seconds: float) -> None:
+        """Wait ``seconds`` before the next try, or less when the reporter is stopped: a
+        node stopping during a minute's wait after a refusal stops now."""
+        assert self._stopping is not None
+        sleeper = asyncio.ensure_future(asyncio.sleep(seconds))
+        stopper = asyncio.ensure_future(self._stopping.wait())
+        await asyncio.wait({sleeper, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        for waiter in (sleeper, stopper):
+            waiter.cancel()
 
     async def _session(self, socket: Any) -> None:
         assert self._wake is not None
