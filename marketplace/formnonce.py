@@ -7,14 +7,16 @@ that nobody ever sees. So every rendering of such a form carries a nonce (``issu
 its POST goes ahead only if it is the first to spend it (``consume``). Anything else is
 sent back to the page with a message (``refuse``).
 
-A nonce is signed, not stored: it names its user and its form, and the signature (with a
-timestamp, so it expires after ``MAX_AGE``) says the server issued it. Rendering a form
+A nonce is signed, not stored: it names its session (by a hash of the session key, never
+the key), its user and its form, and the signature (with a timestamp, so it expires after
+``MAX_AGE``) says the server issued it. Rendering a form
 therefore writes nothing, and two tabs opened at once each get a nonce that works (a
 nonce remembered in the session was lost when two renderings saved it together). Spending
 is a ``cache.add`` claim, atomic across processes, so of a double-click's two requests only
 the first goes ahead; the session also keeps the newest spent nonces, so a replay is told
-"already submitted" even after the cache dropped the claim. No raw secret is kept
-anywhere: a nonce only ever lets its own user submit its own form once.
+"already submitted" even after the cache dropped the claim (a nonce of another session,
+which that list does not cover, is refused outright). No raw secret is kept anywhere: a
+nonce only ever lets its own session submit its own form once.
 """
 
 from __future__ import annotations
@@ -44,14 +46,15 @@ STALE_FORM = "This form had expired, so nothing was created: please submit it ag
 class Nonce(enum.Enum):
     """What a submitted nonce turned out to be."""
 
-    FRESH = "fresh"  # issued to this user for this form and now spent by this request: go ahead
+    FRESH = "fresh"  # issued to this session for this form and now spent by this request: go ahead
     USED = "used"  # spent by an earlier (or a simultaneous) submission
-    UNKNOWN = "unknown"  # missing, expired, tampered with, or issued to another user or form
+    UNKNOWN = "unknown"  # missing, expired, tampered with, or issued to another session or form
 
 
 def issue(request: HttpRequest, kind: str) -> str:
     """A new nonce for one rendering of the ``kind`` form (its hidden ``FIELD`` input)."""
-    return signing.dumps({"u": _user_id(request), "k": kind, "r": secrets.token_urlsafe(12)}, salt=SALT)
+    fields = {"s": _session_tag(request), "u": _user_id(request), "k": kind, "r": secrets.token_urlsafe(12)}
+    return signing.dumps(fields, salt=SALT)
 
 
 def consume(request: HttpRequest, kind: str) -> Nonce:
@@ -94,7 +97,19 @@ def _issued_for(request: HttpRequest, kind: str, nonce: str) -> bool:
         fields: Any = signing.loads(nonce, salt=SALT, max_age=MAX_AGE)
     except signing.BadSignature:  # also SignatureExpired
         return False
-    return isinstance(fields, dict) and fields.get("u") == _user_id(request) and fields.get("k") == kind
+    return (
+        isinstance(fields, dict)
+        and fields.get("s") == _session_tag(request)
+        and fields.get("u") == _user_id(request)
+        and fields.get("k") == kind
+    )
+
+
+def _session_tag(request: HttpRequest) -> str:
+    """Names the session in a nonce (a nonce is readable page text: not the key itself)."""
+    if request.session.session_key is None:
+        request.session.save()
+    return hashlib.sha256(f"formnonce:{request.session.session_key}".encode()).hexdigest()[:16]
 
 
 def _user_id(request: HttpRequest) -> str:

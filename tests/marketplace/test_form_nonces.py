@@ -141,6 +141,23 @@ def test_a_double_click_creates_one(alice_web: Client, form: OnceForm) -> None:
     assert form.created() == 1
 
 
+def test_a_nonce_of_another_session_of_the_same_user_creates_nothing(
+    alice_web: Client, alice: Any, form: OnceForm
+) -> None:
+    """Spent in one session, it is remembered there and claimed in the cache; another
+    session (signed in again, another browser) cannot replay it even once the cache
+    forgot the claim (a restart of the embedded platform empties it)."""
+    from django.core.cache import cache
+
+    nonce = form_nonce(alice_web, form.page)
+    assert post(alice_web, form, nonce).status_code == 200
+    cache.clear()
+    again = Client()
+    again.force_login(alice)
+    assert post(again, form, nonce).status_code == 303
+    assert form.created() == 1
+
+
 def test_two_tabs_loading_at_once_each_get_a_nonce_that_works(alice_web: Client, form: OnceForm) -> None:
     """Two renderings whose requests ran together: the second saved the session as it was
     before the first. Rendering writes nothing, so neither tab's nonce is lost."""
