@@ -72,6 +72,21 @@ def test_retiring_a_worker_with_unswept_earnings_names_them_and_says_to_sweep_fi
     assert 'id="cmd-sweep"' in own_page  # where the confirmation points
 
 
+def test_retiring_a_suspended_worker_says_what_sweeping_first_takes(alice: Any, bob: Any) -> None:
+    """A suspended worker's token is refused, so it sweeps only once resumed; one an
+    operator holds suspended cannot be resumed by its owner."""
+    rig, _ = make_worker(alice, "rig")
+    pay(rig, bob, 3 * UNITS_PER_CREDIT)
+    client = web(alice)
+    Worker.objects.filter(pk=rig.pk).update(state=Worker.State.SUSPENDED)
+    text = retire_confirmation(client.get("/workers/").content.decode(), rig)
+    assert "a retired worker can no longer sweep them: resume it, sweep them to your wallet first" in text
+    Worker.objects.filter(pk=rig.pk).update(held_by_platform=True)
+    text = retire_confirmation(client.get("/workers/").content.decode(), rig)
+    assert "an operator holds it suspended, so they cannot be swept until the operator resumes it." in text
+    assert "sweep them to your wallet first" not in text
+
+
 def test_retiring_a_worker_with_nothing_to_sweep_says_only_that_it_is_final(alice: Any) -> None:
     empty, _ = make_worker(alice, "empty")
     client = web(alice)
