@@ -163,8 +163,18 @@ def spec_form_field(field: serializers.Field, owner: User, kind: Kind) -> forms.
     if isinstance(field, serializers.UUIDField):
         # The only UUIDs in specs are source tasks: offer the owner's finished training runs.
         source_kind = TRAINING_KIND_OF.get(kind.name, "")
-        sources = Task.objects.filter(owner=owner, kind=source_kind, status=TaskStatus.COMPLETED).only("pk", "title")
-        choices = [("", "— choose a completed training task —")] + [(str(t.pk), f"{t.title} ({t.pk})") for t in sources]
+        sources = (
+            Task.objects.filter(owner=owner, kind=source_kind, status=TaskStatus.COMPLETED)
+            .only("pk", "title", "finished_at")
+            .order_by("-finished_at", "-pk")
+        )
+        # Untitled tasks share their kind's label: the finish time and the id tell them apart.
+        choices = [("", "— choose a completed training task —")] + [
+            (str(t.pk), f"{t.title} · finished {t.finished_at:%Y-%m-%d %H:%M} UTC · {str(t.pk)[:8]}")
+            if t.finished_at
+            else (str(t.pk), f"{t.title} · {t.pk}")
+            for t in sources
+        ]
         if len(choices) == 1:
             common["help_text"] += f" You have no completed {source_kind} task yet."
         return forms.ChoiceField(choices=choices, **common)

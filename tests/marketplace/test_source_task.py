@@ -222,3 +222,30 @@ def test_asl_inference_inputs_must_hold_sequences(
     Task.objects.filter(pk=source.pk).update(kind="asl_training")
     dataset = make_dataset(alice, zip_bytes(files), "in.zip")
     assert dataset_refusals(alice_client, inference("asl_inference", dataset, source)) == [[words]] * 2
+
+
+def test_the_inference_form_tells_same_titled_training_runs_apart(alice: Any, bob: Any) -> None:
+    """Untitled runs all carry their kind's label: the choices add when each finished and
+    its id, newest first; nobody else's runs are offered."""
+    from datetime import timedelta
+
+    from django.test import Client
+    from django.urls import reverse
+    from django.utils import timezone
+
+    older, newer = (post_task(alice, "cube_training", {"synthetic_samples": 64}) for _ in range(2))
+    theirs = completed(post_task(bob, "cube_training", {"synthetic_samples": 64}))
+    now = timezone.now()
+    for task, ago in ((older, 2), (newer, 1)):
+        Task.objects.filter(pk=task.pk).update(status=TaskStatus.COMPLETED, finished_at=now - timedelta(hours=ago))
+    client = Client()
+    client.force_login(alice)
+    page = client.get(reverse("task-post", args=["cube_inference"])).content.decode()
+    labels = [
+        f"Cube training · finished {(now - timedelta(hours=ago)):%Y-%m-%d %H:%M} UTC · {str(task.pk)[:8]}"
+        for task, ago in ((newer, 1), (older, 2))
+    ]
+    assert labels[0] in page
+    assert labels[1] in page
+    assert page.index(labels[0]) < page.index(labels[1])
+    assert str(theirs.pk) not in page
