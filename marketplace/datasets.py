@@ -127,12 +127,17 @@ def embeddings_shape(fileobj: IO[bytes], fmt: str) -> tuple[list[int], str]:
             version = np.lib.format.read_magic(fileobj)
             if version == (1, 0):
                 shape, _, dtype = np.lib.format.read_array_header_1_0(fileobj)
-            else:
+            elif version == (2, 0):
                 shape, _, dtype = np.lib.format.read_array_header_2_0(fileobj)
+            else:  # what the workers' np.load refuses (a 500 at posting before)
+                raise ValueError(f"format version {version} is not supported (1.0 or 2.0)")
         except (ValueError, OSError, SyntaxError) as exc:
             raise ValueError(f"the .npy header cannot be read ({exc})") from None
+        if any(type(size) is not int for size in shape):  # (True, 768) passed as one row
+            raise ValueError(f"the .npy shape {shape} is not made of integers")
         _check_length(fileobj, fileobj.tell(), math.prod(shape) * dtype.itemsize)
-        kind = "float" if dtype.kind == "f" and not dtype.hasobject else str(dtype)
+        # The loaders take little-endian float16/32/64 only (training/cube/data.py).
+        kind = "float" if dtype.str in ("<f2", "<f4", "<f8") else (dtype.str if dtype.byteorder == ">" else str(dtype))
         return list(shape), kind
     entry, _ = _safetensors_entry(fileobj)
     name = entry["dtype"]

@@ -196,6 +196,37 @@ def test_an_upload_the_split_would_refuse_is_refused_at_posting(
     assert (ledger.balance(bob), Task.objects.count()) == before
 
 
+def npy_with_header(header: str, version: bytes = b"\x01\x00", data: bytes = bytes(8 * 32 * 4)) -> bytes:
+    text = header.encode()
+    pad = 64 - (10 + len(text) + 1) % 64
+    return (
+        b"\x93NUMPY" + version + len(text + b" " * pad + b"\n").to_bytes(2, "little") + text + b" " * pad + b"\n" + data
+    )
+
+
+@pytest.mark.parametrize(
+    ("content", "words"),
+    [
+        (npy_with_header("{'descr': '<f4', 'fortran_order': False, 'shape': (8, 32), }", b"\x04\x00"), "version"),
+        (npy_with_header("{'descr': '<f4', 'fortran_order': False, 'shape': (True, 32), }"), "not made of integers"),
+        (npy(np.zeros((8, 32), dtype=">f4")), "dtype >f4 is not a float type"),
+    ],
+    ids=["format version 4", "a boolean dimension", "big-endian"],
+)
+def test_an_npy_the_workers_cannot_load_is_a_400_not_a_500(
+    bob: Any, alice_client: APIClient, content: bytes, words: str
+) -> None:
+    """Found by fuzzing: each was a 500 at posting, or a task every worker would fail."""
+    client = APIClient()
+    client.force_authenticate(bob)
+    dataset = make_dataset(bob, content, "teacher.npy")
+    for kind in ("cube_training",):
+        body = {"kind": kind, "budget": "10", "dataset": str(dataset.pk), "spec": {**SPEC}}
+        response = client.post("/api/v1/tasks/", body, format="json")
+        assert response.status_code == 400, response.content[:300]
+        assert words in response.json()["dataset"][0]
+
+
 def test_a_refused_upload_is_read_once_however_often_it_is_checked(bob: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """The post form checks its task on every pause in typing: a file found bad is not
     read whole again each time."""
