@@ -215,7 +215,9 @@ def test_malformed_ids_in_urls_are_404(alice_client: APIClient, url: str) -> Non
 
 
 @pytest.mark.parametrize("debug", [False, True], ids=["production", "development"])
-@pytest.mark.parametrize("url", ["/api/v1/nothing/", "/api/v1/ledger/blocks/x/", "/api/nothing", "/api/v1/tasks/abc/"])
+@pytest.mark.parametrize(
+    "url", ["/api/v1/nothing/", "/api/v1/ledger/blocks/x/", "/api/nothing", "/api/v1/tasks/abc/", "/api"]
+)
 def test_an_api_url_no_route_matches_is_a_json_404_and_a_page_an_html_one(
     client: Any, settings: Any, url: str, debug: bool
 ) -> None:
