@@ -179,43 +179,40 @@ def _check_sequences(dataset: Dataset) -> None:
     a sequence: not a zip, no sequence files, a train.csv naming missing files (the archive's
     directory and train.csv only). A .parquet dataset is one sequence, its format sniffed."""
     from training.asl.infer import count_inputs
-    from training.asl.parquet import DatasetError
 
-    if dataset.format != "zip":
-        return
-    key = f"islr-inputs-problem:{dataset.pk}:{dataset.sha256}"  # the text names its file
-    problem = cache.get(key)
-    path = Path(dataset.file.path)
-    if problem is None:  # remembered either way, as _check_finite's
-        try:
-            count_inputs(path)
-            problem = ""
-        except DatasetError as exc:
-            problem = str(exc)
-        cache.set(key, problem, CHECKED_FOR)
-    if problem:
-        raise _dataset_refused(dataset, path, problem)
+    if dataset.format == "zip":
+        _check_archive(dataset, "islr-inputs", count_inputs)
 
 
 def _check_training_archive(dataset: Dataset) -> None:
     """Refuse an ISLR training archive the platform's held-out split would refuse before any
     worker saw it: not a zip, a train.csv that is missing, malformed or names missing files,
     fewer participants than the split needs (the archive's directory and train.csv only; a
-    damaged sequence file still shows at the split, as a failure with a full refund). A
-    dataset found sound is remembered by its content hash, so quotes do not read it again."""
+    damaged sequence file still shows at the split, as a failure with a full refund)."""
     from training.asl.dataset import read_index
-    from training.asl.parquet import DatasetError
     from training.asl.source import Source
     from training.asl.split import heldout_participants
 
-    key = f"islr-index-problem:{dataset.pk}:{dataset.sha256}"  # the text names its file
+    def split_would_take(path: Path) -> None:
+        with Source(path, max_bytes=max(1, path.stat().st_size)) as archive:
+            entries, _signs = read_index(archive)
+        heldout_participants([entry.participant_id for entry in entries], seed=0)
+
+    _check_archive(dataset, "islr-index", split_would_take)
+
+
+def _check_archive(dataset: Dataset, check: str, read: Callable[[Path], object]) -> None:
+    """Run ``read`` on the dataset's file; its DatasetError is a 400 naming the dataset.
+    The verdict is remembered either way, as _check_finite's: the post form checks on every
+    pause in typing, and a large train.csv takes seconds to read."""
+    from training.asl.parquet import DatasetError
+
+    key = f"{check}-problem:{dataset.pk}:{dataset.sha256}"  # the text names its stored file
     problem = cache.get(key)
     path = Path(dataset.file.path)
-    if problem is None:  # remembered either way, as _check_finite's
+    if problem is None:
         try:
-            with Source(path, max_bytes=max(1, path.stat().st_size)) as archive:
-                entries, _signs = read_index(archive)
-            heldout_participants([entry.participant_id for entry in entries], seed=0)
+            read(path)
             problem = ""
         except DatasetError as exc:
             problem = str(exc)
