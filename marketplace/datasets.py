@@ -112,10 +112,11 @@ _MAX_SAFETENSORS_HEADER = 100_000_000
 _USIZE_LIMIT = 2**64
 
 
-def embeddings_shape(fileobj: IO[bytes], fmt: str) -> tuple[list[int], str]:
+def embeddings_shape(fileobj: IO[bytes], fmt: str, tensor: str = "embeddings") -> tuple[list[int], str]:
     """(shape, dtype) of the embeddings in an .npy or .safetensors file, from its header only.
 
-    The tensor is ``embeddings``, or a file's only tensor. Nothing is unpickled: the npy
+    The tensor is ``embeddings``, or a file's only tensor (or a safetensors file's
+    ``tensor``, which must be there by name: dialogue ``targets``). Nothing is unpickled: the npy
     header is a literal, the safetensors header JSON, checked whole as the workers' loader
     checks it. ValueError names what is wrong.
     """
@@ -139,18 +140,23 @@ def embeddings_shape(fileobj: IO[bytes], fmt: str) -> tuple[list[int], str]:
         # The loaders take little-endian float16/32/64 only (training/cube/data.py).
         kind = "float" if dtype.str in ("<f2", "<f4", "<f8") else (dtype.str if dtype.byteorder == ">" else str(dtype))
         return list(shape), kind
-    entry, _ = _safetensors_entry(fileobj)
+    entry, _ = _safetensors_entry(fileobj, tensor)
     name = entry["dtype"]
     return list(entry["shape"]), "float" if name in _FLOAT_TENSOR_TYPES else name
 
 
-def _safetensors_entry(fileobj: IO[bytes]) -> tuple[dict[str, Any], int]:
-    """The embeddings tensor's header entry of a safetensors file (at its start) and the
-    header's length. ValueError names what is wrong."""
+def _safetensors_entry(fileobj: IO[bytes], tensor: str = "embeddings") -> tuple[dict[str, Any], int]:
+    """The header entry of a safetensors file's ``tensor`` (the embeddings may be its only
+    tensor, under any name) and the header's length, read from the file's start.
+    ValueError names what is wrong."""
     tensors, length = _safetensors_header(fileobj)
-    entry = tensors.get("embeddings") or (next(iter(tensors.values())) if len(tensors) == 1 else None)
+    entry = tensors.get(tensor)
+    if entry is None and tensor == "embeddings" and len(tensors) == 1:
+        entry = next(iter(tensors.values()))
     if entry is None:
-        raise ValueError("expected an 'embeddings' tensor (or a single tensor)")
+        alone = " (or a single tensor)" if tensor == "embeddings" else ""
+        article = "an" if tensor[:1] in "aeiou" else "a"
+        raise ValueError(f"expected {article} {tensor!r} tensor{alone}")
     return entry, length
 
 
@@ -287,15 +293,15 @@ def _json_constant(text: str) -> Any:
     raise ValueError("the safetensors header is not JSON")
 
 
-def embeddings_map(path: str, fmt: str) -> Any:
-    """The embeddings of a file ``embeddings_shape`` accepted as floats, memory-mapped
-    read-only (nothing read until used): a numpy array."""
+def embeddings_map(path: str, fmt: str, tensor: str = "embeddings") -> Any:
+    """The embeddings (or a safetensors file's ``tensor``) of a file ``embeddings_shape``
+    accepted as floats, memory-mapped read-only (nothing read until used): a numpy array."""
     import numpy as np
 
     if fmt == "npy":
         return np.load(path, mmap_mode="r", allow_pickle=False)
     with open(path, "rb") as handle:
-        entry, length = _safetensors_entry(handle)
+        entry, length = _safetensors_entry(handle, tensor)
     dtype = np.dtype({"F16": "<f2", "F32": "<f4", "F64": "<f8"}[str(entry["dtype"])])
     start = 8 + length + int(entry["data_offsets"][0])
     return np.memmap(path, dtype=dtype, mode="r", offset=start, shape=tuple(entry["shape"]))

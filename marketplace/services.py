@@ -116,36 +116,46 @@ def check_task_request(
     return spec, dataset, price
 
 
-def _check_embeddings(dataset: Dataset, width: int, *, min_rows: int = 1, taker: str = "the source model") -> None:
-    """Refuse embeddings ``taker`` cannot take: [N ≥ min_rows, width] finite floats."""
+def _check_embeddings(
+    dataset: Dataset,
+    width: int,
+    *,
+    min_rows: int = 1,
+    taker: str = "the source model",
+    tensor: str = "embeddings",
+) -> int:
+    """Refuse embeddings ``taker`` cannot take: [N ≥ min_rows, width] finite floats (a
+    safetensors file's ``tensor``). The number of rows."""
+    what = dataset.name if tensor == "embeddings" else f"{dataset.name} ({tensor})"
     with dataset.file.open("rb") as handle:
         try:
-            shape, dtype = embeddings_shape(handle, dataset.format)
+            shape, dtype = embeddings_shape(handle, dataset.format, tensor)
         except ValueError as exc:
-            raise ValidationError({"dataset": [f"{dataset.name}: {exc}."]}) from None
+            raise ValidationError({"dataset": [f"{what}: {exc}."]}) from None
     if len(shape) != 2 or shape[0] < 1 or shape[1] != width:
-        raise ValidationError(
-            {"dataset": [f"{dataset.name}: shape {shape}, but {taker} takes rows of teacher_dim {width}."]}
-        )
+        raise ValidationError({"dataset": [f"{what}: shape {shape}, but {taker} takes rows of teacher_dim {width}."]})
     if shape[0] < min_rows:
         raise ValidationError(
-            {"dataset": [f"{dataset.name}: {shape[0]} rows; at least {min_rows} are needed (some are held out)."]}
+            {"dataset": [f"{what}: {shape[0]} rows; at least {min_rows} are needed (some are held out)."]}
         )
     if dtype != "float":
-        raise ValidationError({"dataset": [f"{dataset.name}: dtype {dtype} is not a float type."]})
-    _check_finite(dataset)
+        raise ValidationError({"dataset": [f"{what}: dtype {dtype} is not a float type."]})
+    _check_finite(dataset, tensor)
+    return shape[0]
 
 
 def _check_training_embeddings(dataset: Dataset, spec: dict[str, Any]) -> None:
     """Refuse a cube_training upload the platform's held-out split would refuse after the
     task was funded (``training.cube.split.read_upload``): a shape other than [N,
     teacher_dim], too few rows to hold some out, non-float or non-finite values, or a
-    dialogue-mode upload that cannot carry its targets."""
+    dialogue-mode upload without targets of the same shape and kind."""
     from training.cube.split import MIN_ROWS
 
     width = int(spec.get("teacher_dim", 768))
-    _check_embeddings(dataset, width, min_rows=MIN_ROWS, taker="this spec")
-    if spec.get("mode") == "dialogue" and dataset.format != "safetensors":
+    rows = _check_embeddings(dataset, width, min_rows=MIN_ROWS, taker="this spec")
+    if spec.get("mode") != "dialogue":
+        return
+    if dataset.format != "safetensors":
         raise ValidationError(
             {
                 "dataset": [
@@ -154,24 +164,28 @@ def _check_training_embeddings(dataset: Dataset, spec: dict[str, Any]) -> None:
                 ]
             }
         )
+    targets = _check_embeddings(dataset, width, min_rows=MIN_ROWS, taker="this spec", tensor="targets")
+    if targets != rows:
+        raise ValidationError({"dataset": [f"{dataset.name}: {targets} target rows but {rows} embedding rows."]})
 
 
-def _check_finite(dataset: Dataset) -> None:
+def _check_finite(dataset: Dataset, tensor: str = "embeddings") -> None:
     """Refuse inputs holding a NaN or an infinity: every worker would fail on them (and lose
     reputation for the requester's data). One pass over the mapped file, a block at a time;
     a dataset found clean is remembered by its content hash, so quotes do not read it again."""
     from training.cube.data import first_non_finite_row
 
-    key = f"dataset-finite-row:{dataset.sha256}"
+    key = f"dataset-finite-row:{dataset.sha256}:{tensor}"
     row = cache.get(key)
     if row is None:
         # Remembered either way: the post form checks on every pause in typing, and a
         # refused file would otherwise be read whole each time.
-        found = first_non_finite_row(embeddings_map(dataset.file.path, dataset.format))
+        found = first_non_finite_row(embeddings_map(dataset.file.path, dataset.format, tensor))
         row = -1 if found is None else found
         cache.set(key, row, CHECKED_FOR)
     if row >= 0:
-        raise ValidationError({"dataset": [f"{dataset.name}: row {row} holds NaN or infinite values."]})
+        what = dataset.name if tensor == "embeddings" else f"{dataset.name} ({tensor})"
+        raise ValidationError({"dataset": [f"{what}: row {row} holds NaN or infinite values."]})
 
 
 def _check_sequences(dataset: Dataset) -> None:

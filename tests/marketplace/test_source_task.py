@@ -210,7 +210,7 @@ def test_cube_inference_inputs_holding_nan_or_infinity_are_refused(
                 "train.csv": b"path,participant_id,sequence_id,sign\na.parquet,1,2,hello\na.parquet,1,3,bye\n",
                 "a.parquet": b"not read at posting",
             },
-            "in.zip: train.csv line 3: sequence file 'a.parquet' is listed twice.",
+            "in.zip: train.csv line 3: sequence file 'a.parquet' is listed twice (first on line 2).",
         ),
     ],
 )

@@ -8,6 +8,7 @@ import io
 import json
 import shutil
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -160,6 +161,31 @@ def test_an_id_too_large_for_64_bits_is_refused_at_posting(bob: Any, dataset: Pa
 
     message = refused_at_posting(bob, zip_bytes(files))
     assert message == f"signs.zip: train.csv line {len(rows) + 1}: participant_id and sequence_id must fit in 64 bits."
+
+
+def with_index(archive: Path, extra_rows: Callable[[list[str]], list[str]]) -> bytes:
+    """``archive`` with rows added to its train.csv (``extra_rows`` gets its data rows)."""
+    from tests.factories import zip_bytes
+
+    with zipfile.ZipFile(archive) as source:
+        files = {name: source.read(name) for name in source.namelist()}
+    lines = files["train.csv"].decode().splitlines()
+    files["train.csv"] = "\n".join([*lines, *extra_rows(lines[1:])]).encode() + b"\n"
+    return zip_bytes(files)
+
+
+def test_a_sequence_listed_twice_is_refused_at_posting(bob: Any, dataset: Path) -> None:
+    """Each listed row is copied and read at the split: a file listed a million times took
+    minutes of the platform's time before this was refused."""
+    message = refused_at_posting(bob, with_index(dataset, lambda rows: [rows[0]]))
+    assert message.startswith("signs.zip: train.csv line ")
+    assert "is listed twice (first on line 2)" in message
+
+
+@pytest.mark.parametrize("listed", ["train.csv", "sign_to_prediction_index_map.json"])
+def test_an_index_listing_itself_is_refused_at_posting(bob: Any, dataset: Path, listed: str) -> None:
+    message = refused_at_posting(bob, with_index(dataset, lambda rows: [f"{listed},99,99,hello"]))
+    assert f"path '{listed}' is the dataset's index, not a sequence file" in message
 
 
 def test_a_damaged_sequence_fails_the_task_at_the_split_with_a_refund(

@@ -247,19 +247,64 @@ def test_a_refused_upload_is_read_once_however_often_it_is_checked(bob: Any, mon
     assert len(reads) == 1
 
 
+def pairs(tmp_path: Path, **tensors: np.ndarray) -> bytes:
+    save_file(tensors, str(tmp_path / "pairs.safetensors"))
+    return (tmp_path / "pairs.safetensors").read_bytes()
+
+
+@pytest.mark.parametrize(
+    ("targets", "words"),
+    [
+        (None, "pairs.safetensors (targets): expected a 'targets' tensor."),
+        (np.zeros((40, 8), dtype=np.float32), "(targets): shape [40, 8], but this spec takes rows of teacher_dim 32"),
+        (np.zeros((39, 32), dtype=np.float32), "pairs.safetensors: 39 target rows but 40 embedding rows."),
+        (np.zeros((40, 32), dtype=np.int32), "(targets): dtype I32 is not a float type"),
+        (NAN_ROWS, "pairs.safetensors (targets): row 7 holds NaN or infinite values."),
+    ],
+    ids=["missing", "teacher_dim", "rows", "integers", "NaN"],
+)
+def test_dialogue_targets_the_split_would_refuse_are_refused_at_posting(
+    bob: Any, tmp_path: Path, targets: np.ndarray | None, words: str
+) -> None:
+    tensors = {"embeddings": np.zeros((40, 32), dtype=np.float32)}
+    if targets is not None:
+        tensors["targets"] = targets
+    dataset = make_dataset(bob, pairs(tmp_path, **tensors), "pairs.safetensors")
+    before = (ledger.balance(bob), Task.objects.count())
+    with pytest.raises(ValidationError) as refused:
+        post_task(bob, "cube_training", {**SPEC, "mode": "dialogue"}, dataset=dataset.pk, budget=10 * UNITS_PER_CREDIT)
+    (message,) = refused.value.detail["dataset"]  # type: ignore[call-overload]
+    assert words in str(message)
+    assert (ledger.balance(bob), Task.objects.count()) == before
+
+
+def test_dialogue_pairs_are_taken_and_split_together(bob: Any, alpha: Provider, tmp_path: Path) -> None:
+    data = teacher()
+    dataset = make_dataset(bob, pairs(tmp_path, embeddings=data, targets=-data), "pairs.safetensors")
+    task = post_task(
+        bob, "cube_training", {**SPEC, "mode": "dialogue"}, dataset=dataset.pk, budget=10 * UNITS_PER_CREDIT
+    )
+    assert task.status == TaskStatus.OPEN
+    assert len(scheduler.schedule(task.pk)) == 1
+    inputs, targets = load_heldout(heldout.prepared(task).heldout_path())  # type: ignore[union-attr]
+    assert targets is not None
+    assert np.array_equal(targets, -inputs)
+
+
 def test_an_unusable_upload_fails_the_task_with_a_full_refund_naming_it(
     bob: Any, alpha: Provider, tmp_path: Path
 ) -> None:
-    """What posting reads (the header, the values) fits; the dialogue targets the split
-    reads do not exist: the task fails before any worker is offered it, naming the file as
-    the requester uploaded it, and the budget comes back."""
-    save_file({"embeddings": teacher()}, str(tmp_path / "pairs.safetensors"))
-    dataset = make_dataset(bob, (tmp_path / "pairs.safetensors").read_bytes(), "pairs.safetensors")
+    """Posting read the upload and found it fit; the stored file is damaged before the
+    split reads it (a disk, an operator): the task fails before any worker is offered it,
+    naming the file as the requester uploaded it, and the budget comes back."""
+    data = teacher()
+    dataset = make_dataset(bob, pairs(tmp_path, embeddings=data, targets=data), "pairs.safetensors")
     before = ledger.balance(bob)
     task = post_task(
         bob, "cube_training", {**SPEC, "mode": "dialogue"}, dataset=dataset.pk, budget=10 * UNITS_PER_CREDIT
     )
     assert ledger.balance(bob) < before
+    Path(dataset.file.path).write_bytes(pairs(tmp_path, embeddings=data))  # the targets are gone
     assert scheduler.schedule(task.pk) == []
     task.refresh_from_db()
     assert task.status == TaskStatus.FAILED

@@ -108,6 +108,7 @@ def read_index(source: Source) -> tuple[list[Entry], list[str]]:
     if missing:
         raise DatasetError(name, f"missing columns {', '.join(missing)} (expected {', '.join(INDEX_COLUMNS)})")
     entries: list[Entry] = []
+    listed_on: dict[str, int] = {}
     for line, row in enumerate(_rows(reader, name), start=2):
         where = f"{name} line {line}"
         try:
@@ -121,6 +122,11 @@ def read_index(source: Source) -> tuple[list[Entry], list[str]]:
         if not sign:
             raise DatasetError(where, "empty sign")
         path = safe_relative(row["path"] or "", where)
+        if path in (INDEX_FILE, SIGN_MAP_FILE):
+            raise DatasetError(where, f"path {path!r} is the dataset's index, not a sequence file")
+        if (first := listed_on.setdefault(path, line)) != line:
+            # One row per file: a file listed many times was copied and read as often.
+            raise DatasetError(where, f"sequence file {path!r} is listed twice (first on line {first})")
         if not source.exists(path):
             raise DatasetError(where, f"sequence file {path!r} is missing from the dataset")
         entries.append(Entry(path, participant, sequence, sign))

@@ -49,13 +49,8 @@ def _listed(source: Source, name: str) -> list[tuple[str, int | None]]:
     """(path, sequence id or None) of every sequence of an archive or folder, none read yet."""
     if source.exists(INDEX_FILE):
         entries, _ = read_index(source)
+        # read_index refuses a file listed twice: one prediction row per file.
         listed: list[tuple[str, int | None]] = [(e.path, e.sequence_id) for e in entries]
-        # One prediction row per file: a file listed twice could never match the rows.
-        seen: set[str] = set()
-        for line, (path, _) in enumerate(listed, start=2):
-            if path in seen:
-                raise DatasetError(name, f"{INDEX_FILE} line {line}: sequence file {path!r} is listed twice")
-            seen.add(path)
     else:
         listed = [(p, None) for p in source.files(".parquet")]
     if not listed:
