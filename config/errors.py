@@ -9,6 +9,8 @@ too, where Django's ``handler404`` is not used; ``not_found`` covers a 404 raise
 
 from __future__ import annotations
 
+import json
+
 from django.http import HttpRequest, HttpResponse, HttpResponsePermanentRedirect, JsonResponse
 from django.urls import Resolver404, resolve
 from django.views import defaults
@@ -26,13 +28,15 @@ def api_not_found(request: HttpRequest) -> HttpResponse:
     if not path.endswith("/") and _routed(path + "/"):
         if request.method in ("GET", "HEAD"):
             query = request.META.get("QUERY_STRING", "")
-            return HttpResponsePermanentRedirect(request.path + "/" + (f"?{query}" if query else ""))
+            target = request.path + "/" + (f"?{query}" if query else "")
+            moved = json.dumps({"detail": f"Moved: API paths end with a slash: {request.path}/"})
+            return HttpResponsePermanentRedirect(target, content=moved, content_type="application/json")
         return JsonResponse({"detail": f"Not found. API paths end with a slash: {request.path}/"}, status=404)
     return JsonResponse(NOT_FOUND, status=404)
 
 
 def not_found(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
-    if request.path_info.startswith(API_PREFIX):
+    if request.path_info.lstrip("/").startswith(API_PREFIX[1:]):
         return JsonResponse(NOT_FOUND, status=404)
     return defaults.page_not_found(request, exception)
 

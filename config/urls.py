@@ -27,7 +27,7 @@ urlpatterns = [
         name="swagger-ui",
     ),
     # Last of the API: anything else under /api/ is a JSON 404 (config/errors.py).
-    re_path(r"^api(?:/|$)", api_not_found),
+    re_path(r"^/*api(?:/|$)", api_not_found),  # ``//api/…`` too: the resolver strips one slash
     path("workers/", include("workers.page_urls")),
     path("", include("marketplace.urls")),
     path("", include("ledger.urls")),

@@ -55,6 +55,49 @@ def test_sending_back_what_me_returned_is_taken(alice: Any, alice_client: APICli
     stale = alice_client.patch(ME, {**body, "date_joined": "2001-01-01T00:00:00Z"}, format="json")
     assert stale.status_code == 400
     assert stale.json() == {"date_joined": ["This field is read-only."]}
+    # JSON's true is not the number 1, whatever Python's bool is.
+    flag = alice_client.patch(ME, {"id": True, "last_name": "C"}, format="json")
+    assert (flag.status_code, flag.json()) == (400, {"id": ["This field is read-only."]})
+
+
+def test_a_long_unknown_key_is_named_cut_short(alice_client: APIClient) -> None:
+    response = alice_client.patch(ME, {"x" * 100_000: 1}, format="json")
+    assert response.status_code == 400
+    ((key, message),) = response.json().items()
+    assert key == "x" * 63 + "…"
+    assert message == ["Unknown field."]
+
+
+@pytest.mark.parametrize(
+    ("body", "errors"),
+    [
+        ({"force": True}, {"force": ["Unknown field: this endpoint takes no body."]}),
+        ([1, 2], {"non_field_errors": ["This endpoint takes no body."]}),
+    ],
+)
+def test_an_endpoint_that_takes_no_body_refuses_one(
+    alice: Any, alice_client: APIClient, body: Any, errors: dict[str, list[str]]
+) -> None:
+    """``POST /tasks/<id>/cancel/ {"force": true}`` read as an option it is not: a 400, and
+    the task is not cancelled. No body, ``{}`` and malformed JSON are as before."""
+    from marketplace.models import TaskStatus
+    from tests.factories import post_task
+
+    task = post_task(alice, "synthetic", {"n": 64}, draft=True)
+    for url in (
+        f"/api/v1/tasks/{task.pk}/cancel/",
+        f"/api/v1/tasks/{task.pk}/publish/",
+        "/api/v1/workers/registration-tokens/",
+    ):
+        response = alice_client.post(url, body, format="json")
+        assert (response.status_code, response.json()) == (400, errors), url
+    malformed = alice_client.post(f"/api/v1/tasks/{task.pk}/cancel/", b"{", content_type="application/json")
+    assert malformed.status_code == 400
+    assert "JSON parse error" in malformed.json()["detail"]
+    task.refresh_from_db()
+    assert task.status == TaskStatus.DRAFT
+    assert alice_client.post(f"/api/v1/tasks/{task.pk}/publish/", {}, format="json").status_code == 200
+    assert alice_client.post(f"/api/v1/tasks/{task.pk}/cancel/").status_code == 200
 
 
 def test_an_api_token_with_an_unknown_field_is_not_created(alice: Any, alice_client: APIClient) -> None:

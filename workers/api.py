@@ -12,7 +12,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from config.serializers import StrictInput
+from config.serializers import StrictInput, refuse_body
 from ledger.api.serializers import SubmitTransactionSerializer, TransactionSerializer
 from ledger.api.views import refusal_errors
 from ledger.models import TxStatus
@@ -82,6 +82,7 @@ class RegistrationTokenView(APIView):
 
     @extend_schema(request=None, responses={201: dict})
     def post(self, request: Request) -> Response:
+        refuse_body(request.data)
         token, raw = services.create_registration_token(request.user)  # type: ignore[arg-type]
         return Response({"token": raw, "expires_at": token.expires_at}, status=status.HTTP_201_CREATED)
 
@@ -154,6 +155,7 @@ class AbandonView(APIView):
     @extend_schema(request=None, responses={200: dict})
     def post(self, request: Request) -> Response:
         assert isinstance(request.auth, Worker)
+        refuse_body(request.data)
         abandoned = jobs.abandon_running(request.auth)
         return Response({"abandoned": [str(a.pk) for a in abandoned]})
 
@@ -229,6 +231,7 @@ class WorkerViewSet(OwnedViewSet, mixins.ListModelMixin, mixins.RetrieveModelMix
         return Worker.objects.all()
 
     def _set(self, target: str) -> Response:
+        refuse_body(self.request.data)
         worker = services.set_worker_state(self.request.user, self.get_object().pk, target)  # type: ignore[arg-type]
         return Response(WorkerSerializer(worker).data)
 

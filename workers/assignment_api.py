@@ -19,6 +19,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from config.downloads import download
+from config.serializers import refuse_body
 from workers import heldout, jobs, uploads
 from workers.authentication import IsWorker, WorkerTokenAuthentication
 from workers.models import Assignment, Worker
@@ -88,6 +89,7 @@ class AssignmentStartView(WorkerAPIView):
 
     @extend_schema(request=None, responses={200: dict})
     def post(self, request: Request, assignment_id: str) -> Response:
+        refuse_body(request.data)
         assignment = jobs.start(self.worker, self.assignment(assignment_id).pk)
         return Response({"state": assignment.state})
 

@@ -21,6 +21,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from config.downloads import download
+from config.serializers import refuse_body
 from marketplace import services
 from marketplace.api import serializers as s
 from marketplace.api.parsers import PARSERS, FormParser, JSONParser, MultiPartParser
@@ -142,12 +143,14 @@ class TaskViewSet(OwnedViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixin
     @extend_schema(request=None, responses={200: s.TaskDetailSerializer})
     @action(detail=True, methods=["post"])
     def cancel(self, request: Request, pk: str | None = None) -> Response:
+        refuse_body(request.data)
         task = services.cancel_task(request.user, self.get_object().pk)  # type: ignore[arg-type]
         return Response(s.TaskDetailSerializer(task).data)
 
     @extend_schema(request=None, responses={200: s.TaskDetailSerializer})
     @action(detail=True, methods=["post"])
     def publish(self, request: Request, pk: str | None = None) -> Response:
+        refuse_body(request.data)
         task = services.publish_task(request.user, self.get_object().pk)  # type: ignore[arg-type]
         return Response(s.TaskDetailSerializer(task).data)
 

@@ -216,7 +216,8 @@ def test_malformed_ids_in_urls_are_404(alice_client: APIClient, url: str) -> Non
 
 @pytest.mark.parametrize("debug", [False, True], ids=["production", "development"])
 @pytest.mark.parametrize(
-    "url", ["/api/v1/nothing/", "/api/v1/ledger/blocks/x/", "/api/nothing", "/api/v1/tasks/abc/", "/api"]
+    "url",
+    ["/api/v1/nothing/", "/api/v1/ledger/blocks/x/", "/api/nothing", "/api/v1/tasks/abc/", "/api"],
 )
 def test_an_api_url_no_route_matches_is_a_json_404_and_a_page_an_html_one(
     client: Any, settings: Any, url: str, debug: bool
@@ -231,10 +232,22 @@ def test_an_api_url_no_route_matches_is_a_json_404_and_a_page_an_html_one(
     assert page["Content-Type"].startswith("text/html")
 
 
+@pytest.mark.parametrize("debug", [False, True], ids=["production", "development"])
+def test_an_api_path_with_a_doubled_slash_is_a_json_404(client: Any, settings: Any, debug: bool) -> None:
+    """``//api/v1/tasks/`` as an HTTP client sends it (the test client's URL parsing would
+    read ``api`` as a host name, so the request is built from its WSGI environ)."""
+    settings.DEBUG = debug
+    for path in ("//api/v1/tasks/", "//api/v1/tasks", "///api"):
+        response = client.request(PATH_INFO=path, REQUEST_METHOD="GET")
+        assert response.status_code == 404, path
+        assert response.json() == {"detail": "Not found."}
+
+
 def test_an_api_path_without_its_slash_is_redirected_or_told(alice_client: APIClient) -> None:
     response = alice_client.get("/api/v1/tasks?status=open")
     assert response.status_code == 301
     assert response["Location"] == "/api/v1/tasks/?status=open"
+    assert response.json() == {"detail": "Moved: API paths end with a slash: /api/v1/tasks/"}
     posted = alice_client.post("/api/v1/tasks", {"kind": "synthetic", "budget": "1"}, format="json")
     assert posted.status_code == 404
     assert posted.json() == {"detail": "Not found. API paths end with a slash: /api/v1/tasks/"}
