@@ -19,10 +19,13 @@ from ledger.models import Account, Block, Transaction, TxStatus
 from ledger.proofs import build_proof, is_verified, verify_proof
 
 TX_PAGE_SIZE = 100
-_ID = re.compile(r"[0-9]{1,18}")  # a positive 64-bit id: a longer number names no row
+_NUMBER = re.compile(r"[0-9]+")
+_MAX_ID = 2**63 - 1  # a larger number names no row (and is not a bigint to query)
 # The pages shorten hashes to their first 8 hex digits; 6 are enough to search by.
 _HASH_PREFIX = re.compile(r"[0-9a-f]{6,64}")
 SEARCH_LIMIT = 20
+# Longer than any height, address or hash: such a query is refused, not echoed back whole.
+QUERY_MAX_CHARS = 200
 
 
 def explorer(request: HttpRequest) -> HttpResponse:
@@ -39,15 +42,21 @@ def explorer_search(request: HttpRequest) -> HttpResponse:
     query = request.GET.get("q", "").strip()
     if not query:
         return redirect("explorer")
+    if len(query) > QUERY_MAX_CHARS:
+        return _search_page(
+            request,
+            query[: QUERY_MAX_CHARS - 1] + "…",
+            problem=f"That is longer than any height, address or hash ({len(query):,} characters).",
+        )
     text = query.lower()
     if text.startswith("cpc1"):
         try:
             decode_address(text)
         except AddressError as exc:
-            return _search_page(request, query, problem=f"Not an address: {exc}.")
+            return _search_page(request, query, problem=f"Not an address: {str(exc).rstrip('.')}.")
         return redirect("explorer-address", address=text)
-    height = int(text) if _ID.fullmatch(text) else None
-    if height is not None and Block.objects.filter(height=height).exists():
+    height = int(text) if _NUMBER.fullmatch(text) else None
+    if height is not None and height <= _MAX_ID and Block.objects.filter(height=height).exists():
         return redirect("explorer-block", height=height)
     if height is not None and not _HASH_PREFIX.fullmatch(text):
         head = Block.objects.order_by("-height").values_list("height", flat=True).first()
@@ -148,7 +157,10 @@ def address_detail(request: HttpRequest, address: str) -> HttpResponse:
 
 def _position(value: str | None) -> int | None:
     """A page link's id; anything else (absent, not a number) names no position."""
-    return int(value) if value is not None and _ID.fullmatch(value) else None
+    if value is None or not _NUMBER.fullmatch(value) or len(value) > 19:
+        return None
+    number = int(value)
+    return number if number <= _MAX_ID else None
 
 
 @login_required

@@ -76,7 +76,14 @@ def test_no_match_says_why_on_a_page_that_searches_again(chain: dict[str, Any], 
         client, digits
     )
     assert "No block #999; the latest is #" in page(client, "999")
-    assert "Not an address" in page(client, "cpc1nothing")
+    huge = "1" * 19  # past a bigint: a number still, not only a hash prefix
+    assert f"No block or transaction hash starts with {huge}, and no block #{huge} yet." in page(client, huge)
+    refused = page(client, "cpc1nothing")
+    assert "Not an address" in refused
+    assert ".." not in refused.split('id="search-problem">')[1].split("</p>")[0]
+    long = page(client, "f" * 100_000)
+    assert "That is longer than any height, address or hash (100,000 characters)." in long
+    assert len(long) < 20_000  # not echoed back whole
     text = page(client, "e7de<script>")
     assert "Search by block height" in text
     assert "e7de&lt;script&gt;" in text  # the query is echoed escaped
