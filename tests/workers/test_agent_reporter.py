@@ -143,11 +143,11 @@ def test_a_refused_node_tries_again_every_minute_and_says_so_once(
     with StandIn(port) as platform:
         platform.refuse_with = code
         reporter = Reporter(f"http://127.0.0.1:{port}", "pww_test", heartbeat=10.0)
-        with caplog.at_level("ERROR", logger="workers.agent.reporter"):
-            reporters.append(reporter.start())
-            deadline = time.monotonic() + 10
-            while platform.connections < 4 and time.monotonic() < deadline:
-                time.sleep(0.01)
+        caplog.set_level("INFO", logger="workers.agent.reporter")
+        reporters.append(reporter.start())
+        deadline = time.monotonic() + 10
+        while platform.connections < 4 and time.monotonic() < deadline:
+            time.sleep(0.01)
         assert platform.connections >= 4
         assert len(waits) >= 3
         assert all(48.0 <= wait <= 60.0 for wait in waits), waits
@@ -155,12 +155,19 @@ def test_a_refused_node_tries_again_every_minute_and_says_so_once(
         assert len(refusals) == 1
         assert f"({code})" in refusals[0]
         assert "resumed from its page" in refusals[0]
+        # Each refused socket was opened, then closed: none of them reads as a connection.
+        assert not [r for r in caplog.records if r.getMessage().startswith("connected to")]
         platform.refuse_with = None  # resumed
         assert reporter.connected.wait(5)
         limit = time.monotonic() + 5
         while not platform.received and time.monotonic() < limit:
             time.sleep(0.01)
         assert platform.received[0][1] == {"type": "heartbeat"}
+        limit = time.monotonic() + 5
+        while time.monotonic() < limit and not any("socket again" in r.getMessage() for r in caplog.records):
+            time.sleep(0.01)
+        (back,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("connected to")]
+        assert "the platform takes this node's socket again, after" in back
         reporter.stop()
 
 

@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import random
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -171,8 +173,9 @@ class Reporter:
                 ) as socket:
                     self.connected.set()
                     failures = 0
-                    log.info("connected to %s", self.url)
-                    await self._session(socket)
+                    # A refused socket is accepted, then closed at once: "connected" is
+                    # said once the socket stays open, not at each refused try.
+                    await self._session(socket, settled=functools.partial(self._say_connected, refused_since))
             except websockets.ConnectionClosedError as exc:
                 if exc.rcvd is not None and exc.rcvd.code in (4401, 4403):
                     refused = True
@@ -207,6 +210,13 @@ class Reporter:
             failures += 1
             await self._pause(refused_delay() if refused else reconnect_delay(failures))
 
+    def _say_connected(self, refused_since: float | None) -> None:
+        if refused_since is None:
+            log.info("connected to %s", self.url)
+        else:
+            minutes = (time.monotonic() - refused_since) / 60
+            log.info("connected to %s: the platform takes this node's socket again, after %.0f min", self.url, minutes)
+
     async def _pause(self, seconds: float) -> None:
         """Wait ``seconds`` before the next try, or less when the reporter is stopped: a
         node stopping during a minute's wait after a refusal stops now."""
@@ -217,7 +227,9 @@ class Reporter:
         for waiter in (sleeper, stopper):
             waiter.cancel()
 
-    async def _session(self, socket: Any) -> None:
+    async def _session(self, socket: Any, settled: Callable[[], None] | None = None) -> None:
+        """Beat and send progress until the socket closes. ``settled`` is called once the
+        socket has stayed open past its first wait (a refusal closes it at once)."""
         assert self._wake is not None
         next_beat = 0.0  # a new connection beats at once: the platform may be counting since the last one
         last_progress = 0.0
@@ -252,3 +264,6 @@ class Reporter:
             if socket.close_code is not None:
                 state = socket.protocol  # the sans-I/O side knows which close frames went each way
                 raise websockets.ConnectionClosedError(state.close_rcvd, state.close_sent, state.close_rcvd_then_sent)
+            if settled is not None:
+                settled()
+                settled = None
