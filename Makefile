@@ -8,7 +8,7 @@ PORT ?= 8000
 
 .PHONY: install run test check format migrate demo clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml training/poc/_simd.c $(wildcard training/poc/simd/*)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'

@@ -7,11 +7,19 @@
 2. Verification (``poc.verify``: Merkle root, regeneration, Freivalds) against a full
    recomputation verifier (Merkle root, regeneration, float32 product, exact compare) at
    n = 1024 and 2048, both on the CPU as the platform's verifier queue runs, alternated,
-   best of each. Target: ≥ 20× cheaper at 2048. The product check alone (Freivalds
-   against the matmul) is reported beside it, since both verifiers share the O(n²)
-   hashing and generation, and so is the ceiling that hashing sets: recomputation over
-   the time to hash C's rows alone, which any verifier that checks the root must spend,
-   and the ratio in multiply-adds (n³ for the product against 3n² per Freivalds round).
+   best of each. Both read the artifact, hash its rows and take the root with the same
+   code (``commit``, on the AVX-512 kernels where the CPU has them). Target: ≥ 20×
+   cheaper at 2048. The product check alone (Freivalds, regenerating A and B included,
+   against the matmul alone) is reported beside it, and so is the ceiling that hashing
+   sets: recomputation over the time of the pass over C's rows (hashing, range check and
+   C·r), which any verifier that checks the root must spend, and the ratio in
+   multiply-adds (n³ for the product against 3n² per Freivalds round). Before each timed
+   call the bench sleeps 5 ms: PyTorch's CPU threads spin for a while after a product,
+   and a verification started at once would share the cores with them, which the
+   platform's verifier process, running no products, never does. (Much longer sleeps
+   let a virtual machine's idle cores be descheduled, which slows the first few
+   milliseconds after them: on a 2-core VM the median verification after a 20 ms sleep
+   was 50 % above the best.)
 
 Prints a table, then ONE line of JSON with the headline figures and targets.
 
@@ -35,8 +43,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from training import poc
 from training.device import select_device
-from training.poc import pool
-from training.poc.commit import iter_products, result_hash, row_leaf_hashes
+from training.poc import kernels, pool
+from training.poc.commit import iter_products, leaf_hash_array, result_hash
 from training.poc.runner import exact_float32, multiply, to_device, warm_up
 
 SEED = {
@@ -46,6 +54,7 @@ SEED = {
 }
 MATMUL_TARGET = 0.9
 VERIFY_TARGET = 20.0
+SETTLE_SECONDS = 0.005  # see the module docstring
 GENERATOR = "aes256ctr"  # what new tasks use (a spec without the field means shake128)
 
 
@@ -64,7 +73,7 @@ def recompute(spec: dict[str, Any], artifact: Path, claimed: str) -> tuple[bool,
     params = poc.parse_spec(spec)
     seed = poc.parse_seed_material(SEED).seed
     products = list(iter_products(artifact, params.n, params.count))
-    leaves = [h for p, c in enumerate(products) for h in row_leaf_hashes(p, c)]
+    leaves = np.concatenate([leaf_hash_array(p, c) for p, c in enumerate(products)])
     if result_hash(leaves) != claimed:
         return False, time.perf_counter() - started, 0.0
     cpu = torch.device("cpu")
@@ -122,11 +131,13 @@ def bench_verify(sizes: list[int], device: torch.device, reps: int, workdir: Pat
         artifact = workdir / out["artifact"]
         verify_s, recompute_s, freivalds_s, matmul_s, hash_s = [], [], [], [], []
         for _ in range(reps):
+            time.sleep(SETTLE_SECONDS)
             result = poc.verify(spec, SEED, artifact, out["result_hash"])
             assert result.ok, result.reason
             verify_s.append(result.seconds)
             freivalds_s.append(result.timings["freivalds"])
             hash_s.append(result.timings["hash"])
+            time.sleep(SETTLE_SECONDS)
             ok, seconds, mm = recompute(spec, artifact, out["result_hash"])
             assert ok
             recompute_s.append(seconds)
@@ -159,7 +170,7 @@ def bench_verify(sizes: list[int], device: torch.device, reps: int, workdir: Pat
             flush=True,
         )
         print(
-            f"             hashing C and its range check (every verifier must) {best['hash_seconds'] * 1e3:6.1f} ms: "
+            f"             the pass over C (hashing, which every verifier must, range check, C·r) {best['hash_seconds'] * 1e3:6.1f} ms: "
             f"no verifier that checks the root can beat {best['hash_only_ceiling']:5.1f}×",
             flush=True,
         )
@@ -184,7 +195,8 @@ def main() -> None:
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
     print(
         f"device {device} ({name}); torch {torch.__version__}, {torch.get_num_threads()} torch threads; "
-        f"verifier threads {pool.workers()}; best of {args.reps}, runner and plain alternated"
+        f"verifier threads {pool.workers()}, AVX-512 kernels {'on' if kernels.ENABLED else 'off'} "
+        f"(keystream in them: {'yes' if kernels.AES_ENABLED else 'no'}); best of {args.reps}, runner and plain alternated"
     )
     with tempfile.TemporaryDirectory(prefix="bench-poc-") as tmp:
         print("matmul GFLOP/s (product only; 'whole run' adds generation, hashing, writing):")
@@ -206,6 +218,8 @@ def main() -> None:
         "device_name": name,
         "torch_threads": torch.get_num_threads(),
         "verifier_threads": pool.workers(),
+        "simd_kernels": kernels.ENABLED,
+        "simd_keystream": kernels.AES_ENABLED,
         "reps": args.reps,
         "matmul": {str(n): {k: round(v, 3) for k, v in row.items()} for n, row in matmul.items()},
         "matmul_ratio_min": round(ratio_min, 3),

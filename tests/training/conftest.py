@@ -14,3 +14,17 @@ def _one_thread() -> Iterator[None]:
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture(params=["avx512", "portable"])
+def kernel_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Run a PoC test on the AVX-512 kernels and again on the portable hashlib/numpy path."""
+    from training.poc import kernels
+
+    if request.param == "avx512":
+        if not kernels.ENABLED:
+            pytest.skip("this CPU has no AVX-512 (or the extension is not built): the portable path covers it")
+    else:
+        monkeypatch.setattr(kernels, "ENABLED", False)
+        monkeypatch.setattr(kernels, "AES_ENABLED", False)
+    return str(request.param)

@@ -74,6 +74,7 @@ def _seed(**change: str) -> dict[str, str]:
 # --- the honest path ---------------------------------------------------------------
 
 
+@pytest.mark.usefixtures("kernel_path")
 def test_honest_result_passes(honest: dict[str, Any]) -> None:
     result = poc.verify(SPEC, SEED, honest["path"], honest["out"]["result_hash"])
     assert result.ok, result.reason
@@ -163,6 +164,7 @@ def test_asking_for_cuda_without_it_is_a_clear_error(tmp_path: Path) -> None:
 # --- soundness: every way to cheat fails with its own reason -----------------------
 
 
+@pytest.mark.usefixtures("kernel_path")
 def test_changed_entry_fails_the_root_or_freivalds(honest: dict[str, Any], tmp_path: Path) -> None:
     products = _products(honest["path"])
     products[1][10, 20] += 1
@@ -174,6 +176,7 @@ def test_changed_entry_fails_the_root_or_freivalds(honest: dict[str, Any], tmp_p
     assert "c1" in consistent_claim.reason
 
 
+@pytest.mark.usefixtures("kernel_path")
 def test_swapped_rows_fail(honest: dict[str, Any], tmp_path: Path) -> None:
     products = _products(honest["path"])
     products[0][[3, 4]] = products[0][[4, 3]]
@@ -183,12 +186,14 @@ def test_swapped_rows_fail(honest: dict[str, Any], tmp_path: Path) -> None:
     assert (result.ok, result.code) == (False, "product_mismatch")
 
 
+@pytest.mark.usefixtures("kernel_path")
 def test_swapped_products_fail(honest: dict[str, Any], tmp_path: Path) -> None:
     c0, c1 = _products(honest["path"])
     root = _write(tmp_path / "p.safetensors", [c1, c0])
     assert poc.verify(SPEC, SEED, tmp_path / "p.safetensors", root).code == "product_mismatch"
 
 
+@pytest.mark.usefixtures("kernel_path")
 @pytest.mark.parametrize(
     "change",
     [
@@ -203,6 +208,7 @@ def test_result_for_another_seed_fails(honest: dict[str, Any], change: dict[str,
     assert (result.ok, result.code) == (False, "product_mismatch")
 
 
+@pytest.mark.usefixtures("kernel_path")
 def test_forged_root_of_another_product_fails(honest: dict[str, Any], tmp_path: Path) -> None:
     other = poc.run(SPEC, _seed(task_id=str(uuid.UUID(int=7))), tmp_path)
     result = poc.verify(SPEC, SEED, honest["path"], other["result_hash"])
@@ -210,6 +216,7 @@ def test_forged_root_of_another_product_fails(honest: dict[str, Any], tmp_path: 
     assert "claimed result_hash" in result.reason
 
 
+@pytest.mark.usefixtures("kernel_path")
 def test_entries_beyond_the_honest_range_are_refused(honest: dict[str, Any], tmp_path: Path) -> None:
     products = _products(honest["path"])
     products[0][0, 0] = 2**31 - 1
@@ -219,6 +226,7 @@ def test_entries_beyond_the_honest_range_are_refused(honest: dict[str, Any], tmp
     assert "±4096" in result.reason
 
 
+@pytest.mark.usefixtures("kernel_path")
 def test_truncated_artifact_is_unreadable(honest: dict[str, Any], tmp_path: Path) -> None:
     path = tmp_path / "p.safetensors"
     path.write_bytes(honest["path"].read_bytes()[:-100])
@@ -427,6 +435,7 @@ def test_a_spec_without_a_generator_is_one_from_before_the_field() -> None:
     assert poc.parse_spec({"n": 64, "generator": "aes256ctr"}).generator == "aes256ctr"
 
 
+@pytest.mark.usefixtures("kernel_path")
 def test_a_task_is_verified_with_the_generator_its_spec_names(tmp_path: Path) -> None:
     # A task stored before the spec named a generator says shake128 (marketplace migration
     # 0003); its node's product passes under that spec and fails under aes256ctr.
@@ -450,6 +459,7 @@ def test_an_unknown_generator_stops_the_run_and_the_verifier(tmp_path: Path) -> 
 # --- row proofs --------------------------------------------------------------------
 
 
+@pytest.mark.usefixtures("kernel_path")
 @pytest.mark.parametrize(("pair", "row"), [(0, 0), (0, 63), (1, 0), (1, 37)])
 def test_row_proof_verifies_and_is_the_right_row(honest: dict[str, Any], pair: int, row: int) -> None:
     proof = poc.prove_row(honest["path"], pair, row)

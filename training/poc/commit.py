@@ -17,12 +17,12 @@ is only ever read back with safetensors (never unpickled).
 
 from __future__ import annotations
 
-import hashlib
 import json
+import mmap
 import os
 import struct
 import tempfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -33,6 +33,7 @@ import numpy.typing as npt
 from safetensors import safe_open
 
 from ledger import merkle
+from training.poc import kernels, pool
 
 ARTIFACT_NAME = "product.safetensors"
 FORMAT = "proofwork-poc-v1"
@@ -57,24 +58,23 @@ def leaf_data(pair: int, row: int, values: npt.NDArray[np.integer[Any]]) -> byte
 
 
 def row_leaf_hashes(pair: int, c: npt.NDArray[np.int32]) -> list[bytes]:
-    """Leaf hashes of every row of product ``pair``, in row order, on the calling thread.
-
-    Each row is fed to SHA-256 straight from the array (no copy of its bytes). One thread
-    on purpose: every row's digest re-takes the GIL, and threads queueing for it cost more
-    than they hash. At n = 2048 one thread took 11.5 ms on a 2-core AMD EPYC (two threads
-    10.7 ms) and 19.9 ms on a 16-core Xeon, where eight threads took 37 ms and four 37 ms.
-    """
-    values = np.ascontiguousarray(c, dtype="<i4")
-    hashes = []
-    for i in range(values.shape[0]):
-        h = hashlib.sha256(merkle.LEAF_PREFIX + struct.pack("<II", pair, i))
-        h.update(values[i])
-        hashes.append(h.digest())
-    return hashes
+    """Leaf hashes of every row of product ``pair``, in row order (``kernels.leaf_hashes``)."""
+    return [row.tobytes() for row in leaf_hash_array(pair, c)]
 
 
-def result_hash(leaf_hashes: Sequence[bytes]) -> str:
-    """The result_hash: hex Merkle root over all rows' leaf hashes."""
+def leaf_hash_array(pair: int, c: npt.NDArray[np.int32]) -> kernels.Leaves:
+    """Leaf hashes of every row of product ``pair`` as an n × 32 array, blocks of rows on the pool."""
+    pieces = pool.workers() if kernels.ENABLED else 1  # hashlib's per-row digests hold the GIL
+    parts = pool.parallel_map(
+        lambda span: kernels.leaf_hashes(pair, c[span[0] : span[1]], span[0]), pool.chunks(c.shape[0], pieces)
+    )
+    return np.concatenate(parts) if parts else np.empty((0, 32), dtype=np.uint8)
+
+
+def result_hash(leaf_hashes: Sequence[bytes] | kernels.Leaves) -> str:
+    """The result_hash: hex Merkle root over all rows' leaf hashes (a list, or an m × 32 array)."""
+    if isinstance(leaf_hashes, np.ndarray):
+        return kernels.merkle_root(leaf_hashes).hex()
     return merkle.root_from_leaf_hashes(leaf_hashes).hex()
 
 
@@ -134,13 +134,15 @@ class ArtifactWriter:
         os.replace(self._tmp, self.path)
 
 
-def iter_products(path: Path, n: int, count: int) -> Iterator[npt.NDArray[np.int32]]:
+def iter_products(path: Path, n: int, count: int) -> Generator[npt.NDArray[np.int32], None, None]:
     """Yield product 0 … count−1 from an artifact after checking its whole layout.
 
     Raises ArtifactProblem (``unreadable``, ``tensors``, ``dtype`` or ``shape``) before
     yielding anything when the file does not hold exactly ``count`` n×n int32 tensors.
     Only the header is trusted to describe the file; safetensors itself rejects headers
-    whose offsets do not match the file's size.
+    whose offsets do not match the file's size. Each product is a read-only view of the
+    file mapped into memory (the platform never changes an artifact once it is closed),
+    so reading one costs no copy.
     """
     expected = {tensor_name(p) for p in range(count)}
     try:
@@ -163,11 +165,39 @@ def iter_products(path: Path, n: int, count: int) -> Iterator[npt.NDArray[np.int
                 raise ArtifactProblem("dtype", f"{name} has dtype {piece.get_dtype()}, expected I32 (int32).")
             if list(piece.get_shape()) != [n, n]:
                 raise ArtifactProblem("shape", f"{name} has shape {list(piece.get_shape())}, expected [{n}, {n}].")
+    starts = _data_offsets(Path(path), count, n * n * 4)
+    with open(path, "rb") as fh:
         for p in range(count):
-            try:
-                yield np.asarray(f.get_tensor(tensor_name(p)), dtype=np.int32)
-            except Exception as exc:
-                raise ArtifactProblem("unreadable", f"{tensor_name(p)} cannot be read ({exc}).") from None
+            yield _map_product(fh, starts[p], n)
+
+
+def _data_offsets(path: Path, count: int, size: int) -> list[int]:
+    """Where each product's bytes start in the file, from the header safetensors has checked."""
+    try:
+        with open(path, "rb") as fh:
+            (length,) = struct.unpack("<Q", fh.read(8))
+            header = json.loads(fh.read(length))
+        offsets = [header[tensor_name(p)]["data_offsets"] for p in range(count)]
+    except (OSError, ValueError, KeyError, TypeError, struct.error) as exc:
+        raise ArtifactProblem("unreadable", f"the artifact's header cannot be read ({exc}).") from None
+    if any(type(b) is not int or type(e) is not int or e - b != size for b, e in offsets):
+        raise ArtifactProblem("unreadable", "the artifact's header gives a tensor the wrong length.")
+    return [8 + length + b for b, _ in offsets]
+
+
+def _map_product(fh: Any, start: int, n: int) -> npt.NDArray[np.int32]:
+    aligned = start - start % mmap.ALLOCATIONGRANULARITY
+    try:
+        mapped = mmap.mmap(
+            fh.fileno(),
+            start - aligned + n * n * 4,
+            flags=mmap.MAP_SHARED,  # faulted in as the pool's threads read it (MAP_POPULATE measured slower)
+            prot=mmap.PROT_READ,
+            offset=aligned,
+        )
+    except (OSError, ValueError) as exc:
+        raise ArtifactProblem("unreadable", f"the artifact cannot be read ({exc}).") from None
+    return np.frombuffer(mapped, dtype="<i4", count=n * n, offset=start - aligned).reshape(n, n)
 
 
 def artifact_shape(path: Path) -> tuple[int, int]:

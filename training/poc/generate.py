@@ -155,32 +155,57 @@ def generate_rows(
     return _shake_rows(seed, matrix, pair, n, bound, start, stop, margin)
 
 
-def _aes_key(seed: bytes, matrix: Matrix, pair: int) -> bytes:
+def aes_key(seed: bytes, matrix: Matrix, pair: int) -> bytes:
+    """The AES-256 key of matrix ``matrix`` of pair ``pair`` (module docstring)."""
     if matrix not in ("A", "B"):
         raise ValueError(f"matrix must be 'A' or 'B', got {matrix!r}")
     return hashlib.sha256(DOMAIN_AES + seed + matrix.encode("ascii") + struct.pack("<I", pair)).digest()
 
 
+def aes_stream(seed: bytes, matrix: Matrix, pair: int, n: int, start: int, stop: int) -> npt.NDArray[np.uint8]:
+    """The keystream bytes behind rows ``start:stop`` of an ``aes256ctr`` matrix, one per entry.
+
+    Entry (i, j) is ``((x · m) >> 8) − entry_bound`` of byte x = stream[i − start, j]. One
+    call runs on the calling thread (``generate_rows`` spreads chunks over threads).
+    """
+    block, skip = divmod(start * n, _AES_BLOCK)
+    encryptor = Cipher(
+        algorithms.AES(aes_key(seed, matrix, pair)), modes.CTR(block.to_bytes(_AES_BLOCK, "big"))
+    ).encryptor()
+    stream = encryptor.update(bytes(skip + (stop - start) * n))
+    return np.frombuffer(stream, dtype=np.uint8, offset=skip).reshape(stop - start, n)
+
+
+def entry_source(
+    seed: bytes, matrix: Matrix, pair: int, n: int, bound: int, start: int, stop: int, *, generator: Generator
+) -> tuple[npt.NDArray[np.uint8] | npt.NDArray[np.int8], int]:
+    """Rows ``start:stop`` as the verifier's kernels take them: (x, m).
+
+    ``aes256ctr``: the raw keystream and m = 2·bound + 1, for the kernel to map each byte to
+    ``((x · m) >> 8) − bound`` as it reads it. ``shake128``: the entries themselves as int8
+    and m = 0.
+    """
+    if generator == "aes256ctr":
+        return aes_stream(seed, matrix, pair, n, start, stop), 2 * bound + 1
+    return _shake_rows(seed, matrix, pair, n, bound, start, stop, None), 0
+
+
 def _aes_rows(
     seed: bytes, matrix: Matrix, pair: int, n: int, bound: int, start: int, stop: int
 ) -> npt.NDArray[np.int8]:
-    cipher = algorithms.AES(_aes_key(seed, matrix, pair))
     m = 2 * bound + 1
     out = np.empty((stop - start, n), dtype=np.int8)
     chunk = max(1, _CHUNK_BYTES // n)
 
     def fill(lo: int) -> None:
         hi = min(stop, lo + chunk)
-        block, skip = divmod(lo * n, _AES_BLOCK)
-        encryptor = Cipher(cipher, modes.CTR(block.to_bytes(_AES_BLOCK, "big"))).encryptor()
-        stream = np.frombuffer(encryptor.update(bytes(skip + (hi - lo) * n)), dtype=np.uint8)[skip:]
         # (x·m) >> 8 < m ≤ 255 for every byte x, and x·m < 2^16, so uint16 never wraps.
-        wide = stream.astype(np.uint16)
+        wide = aes_stream(seed, matrix, pair, n, lo, hi).astype(np.uint16)
         wide *= np.uint16(m)
         wide >>= np.uint16(8)
         values = wide.astype(np.uint8).view(np.int8)
         values -= np.int8(bound)
-        out[lo - start : hi - start] = values.reshape(hi - lo, n)
+        out[lo - start : hi - start] = values
 
     # Chunks write disjoint rows, so the thread schedule cannot change the result.
     parallel_map(fill, range(start, stop, chunk))
@@ -188,7 +213,14 @@ def _aes_rows(
 
 
 def _shake_rows(
-    seed: bytes, matrix: Matrix, pair: int, n: int, bound: int, start: int, stop: int, margin: int | None
+    seed: bytes,
+    matrix: Matrix,
+    pair: int,
+    n: int,
+    bound: int,
+    start: int,
+    stop: int,
+    margin: int | None,
 ) -> npt.NDArray[np.int8]:
     prefix = _stream_prefix(seed, matrix, pair)
     extra = _margin(n, 2 * bound + 1) if margin is None else margin

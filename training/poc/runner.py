@@ -13,7 +13,7 @@ import numpy.typing as npt
 import torch
 
 from training.device import keep_freed_memory, select_device
-from training.poc.commit import ARTIFACT_NAME, ArtifactWriter, result_hash, row_leaf_hashes
+from training.poc.commit import ARTIFACT_NAME, ArtifactWriter, leaf_hash_array, result_hash
 from training.poc.generate import generate_matrix
 from training.poc.spec import FLOAT32_EXACT_LIMIT, PocSpec, parse_seed_material, parse_spec
 
@@ -131,7 +131,7 @@ def run(
     keep_freed_memory()  # generation and hashing allocate the same n² buffers per pair
     n, count, bound = params.n, params.count, params.entry_bound
     out_dir = Path(out_dir)
-    leaves: list[bytes] = []
+    leaves: list[npt.NDArray[np.uint8]] = []
     matmul_seconds = generate_seconds = 0.0
     metadata = {"n": str(n), "count": str(count), "entry_bound": str(bound), "generator": params.generator}
     with exact_float32(), ArtifactWriter(out_dir / ARTIFACT_NAME, n, count, metadata) as writer:
@@ -152,7 +152,7 @@ def run(
             del a, b
             host = _to_host_int32(c)
             del c
-            leaves.extend(row_leaf_hashes(pair, host))
+            leaves.append(leaf_hash_array(pair, host))
             writer.write(host)
             if progress is not None:
                 flops = 2.0 * n**3
@@ -166,7 +166,7 @@ def run(
                 )
     total_flops = 2.0 * n**3 * count
     return {
-        "result_hash": result_hash(leaves),
+        "result_hash": result_hash(np.concatenate(leaves)),
         "gflops": total_flops / max(matmul_seconds, 1e-9) / 1e9,
         "seconds": time.perf_counter() - started,
         "matmul_seconds": matmul_seconds,

@@ -14,32 +14,41 @@ bits as large as exact float64 arithmetic allows (see ``freivalds_bits``) and
 rounds = ⌈60 / bits⌉, so the false-acceptance probability is ≤ 2^−60. r comes from
 os.urandom after the artifact is fixed, so the worker cannot predict it. Each round
 costs three n×n matrix-vector products, O(n²), against the O(n³) of recomputing C; the
-rounds run together as the columns of one BLAS product, a block of rows at a time.
+rounds run together as the columns of R.
+
+The work, per product, in three phases that each spread blocks of rows over the cores
+(``pool``), on ``kernels`` (AVX-512 where the CPU has it): one pass over C's rows
+computes their leaf hashes, the range check and C·R while each row is in cache; then A's
+and B's generator output; then B·R and A·(B·R), read straight from that output.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-import torch
 
 from training.device import keep_freed_memory
-from training.poc.commit import ArtifactProblem, iter_products, result_hash, row_leaf_hashes
+from training.poc import kernels, pool
+from training.poc.commit import ArtifactProblem, iter_products
 from training.poc.generate import generate_matrix, generate_rows
-from training.poc.pool import parallel_map
+from training.poc.pool import chunks, parallel_map, workers
 from training.poc.spec import PocError, PocSpec, parse_seed_material, parse_spec
 
 SECURITY_BITS = 60
-# Every partial sum is an integer of magnitude < 2^53, so float64 BLAS is exact.
+# Every partial sum is an integer of magnitude < 2^53, so float64 arithmetic is exact.
 _FLOAT64_EXACT_BITS = 53
+# R's columns go through the kernels together; ``rounds_for`` never needs more.
+MAX_ROUNDS = 8
 _BLOCK_ROWS = 256
 
 
@@ -64,9 +73,9 @@ def freivalds_bits(spec: PocSpec) -> int:
       C·r      is at most n·(n·b²)·m = n²b²·m
     in magnitude, in whatever order the sum is taken. With m = 2^bits and
     bits = 53 − bitlen(n²b²) this stays below 2^53, so every partial sum is an integer
-    float64 represents exactly, whatever order BLAS adds in. For n = 2048, b = 8 that
-    gives bits = 24 and 3 rounds; for the largest spec (n = 2^14, n²b² = 2^34) bits = 18
-    and 4 rounds.
+    float64 represents exactly, whatever order the additions run in. For n = 2048, b = 8
+    that gives bits = 24 and 3 rounds; for the largest spec (n = 2^14, n²b² = 2^34)
+    bits = 18 and 4 rounds.
     """
     bits = _FLOAT64_EXACT_BITS - (spec.n**2 * spec.entry_bound**2).bit_length()
     return max(1, min(bits, SECURITY_BITS))
@@ -79,8 +88,9 @@ def rounds_for(spec: PocSpec) -> int:
 
 def random_vectors(n: int, rounds: int, bits: int) -> npt.NDArray[np.int64]:
     """``rounds`` vectors (as rows) of n entries uniform in [0, 2^bits), from os.urandom."""
-    raw = np.frombuffer(os.urandom(8 * n * rounds), dtype="<u8").reshape(rounds, n)
-    return (raw & np.uint64((1 << bits) - 1)).astype(np.int64)
+    wide = bits > 32  # four bytes an entry where they suffice: os.urandom is most of the cost
+    raw = np.frombuffer(os.urandom((8 if wide else 4) * n * rounds), dtype="<u8" if wide else "<u4")
+    return (raw.reshape(rounds, n) & ((1 << bits) - 1)).astype(np.int64)
 
 
 def matvecs(matrix: npt.NDArray[Any], vectors: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
@@ -100,50 +110,87 @@ def matvecs(matrix: npt.NDArray[Any], vectors: npt.NDArray[np.int64]) -> npt.NDA
     return out
 
 
-def _exact_products(matrix: npt.NDArray[Any], columns: torch.Tensor) -> torch.Tensor:
-    """matrix · columns in float64 BLAS, exact under the bounds of ``freivalds_bits``.
+class _ProductCheck:
+    """Freivalds' check of one product, spread over the pool's threads.
 
-    The integer matrix is widened a block of rows at a time, so the widened copy stays in
-    cache and memory stays bounded however large n is.
+    ``start`` queues B·R, a block of B's rows at a time (B regenerated from the seed): it
+    needs nothing from the artifact, so it runs while the caller opens the product. ``run``
+    then makes one parallel pass: the blocks of C's rows (leaf hashes, range check, C·R),
+    then A·(B·R), A regenerated the same way; an A task first waits for B·R. ``mismatch``
+    compares A·(B·R) with C·R. ``timings`` adds up each kind of task's thread-seconds
+    divided by the number of threads, so the two sum to about the wall time: ``hash`` for
+    the pass over C (C·R included: computed while the rows are in cache) and ``freivalds``
+    for the rest (regenerating A and B included).
     """
-    source = torch.from_numpy(np.ascontiguousarray(matrix))
-    out = torch.empty((matrix.shape[0], columns.shape[1]), dtype=torch.float64)
-    for lo in range(0, matrix.shape[0], _BLOCK_ROWS):
-        torch.matmul(source[lo : lo + _BLOCK_ROWS].to(torch.float64), columns, out=out[lo : lo + _BLOCK_ROWS])
-    return out
+
+    def __init__(self, pair: int, columns: npt.NDArray[np.float64], seed: bytes, params: PocSpec) -> None:
+        self.pair, self.columns, self.seed, self.params = pair, columns, seed, params
+        n, k = params.n, columns.shape[0]
+        self.leaves = np.empty((n, 32), dtype=np.uint8)
+        self.lo, self.hi = int(np.iinfo(np.int32).max), int(np.iinfo(np.int32).min)
+        self.right = np.empty((n, k), dtype=np.float64)  # C·R
+        self.br = np.empty((n, k), dtype=np.float64)  # B·R
+        self.left = np.empty((n, k), dtype=np.float64)  # A·(B·R)
+        self.timings = {"hash": 0.0, "freivalds": 0.0}
+        self._threads = min(workers(), n)
+        self._b: list[Future[float]] = []
+
+    def _b_task(self, lo: int, hi: int) -> float:
+        tick = time.perf_counter()
+        self.br[lo:hi] = kernels.source_dot(self.seed, "B", self.pair, self.params, lo, hi, self.columns)
+        return time.perf_counter() - tick
+
+    def start(self) -> None:
+        """Queue B·R on the pool."""
+        self._b = [pool.submit(self._b_task, lo, hi) for lo, hi in chunks(self.params.n, workers())]
+
+    def wait(self) -> None:
+        """Wait for B·R (``run`` does); raises what a block of it raised."""
+        for future in self._b:
+            self.timings["freivalds"] += future.result() / self._threads
+
+    def _scan_task(self, c: npt.NDArray[np.int32], lo: int, hi: int) -> tuple[str, float]:
+        tick = time.perf_counter()
+        leaves, low, high, products = kernels.scan_rows(self.pair, c[lo:hi], lo, self.columns)
+        self.leaves[lo:hi], self.right[lo:hi] = leaves, products
+        self.lo, self.hi = min(self.lo, low), max(self.hi, high)  # one thread at a time: the GIL
+        return "hash", time.perf_counter() - tick
+
+    def _a_task(self, c: npt.NDArray[np.int32], lo: int, hi: int) -> tuple[str, float]:
+        for future in self._b:
+            future.result()  # B·R first; its blocks were queued before anything of this pass
+        tick = time.perf_counter()
+        self.left[lo:hi] = kernels.source_dot(self.seed, "A", self.pair, self.params, lo, hi, self.br.T)
+        return "freivalds", time.perf_counter() - tick
+
+    def run(self, c: npt.NDArray[np.int32]) -> None:
+        """After ``start``: the leaf hashes, the range (``lo``, ``hi``), C·R and A·(B·R)."""
+        n = self.params.n
+        # Twice as many blocks of C as threads: the threads finish together. The portable
+        # hashing holds the GIL for each row's digest, so it takes a single block.
+        scans = chunks(n, 2 * workers() if kernels.ENABLED else 1)
+        tasks: list[tuple[Callable[[npt.NDArray[np.int32], int, int], tuple[str, float]], tuple[int, int]]] = [
+            *((self._scan_task, span) for span in scans),
+            *((self._a_task, span) for span in chunks(n, workers())),
+        ]
+        for kind, seconds in parallel_map(lambda task: task[0](c, *task[1]), tasks):
+            self.timings[kind] += seconds / self._threads
+        self.wait()
+
+    def mismatch(self) -> str | None:
+        """For an in-range product (exact in float64: ``freivalds_bits``): None when A·(B·R) = C·R."""
+        if np.array_equal(self.left, self.right):
+            return None
+        return f"Product c{self.pair} is not A·B for this task's seed (Freivalds' check failed)."
 
 
-def freivalds(
-    a: npt.NDArray[np.int8], b: npt.NDArray[np.int8], c: npt.NDArray[np.int32], vectors: npt.NDArray[np.int64]
-) -> bool:
-    """True when A·(B·r) = C·r for every r in ``vectors`` (bounds: ``freivalds_bits``).
-
-    Requires |C_ij| ≤ n·b² (the range check runs first) and r in [0, 2^freivalds_bits).
-    """
-    columns = torch.from_numpy(np.ascontiguousarray(vectors.T, dtype=np.float64))
-    left = _exact_products(a, _exact_products(b, columns))
-    right = _exact_products(c, columns)
-    return bool(torch.equal(left, right))
+def _add(total: dict[str, float], part: Mapping[str, float]) -> None:
+    for kind, seconds in part.items():
+        total[kind] += seconds
 
 
-def _check_product(
-    pair: int,
-    c: npt.NDArray[np.int32],
-    seed: bytes,
-    params: PocSpec,
-    rounds: int,
-    bits: int,
-    timings: dict[str, float],
-) -> str | None:
-    """Freivalds' check of one in-range product; None when it passes, else the reason."""
-    tick = time.perf_counter()
-    a = generate_matrix(seed, "A", pair, params.n, params.entry_bound, generator=params.generator)
-    b = generate_matrix(seed, "B", pair, params.n, params.entry_bound, generator=params.generator)
-    mid = time.perf_counter()
-    passed = freivalds(a, b, c, random_vectors(params.n, rounds, bits))  # exact: the range check passed
-    timings["generate"] += mid - tick
-    timings["freivalds"] += time.perf_counter() - mid
-    return None if passed else f"Product c{pair} is not A·B for this task's seed (Freivalds' check failed)."
+def _root(leaves: list[kernels.Leaves]) -> str:
+    return kernels.merkle_root(np.concatenate(leaves)).hex()
 
 
 def _fail(code: str, reason: str, started: float, timings: Mapping[str, float] | None = None) -> VerificationResult:
@@ -161,11 +208,12 @@ def verify(
 
     Never raises on a bad artifact or claim: every failure is a VerificationResult with
     ``ok=False``, a ``code`` and a reason naming what was wrong. ``rounds`` overrides the
-    number of Freivalds rounds (fewer than ``rounds_for(spec)`` weakens the 2^−60 bound).
-    ``timings`` splits the seconds into hash, generate and freivalds.
+    number of Freivalds rounds, 1 to 8 (fewer than ``rounds_for(spec)`` weakens the 2^−60
+    bound). ``timings`` splits the seconds into hash (the pass over C: leaf hashes, range
+    check and C·R) and freivalds (B·R and A·(B·R), regenerating A and B).
     """
     started = time.perf_counter()
-    timings: dict[str, float] = {"hash": 0.0, "generate": 0.0, "freivalds": 0.0}
+    timings: dict[str, float] = {"hash": 0.0, "freivalds": 0.0}
     try:
         params = parse_spec(spec)
         seed = parse_seed_material(seed_material).seed
@@ -173,8 +221,8 @@ def verify(
         return _fail(
             "spec" if exc.field in ("spec", "n", "count", "entry_bound", "generator") else "seed", str(exc), started
         )
-    if rounds is not None and (type(rounds) is not int or rounds < 1):
-        raise ValueError("rounds must be a positive integer")
+    if rounds is not None and (type(rounds) is not int or not 1 <= rounds <= MAX_ROUNDS):
+        raise ValueError(f"rounds must be an integer between 1 and {MAX_ROUNDS}")
     claimed = claimed_result_hash.lower() if isinstance(claimed_result_hash, str) else ""
     if len(claimed) != 64 or any(ch not in "0123456789abcdef" for ch in claimed):
         return _fail("result_hash", "result_hash: must be 64 hexadecimal digits.", started)
@@ -183,30 +231,40 @@ def verify(
     needed = rounds_for(params)
     vectors_per_pair = needed if rounds is None else rounds
     bits = freivalds_bits(params)
-    leaves: list[bytes] = []
+    leaves: list[kernels.Leaves] = []
+    root: str | None = None
     out_of_range: str | None = None
     mismatch: str | None = None
-    # One pass per product, reading it once: SHA-256 of C's rows and the range check, then
-    # Freivalds' check against A and B regenerated from the seed. (Hashing on a thread of
-    # its own beside the product check measured no faster on two cores: both already use
-    # every core, and each row's digest re-takes the GIL.)
     keep_freed_memory()
+    products = iter_products(Path(artifact_path), n, count)
     try:
-        for pair, c in enumerate(iter_products(Path(artifact_path), n, count)):
-            tick = time.perf_counter()
-            leaves.extend(row_leaf_hashes(pair, c))
-            in_range = bool(int(c.max()) <= limit and int(c.min()) >= -limit)
-            timings["hash"] += time.perf_counter() - tick
-            if count == 1 and result_hash(leaves) != claimed:
+        for pair in range(count):
+            # Drawn before the product is read, which cannot change it any more: the worker
+            # signed its result_hash. Exact as float64 (entries < 2^bits ≤ 2^53).
+            columns = random_vectors(n, vectors_per_pair, bits).astype(np.float64)
+            check = _ProductCheck(pair, columns, seed, params)
+            check.start()
+            try:
+                c = next(products)
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    check.wait()  # nothing of this verification may run on after it returns
+                raise
+            check.run(c)
+            leaves.append(check.leaves)
+            _add(timings, check.timings)
+            if count == 1 and (root := _root(leaves)) != claimed:
                 break  # one product: the root is known now, and it decides (below)
-            if out_of_range is None and not in_range:
+            if out_of_range is None and not (-limit <= check.lo and check.hi <= limit):
                 out_of_range = f"product c{pair} has an entry beyond ±{limit}, which no product of these matrices has."
             if out_of_range is None and mismatch is None:
                 # Once a product fails, the verdict no longer depends on a product check.
-                mismatch = _check_product(pair, c, seed, params, vectors_per_pair, bits, timings)
+                mismatch = check.mismatch()
     except ArtifactProblem as exc:
         return _fail(exc.code, str(exc), started, timings)
-    if result_hash(leaves) != claimed:
+    finally:
+        products.close()
+    if (root or _root(leaves)) != claimed:
         return _fail(
             "root_mismatch",
             "The Merkle root over the artifact's rows differs from the claimed result_hash.",
