@@ -227,6 +227,20 @@ def test_entries_beyond_the_honest_range_are_refused(honest: dict[str, Any], tmp
 
 
 @pytest.mark.usefixtures("kernel_path")
+@pytest.mark.parametrize(("pair", "row", "col", "value"), [(0, 63, 63, -4097), (1, 33, 0, 4097), (1, 17, 5, -(2**31))])
+def test_an_entry_beyond_the_range_is_found_in_any_block_of_rows(
+    honest: dict[str, Any], tmp_path: Path, pair: int, row: int, col: int, value: int
+) -> None:
+    # The pass over C runs in blocks of rows on several threads; each block's extremes count.
+    products = _products(honest["path"])
+    products[pair][row, col] = value
+    root = _write(tmp_path / "p.safetensors", products)
+    result = poc.verify(SPEC, SEED, tmp_path / "p.safetensors", root)
+    assert (result.ok, result.code) == (False, "out_of_range")
+    assert f"c{pair}" in result.reason
+
+
+@pytest.mark.usefixtures("kernel_path")
 def test_truncated_artifact_is_unreadable(honest: dict[str, Any], tmp_path: Path) -> None:
     path = tmp_path / "p.safetensors"
     path.write_bytes(honest["path"].read_bytes()[:-100])

@@ -4,12 +4,13 @@ A worker multiplies ``count`` pairs of n×n integer matrices A_p, B_p, generated
 sha256(block_hash ‖ worker_address ‖ task_id) (``spec``, ``generate``). The float32
 product is exact, so C is bit-identical on every device. C goes into an int32
 safetensors artifact and result_hash is the RFC 6962 Merkle root over its rows
-(``commit``). The platform checks the root and runs Freivalds' check in exact int64
-arithmetic with fresh random vectors: false acceptance ≤ 2^−60, O(n²) per pair instead
-of O(n³) (``verify``). Any row can be opened with an audit path (``prove_row``,
-``check_row``) and recomputed on its own (``expected_row``).
+(``commit``). The platform checks the root and runs Freivalds' check in exact arithmetic
+with fresh random vectors: false acceptance ≤ 2^−60, O(n²) per pair instead of O(n³)
+(``verifier``), on AVX-512 kernels where the CPU has them (``kernels``). Any row can be
+opened with an audit path (``prove_row``, ``check_row``) and recomputed on its own
+(``expected_row``).
 
-Pure numpy/torch; no Django.
+numpy, torch and a small C extension; no Django.
 """
 
 from training.poc.commit import (

@@ -110,6 +110,11 @@ def matvecs(matrix: npt.NDArray[Any], vectors: npt.NDArray[np.int64]) -> npt.NDA
     return out
 
 
+# What a task of ``_ProductCheck.run`` hands back: its kind, its seconds, and for a block of
+# C its smallest and largest entry.
+_Done = tuple[str, float, tuple[int, int] | None]
+
+
 class _ProductCheck:
     """Freivalds' check of one product, spread over the pool's threads.
 
@@ -149,19 +154,18 @@ class _ProductCheck:
         for future in self._b:
             self.timings["freivalds"] += future.result() / self._threads
 
-    def _scan_task(self, c: npt.NDArray[np.int32], lo: int, hi: int) -> tuple[str, float]:
+    def _scan_task(self, c: npt.NDArray[np.int32], lo: int, hi: int) -> _Done:
         tick = time.perf_counter()
         leaves, low, high, products = kernels.scan_rows(self.pair, c[lo:hi], lo, self.columns)
-        self.leaves[lo:hi], self.right[lo:hi] = leaves, products
-        self.lo, self.hi = min(self.lo, low), max(self.hi, high)  # one thread at a time: the GIL
-        return "hash", time.perf_counter() - tick
+        self.leaves[lo:hi], self.right[lo:hi] = leaves, products  # each task its own rows
+        return "hash", time.perf_counter() - tick, (low, high)
 
-    def _a_task(self, c: npt.NDArray[np.int32], lo: int, hi: int) -> tuple[str, float]:
+    def _a_task(self, c: npt.NDArray[np.int32], lo: int, hi: int) -> _Done:
         for future in self._b:
             future.result()  # B·R first; its blocks were queued before anything of this pass
         tick = time.perf_counter()
         self.left[lo:hi] = kernels.source_dot(self.seed, "A", self.pair, self.params, lo, hi, self.br.T)
-        return "freivalds", time.perf_counter() - tick
+        return "freivalds", time.perf_counter() - tick, None
 
     def run(self, c: npt.NDArray[np.int32]) -> None:
         """After ``start``: the leaf hashes, the range (``lo``, ``hi``), C·R and A·(B·R)."""
@@ -169,12 +173,14 @@ class _ProductCheck:
         # Twice as many blocks of C as threads: the threads finish together. The portable
         # hashing holds the GIL for each row's digest, so it takes a single block.
         scans = chunks(n, 2 * workers() if kernels.ENABLED else 1)
-        tasks: list[tuple[Callable[[npt.NDArray[np.int32], int, int], tuple[str, float]], tuple[int, int]]] = [
+        tasks: list[tuple[Callable[[npt.NDArray[np.int32], int, int], _Done], tuple[int, int]]] = [
             *((self._scan_task, span) for span in scans),
             *((self._a_task, span) for span in chunks(n, workers())),
         ]
-        for kind, seconds in parallel_map(lambda task: task[0](c, *task[1]), tasks):
+        for kind, seconds, extremes in parallel_map(lambda task: task[0](c, *task[1]), tasks):
             self.timings[kind] += seconds / self._threads
+            if extremes is not None:  # folded here, on one thread: none is lost to a race
+                self.lo, self.hi = min(self.lo, extremes[0]), max(self.hi, extremes[1])
         self.wait()
 
     def mismatch(self) -> str | None:
