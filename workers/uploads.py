@@ -18,6 +18,12 @@ closes them, the deletion of an expired assignment's) holds that assignment's fi
 (``exclusive``), and an upload re-reads the assignment's state under it: a retried request
 that overlaps its original cannot interleave with it, and nothing is written after the
 assignment was submitted or expired.
+
+An artifact's file is never written in place: a whole upload replaces it (delete, then
+save) and parts appear by ``os.replace``. The synthetic kind's verifier relies on that: it
+maps ``product.safetensors`` into memory rather than copying it
+(``training.poc.commit.iter_products``), and a mapped file changed or truncated under it
+would be read inconsistently or fault.
 """
 
 from __future__ import annotations

@@ -52,6 +52,12 @@ ENABLED = _enabled("available")
 AES_ENABLED = ENABLED and _enabled("aes_available")
 
 
+def _index(name: str, value: int, rows: int) -> None:
+    # Leaf data holds both as u32le; the kernel would silently wrap a larger one.
+    if value < 0 or value + rows > 2**32:
+        raise ValueError(f"{name} must be a non-negative 32-bit index, got {value}")
+
+
 def _rows(c: npt.NDArray[Any], dtype: str) -> npt.NDArray[Any]:
     if c.ndim != 2:
         raise ValueError(f"expected a 2-D block of rows, got shape {c.shape}")
@@ -65,6 +71,8 @@ def leaf_hashes(pair: int, c: npt.NDArray[np.integer[Any]], first_row: int = 0) 
     """
     values = _rows(c, "<i4")
     rows, n = values.shape
+    _index("pair", pair, 1)
+    _index("first_row", first_row, rows)
     out = np.empty((rows, 32), dtype=np.uint8)
     if rows == 0:
         return out
@@ -106,6 +114,8 @@ def scan_rows(
     """
     values = _rows(c, "<i4")
     rows, n = values.shape
+    _index("pair", pair, 1)
+    _index("first_row", first_row, rows)
     cols = _columns(columns, n)
     k = cols.shape[0]
     if rows == 0:

@@ -251,12 +251,11 @@ def verify(
             check = _ProductCheck(pair, columns, seed, params)
             check.start()
             try:
-                c = next(products)
+                check.run(next(products))
             except BaseException:
                 with contextlib.suppress(Exception):
                     check.wait()  # nothing of this verification may run on after it returns
                 raise
-            check.run(c)
             leaves.append(check.leaves)
             _add(timings, check.timings)
             if count == 1 and (root := _root(leaves)) != claimed:
