@@ -177,6 +177,21 @@ def test_changed_entry_fails_the_root_or_freivalds(honest: dict[str, Any], tmp_p
 
 
 @pytest.mark.usefixtures("kernel_path")
+def test_a_failed_first_product_decides_and_the_rest_still_count_for_the_root(
+    honest: dict[str, Any], tmp_path: Path
+) -> None:
+    products = _products(honest["path"])
+    products[0][5, 6] += 1
+    root = _write(tmp_path / "p.safetensors", products)
+    result = poc.verify(SPEC, SEED, tmp_path / "p.safetensors", root)
+    assert (result.ok, result.code) == (False, "product_mismatch")
+    assert "c0" in result.reason
+    products[1][7, 8] += 1  # after the verdict: only hashed, and a claim without it fails
+    _write(tmp_path / "q.safetensors", products)
+    assert poc.verify(SPEC, SEED, tmp_path / "q.safetensors", root).code == "root_mismatch"
+
+
+@pytest.mark.usefixtures("kernel_path")
 def test_swapped_rows_fail(honest: dict[str, Any], tmp_path: Path) -> None:
     products = _products(honest["path"])
     products[0][[3, 4]] = products[0][[4, 3]]

@@ -165,18 +165,17 @@ def iter_products(path: Path, n: int, count: int) -> Generator[npt.NDArray[np.in
                 raise ArtifactProblem("dtype", f"{name} has dtype {piece.get_dtype()}, expected I32 (int32).")
             if list(piece.get_shape()) != [n, n]:
                 raise ArtifactProblem("shape", f"{name} has shape {list(piece.get_shape())}, expected [{n}, {n}].")
-    starts = _data_offsets(Path(path), count, n * n * 4)
     with open(path, "rb") as fh:
+        starts = _data_offsets(fh, count, n * n * 4)
         for p in range(count):
             yield _map_product(fh, starts[p], n)
 
 
-def _data_offsets(path: Path, count: int, size: int) -> list[int]:
+def _data_offsets(fh: Any, count: int, size: int) -> list[int]:
     """Where each product's bytes start in the file, from the header safetensors has checked."""
     try:
-        with open(path, "rb") as fh:
-            (length,) = struct.unpack("<Q", fh.read(8))
-            header = json.loads(fh.read(length))
+        (length,) = struct.unpack("<Q", fh.read(8))
+        header = json.loads(fh.read(length))
         offsets = [header[tensor_name(p)]["data_offsets"] for p in range(count)]
     except (OSError, ValueError, KeyError, TypeError, struct.error) as exc:
         raise ArtifactProblem("unreadable", f"the artifact's header cannot be read ({exc}).") from None

@@ -165,8 +165,8 @@ def aes_key(seed: bytes, matrix: Matrix, pair: int) -> bytes:
 def aes_stream(seed: bytes, matrix: Matrix, pair: int, n: int, start: int, stop: int) -> npt.NDArray[np.uint8]:
     """The keystream bytes behind rows ``start:stop`` of an ``aes256ctr`` matrix, one per entry.
 
-    Entry (i, j) is ``((x · m) >> 8) − entry_bound`` of byte x = stream[i − start, j]. One
-    call runs on the calling thread (``generate_rows`` spreads chunks over threads).
+    Entry (i, j) is ``((x · m) >> 8) − entry_bound`` of byte x = stream[i − start, j], with
+    m = 2·entry_bound + 1. One call runs on the calling thread (``generate_rows`` spreads chunks over threads).
     """
     block, skip = divmod(start * n, _AES_BLOCK)
     encryptor = Cipher(

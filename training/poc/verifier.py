@@ -16,10 +16,11 @@ os.urandom after the artifact is fixed, so the worker cannot predict it. Each ro
 costs three n×n matrix-vector products, O(n²), against the O(n³) of recomputing C; the
 rounds run together as the columns of R.
 
-The work, per product, in three phases that each spread blocks of rows over the cores
-(``pool``), on ``kernels`` (AVX-512 where the CPU has it): one pass over C's rows
-computes their leaf hashes, the range check and C·R while each row is in cache; then A's
-and B's generator output; then B·R and A·(B·R), read straight from that output.
+The work, per product, spreads blocks of rows over the cores (``pool``) and runs on
+``kernels`` (AVX-512 where the CPU has it): B·R from B regenerated a few rows at a time,
+started before the product is read; one pass over C's rows for their leaf hashes, the
+range check and C·R while each row is in cache; then A·(B·R), A regenerated the same way.
+Once a product has failed, later ones are only hashed (the root still decides the code).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ import numpy.typing as npt
 
 from training.device import keep_freed_memory
 from training.poc import kernels, pool
-from training.poc.commit import ArtifactProblem, iter_products
+from training.poc.commit import ArtifactProblem, iter_products, result_hash
 from training.poc.generate import generate_matrix, generate_rows
 from training.poc.pool import chunks, parallel_map, workers
 from training.poc.spec import PocError, PocSpec, parse_seed_material, parse_spec
@@ -128,8 +129,11 @@ class _ProductCheck:
     for the rest (regenerating A and B included).
     """
 
-    def __init__(self, pair: int, columns: npt.NDArray[np.float64], seed: bytes, params: PocSpec) -> None:
-        self.pair, self.columns, self.seed, self.params = pair, columns, seed, params
+    def __init__(
+        self, pair: int, columns: npt.NDArray[np.float64], seed: bytes, params: PocSpec, *, products: bool = True
+    ) -> None:
+        # products=False: only the pass over C (hashes, range); A·(B·R) is not computed.
+        self.pair, self.columns, self.seed, self.params, self.products = pair, columns, seed, params, products
         n, k = params.n, columns.shape[0]
         self.leaves = np.empty((n, 32), dtype=np.uint8)
         self.lo, self.hi = int(np.iinfo(np.int32).max), int(np.iinfo(np.int32).min)
@@ -147,6 +151,8 @@ class _ProductCheck:
 
     def start(self) -> None:
         """Queue B·R on the pool."""
+        if not self.products:
+            return
         self._b = [pool.submit(self._b_task, lo, hi) for lo, hi in chunks(self.params.n, workers())]
 
     def wait(self) -> None:
@@ -175,7 +181,7 @@ class _ProductCheck:
         scans = chunks(n, 2 * workers() if kernels.ENABLED else 1)
         tasks: list[tuple[Callable[[npt.NDArray[np.int32], int, int], _Done], tuple[int, int]]] = [
             *((self._scan_task, span) for span in scans),
-            *((self._a_task, span) for span in chunks(n, workers())),
+            *((self._a_task, span) for span in chunks(n, workers()) if self.products),
         ]
         for kind, seconds, extremes in parallel_map(lambda task: task[0](c, *task[1]), tasks):
             self.timings[kind] += seconds / self._threads
@@ -193,10 +199,6 @@ class _ProductCheck:
 def _add(total: dict[str, float], part: Mapping[str, float]) -> None:
     for kind, seconds in part.items():
         total[kind] += seconds
-
-
-def _root(leaves: list[kernels.Leaves]) -> str:
-    return kernels.merkle_root(np.concatenate(leaves)).hex()
 
 
 def _fail(code: str, reason: str, started: float, timings: Mapping[str, float] | None = None) -> VerificationResult:
@@ -248,7 +250,8 @@ def verify(
             # Drawn before the product is read, which cannot change it any more: the worker
             # signed its result_hash. Exact as float64 (entries < 2^bits ≤ 2^53).
             columns = random_vectors(n, vectors_per_pair, bits).astype(np.float64)
-            check = _ProductCheck(pair, columns, seed, params)
+            decided = out_of_range is not None or mismatch is not None
+            check = _ProductCheck(pair, columns, seed, params, products=not decided)
             check.start()
             try:
                 check.run(next(products))
@@ -258,18 +261,17 @@ def verify(
                 raise
             leaves.append(check.leaves)
             _add(timings, check.timings)
-            if count == 1 and (root := _root(leaves)) != claimed:
+            if count == 1 and (root := result_hash(np.concatenate(leaves))) != claimed:
                 break  # one product: the root is known now, and it decides (below)
             if out_of_range is None and not (-limit <= check.lo and check.hi <= limit):
                 out_of_range = f"product c{pair} has an entry beyond ±{limit}, which no product of these matrices has."
-            if out_of_range is None and mismatch is None:
-                # Once a product fails, the verdict no longer depends on a product check.
+            if not decided and out_of_range is None:
                 mismatch = check.mismatch()
     except ArtifactProblem as exc:
         return _fail(exc.code, str(exc), started, timings)
     finally:
         products.close()
-    if (root or _root(leaves)) != claimed:
+    if (root or result_hash(np.concatenate(leaves))) != claimed:
         return _fail(
             "root_mismatch",
             "The Merkle root over the artifact's rows differs from the claimed result_hash.",
