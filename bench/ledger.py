@@ -40,15 +40,16 @@ from django.conf import settings  # noqa: E402
 from django.db import connection  # noqa: E402
 from django.db.models import Q  # noqa: E402
 
-from ledger import custody, encoding, gas, hooks  # noqa: E402
+from ledger import custody, gas, hooks  # noqa: E402
 from ledger.api.views import AddressHistory, visible_transactions  # noqa: E402
-from ledger.encoding import ComputeResult, Tx  # noqa: E402
-from ledger.keys import KeyPair, from_seed  # noqa: E402
 from ledger.mempool import Submission, admit, admit_batches  # noqa: E402
 from ledger.models import Transaction, TxStatus  # noqa: E402
 from ledger.replay import verify_chain  # noqa: E402
 from ledger.sealer import ensure_genesis, seal_all  # noqa: E402
-from ledger.signing import sign_compute_result, sign_tx  # noqa: E402
+from protocol import encoding  # noqa: E402
+from protocol.encoding import ComputeResult, Tx  # noqa: E402
+from protocol.keys import KeyPair, from_seed  # noqa: E402
+from protocol.signing import sign_compute_result, sign_tx  # noqa: E402
 
 TARGET_TX_PER_S = 3_000.0
 CREDIT = 10**9
@@ -115,7 +116,7 @@ def calibrate() -> float:
     pair = from_seed(bytes(32))
     message = b"x" * 300
     signature = pair.sign(message)
-    from ledger.keys import verify
+    from protocol.keys import verify
 
     start = time.perf_counter()
     for _ in range(2_000):

@@ -2,7 +2,7 @@
 
 Signature checks dominate admission and the chain audit (a SUBMIT_RESULT carries two).
 ``cryptography`` has no batch verification, so a large batch is split into chunks for a
-small pool of spawned processes (they import only ``ledger.keys``: no Django, no
+small pool of spawned processes (they import only ``protocol.keys``: no Django, no
 database connection inherited). Small batches stay in-process, where a pool would cost
 more than it saves.
 
@@ -19,7 +19,7 @@ import multiprocessing
 from collections.abc import Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 
-from ledger import keys
+from protocol import keys
 
 Item = tuple[bytes, bytes, bytes]  # public key, message, signature
 

@@ -12,7 +12,7 @@ from cryptography.fernet import Fernet, InvalidToken
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
-from ledger import keys
+from protocol import keys
 
 
 @lru_cache(maxsize=4)

@@ -8,7 +8,7 @@ SUBMIT_RESULT out of the reward that settlement releases to it first.
 
 from __future__ import annotations
 
-from ledger import encoding
+from protocol import encoding
 
 GAS: dict[str, int] = {
     encoding.DEPOSIT: 0,

@@ -23,12 +23,13 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from ledger import encoding, hooks
+from ledger import hooks
 from ledger.bulk import insert_transactions, taken, update_accounts
 from ledger.chain import context
-from ledger.encoding import ComputeResult, EncodingError, Tx
 from ledger.models import Account, AccountKind, Transaction, TxStatus
 from ledger.rules import ChainContext, Refusal, SignatureChecks, apply, check_stateless, start_signature_checks
+from protocol import encoding
+from protocol.encoding import ComputeResult, EncodingError, Tx
 
 log = logging.getLogger(__name__)
 

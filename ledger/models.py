@@ -16,7 +16,7 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
-from ledger import encoding
+from protocol import encoding
 
 HASH_LENGTH = 64  # hex of 32 bytes
 ADDRESS_LENGTH = 90

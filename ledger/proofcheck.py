@@ -11,9 +11,9 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from ledger import encoding, keys, merkle
-from ledger.bech32 import address_from_public_key
-from ledger.signing import verify_compute_result, verify_tx
+from protocol import encoding, keys, merkle
+from protocol.bech32 import address_from_public_key
+from protocol.signing import verify_compute_result, verify_tx
 
 
 def _header(block: dict[str, Any]) -> encoding.Header:

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ledger import encoding, merkle
 from ledger.models import Block, Transaction, timestamp_us
 from ledger.proofcheck import is_verified, verify_proof
 from ledger.sealer import compute_leaf_hashes, tx_leaf_hashes
+from protocol import encoding, merkle
 
 # 2: the transaction's signed fields are in the proof, so the checker binds the hash (and
 # a SUBMIT_RESULT's ComputeResult) to what the transaction says; 1 carried the hash only.

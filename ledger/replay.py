@@ -33,13 +33,14 @@ from dataclasses import dataclass
 
 from django.db import connection, transaction
 
-from ledger import custody, encoding, keys, merkle
-from ledger.bech32 import address_from_public_key
+from ledger import custody
 from ledger.chain import context
 from ledger.models import Account, Block, Transaction, TxStatus
 from ledger.rules import ChainContext, Refusal, apply, check_signatures, check_stateless
 from ledger.sealer import compute_leaf_hashes, genesis_header, tx_leaf_hashes
 from ledger.statetree import StateTree
+from protocol import encoding, keys, merkle
+from protocol.bech32 import address_from_public_key
 
 
 class Divergence(Exception):

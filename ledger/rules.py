@@ -13,11 +13,12 @@ from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ledger import batchverify, encoding, gas
+from ledger import batchverify, gas
 from ledger.batchverify import Item
-from ledger.bech32 import AddressError, address_from_public_key, decode_address
-from ledger.encoding import ComputeResult, EncodingError, Tx
-from ledger.signing import verify_compute_result, verify_tx
+from protocol import encoding
+from protocol.bech32 import AddressError, address_from_public_key, decode_address
+from protocol.encoding import ComputeResult, EncodingError, Tx
+from protocol.signing import verify_compute_result, verify_tx
 
 
 class Refusal(Exception):

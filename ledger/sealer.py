@@ -18,12 +18,13 @@ from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from ledger import custody, encoding, merkle
+from ledger import custody
 from ledger.bulk import mark_sealed, overlapped, reserve_block_id, update_accounts
 from ledger.events import BlockSealedEvent, send_block_event
 from ledger.models import Account, AccountKind, Block, Transaction, TxStatus, timestamp_us
 from ledger.rules import Refusal, apply
 from ledger.statetree import StateTree
+from protocol import encoding, merkle
 
 SEALER_LOCK_KEY = 0x63_70_63_5F_73_65_61_6C  # "cpc_seal"
 ZERO_HASH = "00" * 32

@@ -20,14 +20,15 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import Q, Sum
 
-from ledger import custody, encoding, gas, keys
-from ledger.bech32 import AddressError, normalize_address
+from ledger import custody, gas
 from ledger.chain import context
-from ledger.encoding import Tx
 from ledger.mempool import Submission, admit
 from ledger.models import Account, AccountKind, Transaction, TxStatus
 from ledger.sealer import ensure_system_accounts
-from ledger.signing import sign_tx
+from protocol import encoding, keys
+from protocol.bech32 import AddressError, normalize_address
+from protocol.encoding import Tx
+from protocol.signing import sign_tx
 
 
 class LedgerError(Exception):

@@ -22,7 +22,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterable
 
-from ledger import encoding, merkle
+from protocol import encoding, merkle
 
 
 def _leaf(address: str, balance: int, nonce: int) -> bytes:

@@ -14,9 +14,9 @@ from django.shortcuts import get_object_or_404, redirect, render
 
 from ledger import custody
 from ledger.api.views import HISTORY_LIMIT, AddressHistory, get_transaction, wallet_of
-from ledger.bech32 import AddressError, decode_address
 from ledger.models import Account, Block, Transaction, TxStatus
 from ledger.proofs import build_proof, is_verified, verify_proof
+from protocol.bech32 import AddressError, decode_address
 
 TX_PAGE_SIZE = 100
 _NUMBER = re.compile(r"[0-9]+")

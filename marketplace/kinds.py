@@ -83,7 +83,8 @@ def minimum_reward() -> int:
     """The least a task may pay: after the platform's fee share, the worker's reward
     must still cover the gas of the SUBMIT_RESULT it signs (paid out of that reward) and
     of the TRANSFER that sweeps the rest to its provider's wallet (workers/sweep.py)."""
-    from ledger import encoding, gas
+    from ledger import gas
+    from protocol import encoding
 
     price = settings.LEDGER_GAS_PRICE
     fee = gas.fee_for(encoding.SUBMIT_RESULT, price) + gas.fee_for(encoding.TRANSFER, price)

@@ -11,11 +11,11 @@ import pytest
 from django.test import Client
 from rest_framework.test import APIClient
 
-from ledger import keys
 from marketplace.models import ApiToken, Dataset, DatasetUpload
+from protocol import keys
+from protocol.wire import registration_message, sign_template
 from tests.factories import npy_bytes, upload
 from workers.models import Worker
-from workers.protocol import registration_message, sign_template
 
 pytestmark = pytest.mark.django_db
 

@@ -23,13 +23,14 @@ from django.db.models import Q
 from django.utils import timezone
 from rest_framework.exceptions import NotFound, ValidationError
 
-from ledger import encoding, gas
+from ledger import gas
 from ledger import services as ledger
-from ledger.encoding import EncodingError, parse_compute_result
 from ledger.models import Transaction
-from ledger.signing import verify_compute_result, verify_tx
 from marketplace.kinds import KINDS
 from marketplace.models import Task, TaskStatus
+from protocol import encoding
+from protocol.encoding import EncodingError, parse_compute_result
+from protocol.signing import verify_compute_result, verify_tx
 from workers import heldout, taskstate, uploads
 from workers.dashboard import worker_changed
 from workers.models import Assignment, Worker

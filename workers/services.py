@@ -20,14 +20,15 @@ from django.db import transaction
 from django.utils import timezone
 from rest_framework.exceptions import NotFound, PermissionDenied, Throttled, ValidationError
 
-from ledger import encoding, gas, keys
+from ledger import gas
 from ledger import services as ledger
-from ledger.bech32 import address_from_public_key
 from marketplace.models import User
+from protocol import encoding, keys
+from protocol.bech32 import address_from_public_key
+from protocol.wire import registration_message
 from training.poc import spec as poc_spec
 from workers.dashboard import worker_changed
 from workers.models import RegistrationToken, Worker
-from workers.protocol import registration_message
 
 REGISTRATION_PREFIX = "pwr_"
 WORKER_TOKEN_PREFIX = "pww_"  # noqa: S105 (a public prefix, not a secret)

@@ -24,9 +24,10 @@ from django.conf import settings
 from django.db import transaction
 from rest_framework.exceptions import ValidationError
 
-from ledger import encoding, gas
+from ledger import gas
 from ledger import services as ledger
 from ledger.models import Transaction, TxStatus
+from protocol import encoding
 from workers.jobs import Conflict
 from workers.models import UNSETTLED, Assignment, Worker
 

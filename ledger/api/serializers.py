@@ -10,10 +10,10 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from config.serializers import StrictInput
-from ledger import encoding
-from ledger.bech32 import AddressError, decode_address
 from ledger.models import Account, Block, Transaction
 from marketplace.units import format_credits
+from protocol import encoding
+from protocol.bech32 import AddressError, decode_address
 
 
 class BlockSerializer(serializers.ModelSerializer[Block]):

@@ -19,10 +19,10 @@ from rest_framework.response import Response
 from config.filters import StrictOrderingFilter
 from ledger import custody, services
 from ledger.api import serializers as s
-from ledger.bech32 import AddressError, decode_address
 from ledger.models import Account, AccountKind, Block, Transaction, TxStatus
 from ledger.proofs import build_proof, is_verified, verify_proof
 from marketplace.api.parsers import JSONParser  # the project's, as in DEFAULT_PARSER_CLASSES
+from protocol.bech32 import AddressError, decode_address
 
 BLOCK_TX_LIMIT = 200
 _TX_HASH = re.compile(r"[0-9a-fA-F]{64}")

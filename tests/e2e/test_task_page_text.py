@@ -24,12 +24,12 @@ from django.utils import timezone
 from websockets import Origin
 from websockets.sync.client import ClientConnection, connect
 
-from ledger import encoding
 from ledger.models import Transaction
 from ledger.sealer import seal_all
 from marketplace import services
 from marketplace.models import Task, TaskStatus
 from marketplace.units import UNITS_PER_CREDIT
+from protocol import encoding
 from tests.conftest import funded
 from tests.e2e.browsing import expect, log_in
 from tests.factories import UserFactory, post_task

@@ -7,10 +7,11 @@ from typing import Any
 
 from django.conf import settings
 
-from ledger import encoding, gas, keys
-from ledger.encoding import ComputeResult, Tx
+from ledger import gas
 from ledger.mempool import Submission
-from ledger.signing import sign_compute_result, sign_tx
+from protocol import encoding, keys
+from protocol.encoding import ComputeResult, Tx
+from protocol.signing import sign_compute_result, sign_tx
 
 CREDIT = 10**9
 

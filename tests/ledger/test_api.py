@@ -12,12 +12,13 @@ from typing import Any
 import pytest
 from rest_framework.test import APIClient
 
-from ledger import custody, encoding, services
+from ledger import custody, services
 from ledger.mempool import admit
 from ledger.models import Block, Transaction
 from ledger.proofcheck import verify_proof
 from ledger.proofs import build_proof
 from ledger.sealer import seal_block
+from protocol import encoding
 from tests.factories import UserFactory
 from tests.ledger.chain import build_chain
 from tests.ledger.helpers import CREDIT, signed, submit_result, worker_keys
@@ -340,7 +341,7 @@ def test_a_client_looping_on_submissions_is_throttled(
 
 
 def _rfc6962_root(leaves: list[bytes]) -> bytes:
-    """MTH(D[n]) exactly as RFC 6962 §2.1 writes it (recursive), independent of ledger.merkle."""
+    """MTH(D[n]) exactly as RFC 6962 §2.1 writes it (recursive), independent of protocol.merkle."""
     if not leaves:
         return hashlib.sha256(b"").digest()
     if len(leaves) == 1:

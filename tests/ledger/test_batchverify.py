@@ -8,13 +8,14 @@ from typing import Any
 
 import pytest
 
-from ledger import batchverify, encoding, keys, services
-from ledger.encoding import ComputeResult
+from ledger import batchverify, services
 from ledger.mempool import Submission, admit_batches
 from ledger.models import Account, Transaction, TxStatus
 from ledger.replay import verify_chain
 from ledger.sealer import seal_all
-from ledger.signing import sign_compute_result
+from protocol import encoding, keys
+from protocol.encoding import ComputeResult
+from protocol.signing import sign_compute_result
 from tests.factories import UserFactory
 from tests.ledger.helpers import CREDIT, signed, submit_result, worker_keys
 
@@ -125,7 +126,7 @@ def test_a_daemonic_process_verifies_in_process(settings: Any, monkeypatch: Any)
     # A Celery prefork child is daemonic and may not start a pool; large batches still verify.
     import multiprocessing
 
-    from ledger.keys import from_seed
+    from protocol.keys import from_seed
 
     settings.LEDGER_VERIFY_PROCESSES = 2
     monkeypatch.setattr(multiprocessing.current_process(), "daemon", True, raising=False)

@@ -18,12 +18,13 @@ from django.test.utils import CaptureQueriesContext
 from rest_framework.request import Request
 from rest_framework.test import APIClient, APIRequestFactory
 
-from ledger import custody, encoding
+from ledger import custody
 from ledger.api.views import AddressHistory, NewestFirstCursor
 from ledger.mempool import admit
 from ledger.models import Transaction, TxStatus
 from ledger.sealer import ensure_system_accounts, seal_block
 from ledger.services import next_nonce
+from protocol import encoding
 from tests.ledger.helpers import CREDIT, follow, signed, submit_result, worker_keys
 from tests.plans import nodes, plan_of
 

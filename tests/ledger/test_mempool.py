@@ -9,11 +9,12 @@ from typing import Any
 import pytest
 from django.db import IntegrityError, transaction
 
-from ledger import encoding, services
-from ledger.encoding import ComputeResult
+from ledger import services
 from ledger.mempool import admit
 from ledger.models import Account, Transaction, TxStatus
-from ledger.signing import sign_compute_result
+from protocol import encoding
+from protocol.encoding import ComputeResult
+from protocol.signing import sign_compute_result
 from tests.factories import UserFactory
 from tests.ledger.helpers import CREDIT, signed, submit_result, worker_keys
 

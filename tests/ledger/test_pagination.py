@@ -11,11 +11,12 @@ import pytest
 from django.test import Client
 from rest_framework.test import APIClient
 
-from ledger import custody, encoding
+from ledger import custody
 from ledger.mempool import admit
 from ledger.models import Block, Transaction
 from ledger.sealer import ensure_system_accounts, seal_block
 from ledger.services import ensure_user_account, next_nonce
+from protocol import encoding
 from tests.ledger.helpers import CREDIT, follow, signed, worker_keys
 
 pytestmark = pytest.mark.django_db

@@ -13,12 +13,13 @@ from django.core.management.base import CommandError
 from django.db import DatabaseError, connection, transaction
 
 from config.celery import app
-from ledger import custody, encoding, keys, merkle, services
+from ledger import custody, services
 from ledger.bulk import overlapped
 from ledger.mempool import admit
 from ledger.models import Account, Block, Transaction, TxStatus
 from ledger.sealer import genesis_header, seal_block
 from ledger.tasks import seal_pending
+from protocol import encoding, keys, merkle
 from tests.factories import UserFactory
 from tests.ledger.helpers import CREDIT, submit_result, worker_keys
 

@@ -7,10 +7,11 @@ from typing import Any
 
 import pytest
 
-from ledger import custody, keys, services
+from ledger import custody, services
 from ledger.models import Account, AccountKind, Transaction
 from ledger.sealer import seal_block
 from ledger.services import InsufficientFunds, LedgerError
+from protocol import keys
 from tests.factories import UserFactory
 from tests.ledger.helpers import CREDIT, worker_keys
 

@@ -8,10 +8,11 @@ from typing import Any
 
 import pytest
 
-from ledger import merkle, sealer, services
+from ledger import sealer, services
 from ledger.models import Account, Block
 from ledger.replay import verify_chain
 from ledger.statetree import StateTree, state_leaves
+from protocol import merkle
 from tests.factories import UserFactory
 from tests.ledger.helpers import CREDIT, worker_keys
 

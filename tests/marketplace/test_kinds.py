@@ -111,7 +111,8 @@ def test_the_floor_always_leaves_the_worker_its_submit_and_sweep_gas(settings: A
     """Even with no configured floor, a reward net of the platform fee pays the worker's
     SUBMIT_RESULT gas and the TRANSFER that sweeps its earnings to the provider's wallet,
     so an accepted result can always enter the ledger and one job is enough to cash out."""
-    from ledger import encoding, gas
+    from ledger import gas
+    from protocol import encoding
 
     settings.MIN_TASK_PRICE_UNITS = 0
     price = get_kind("synthetic").estimate_price(get_kind("synthetic").validate_spec({"n": 64}))

@@ -23,7 +23,7 @@ import torch
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from safetensors.numpy import load_file, save_file
 
-from ledger import merkle
+from protocol import merkle
 from training import poc
 from training.poc import runner
 from training.poc.commit import ArtifactWriter, row_leaf_hashes
@@ -537,7 +537,7 @@ def test_row_proof_outside_the_artifact(honest: dict[str, Any]) -> None:
 def test_library_imports_without_django() -> None:
     env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
     code = (
-        "import sys, training.poc, ledger.merkle; "
+        "import sys, training.poc, protocol.merkle; "
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('django', 'rest_framework')); "
         "print(bad); sys.exit(1 if bad else 0)"
     )

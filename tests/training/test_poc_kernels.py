@@ -1,7 +1,7 @@
 """The verifier's kernels (training/poc/kernels.py and its AVX-512 extension) against references.
 
 Every reference here is written from the definitions, independently of the code under
-test: hashlib for the leaf hashes, ledger.merkle for the root, int64 numpy for the
+test: hashlib for the leaf hashes, protocol.merkle for the root, int64 numpy for the
 products and cryptography's AES for the keystream. Each case runs on the AVX-512 kernels
 (skipped on a CPU without them) and on the portable path (``kernel_path``).
 """
@@ -18,7 +18,7 @@ import time
 import numpy as np
 import pytest
 
-from ledger import merkle
+from protocol import merkle
 from training import poc
 from training.poc import kernels, pool
 from training.poc.generate import Matrix, aes_key, generate_rows

@@ -162,7 +162,7 @@ def make_worker(
     """
     from django.utils import timezone
 
-    from ledger import keys
+    from protocol import keys
     from workers import services
     from workers.models import Worker
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from ledger import keys
+from protocol import keys
 from tests.workers.stub_platform import CHAIN, register_template
 from tests.workers.stub_platform import StubPlatform as Platform
 from workers.agent.cli import main

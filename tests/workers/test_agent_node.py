@@ -24,7 +24,7 @@ from typing import Any
 import httpx
 import pytest
 
-from ledger import keys
+from protocol import keys
 from workers.agent import node as node_module
 from workers.agent import runners
 from workers.agent.identity import Credentials

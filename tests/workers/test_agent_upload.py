@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from ledger import keys
+from protocol import keys
 from workers.agent import node as node_module
 from workers.agent.identity import Credentials
 from workers.agent.node import Node

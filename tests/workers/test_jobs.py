@@ -11,13 +11,13 @@ from typing import Any
 import pytest
 from rest_framework.test import APIClient
 
-from ledger import keys
 from ledger import services as ledger
-from ledger.encoding import ComputeResult
 from ledger.models import Account, Transaction
-from ledger.signing import sign_compute_result
 from marketplace.models import Task, TaskStatus
 from marketplace.units import UNITS_PER_CREDIT
+from protocol import keys
+from protocol.encoding import ComputeResult
+from protocol.signing import sign_compute_result
 from tests.factories import post_task
 from tests.workers.processes import make_worker
 from workers import jobs, scheduler, services, settlement, supply

@@ -30,16 +30,17 @@ from django.db.models import Count, Q, Sum
 from django.utils import timezone
 from rest_framework.exceptions import ValidationError
 
-from ledger import encoding
 from ledger import services as ledger
 from ledger.models import Account, AccountKind, Transaction, TxStatus
 from ledger.replay import verify_chain
 from ledger.sealer import seal_all, seal_block
-from ledger.signing import sign_tx
 from marketplace import services as marketplace
 from marketplace.kinds import get_kind
 from marketplace.models import ACTIVE, TERMINAL, IllegalTransition, Task, TaskStatus
 from marketplace.units import UNITS_PER_CREDIT
+from protocol import encoding
+from protocol.signing import sign_tx
+from protocol.wire import template_tx
 from tests.conftest import funded
 from tests.factories import UserFactory, post_task
 from tests.workers.test_jobs import Provider
@@ -48,7 +49,6 @@ from training.poc import verifier as _poc_verifier  # noqa: F401
 from workers import jobs, scheduler, settlement, sweep, taskstate
 from workers.agent import runners
 from workers.models import UNSETTLED, Assignment, Worker
-from workers.protocol import template_tx
 from workers.tasks import verify_assignment
 
 pytestmark = [

@@ -13,9 +13,9 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from ledger import keys
-from ledger.bech32 import address_from_public_key
 from marketplace.units import UNITS_PER_CREDIT
+from protocol import keys
+from protocol.bech32 import address_from_public_key
 from tests.factories import PASSWORD, post_task
 from tests.form_nonces import nonce_in, submit
 from workers import services

@@ -16,12 +16,12 @@ from django.urls import reverse
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from ledger import keys
 from ledger.models import Transaction
+from protocol import keys
+from protocol.wire import registration_message, sign_template
 from tests.form_nonces import submit
 from workers import services
 from workers.models import RegistrationToken, Worker
-from workers.protocol import registration_message, sign_template
 
 CAPS = {"cpu_cores": 2, "ram_bytes": 8 * 2**30, "kinds": ["synthetic"], "agent_version": "test"}
 

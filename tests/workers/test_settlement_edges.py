@@ -12,16 +12,17 @@ import pytest
 from django.conf import settings
 from rest_framework.test import APIClient
 
-from ledger import encoding, gas
+from ledger import gas
 from ledger import services as ledger
 from marketplace import services as marketplace
 from marketplace.models import Task, TaskStatus
 from marketplace.units import UNITS_PER_CREDIT
+from protocol import encoding
+from protocol.wire import sign_template
 from tests.factories import post_task
 from tests.workers.test_jobs import Provider, money
 from workers import scheduler
 from workers.models import Assignment, Worker
-from workers.protocol import sign_template
 from workers.tasks import verify_assignment
 
 pytestmark = pytest.mark.django_db
@@ -283,8 +284,8 @@ def test_a_job_over_is_no_longer_a_key_to_the_data(alice: Any, bob: Any) -> None
 
 
 def test_a_proof_too_large_for_a_transaction_is_a_400_naming_it(alice: Any, bob: Any) -> None:
-    from ledger.encoding import ComputeResult
-    from ledger.signing import sign_compute_result
+    from protocol.encoding import ComputeResult
+    from protocol.signing import sign_compute_result
 
     alpha = Provider(alice, "alpha")
     task = post_task(bob, "synthetic", {"n": 64}, budget=UNITS_PER_CREDIT)

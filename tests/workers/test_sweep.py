@@ -16,13 +16,15 @@ from django.conf import settings
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from ledger import encoding, gas, keys
+from ledger import gas
 from ledger import services as ledger
 from ledger.models import Account, Transaction
 from ledger.replay import verify_chain
 from ledger.sealer import seal_all
 from marketplace.models import TaskStatus
 from marketplace.units import UNITS_PER_CREDIT, format_credits
+from protocol import encoding, keys
+from protocol.wire import sign_template, template_tx
 from tests.factories import post_task
 from tests.workers import processes as p
 from workers import scheduler
@@ -30,7 +32,6 @@ from workers.agent import runners
 from workers.agent.identity import Credentials
 from workers.agent.node import Node
 from workers.models import Assignment, Worker
-from workers.protocol import sign_template, template_tx
 from workers.tasks import verify_assignment
 
 pytestmark = pytest.mark.django_db

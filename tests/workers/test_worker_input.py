@@ -101,7 +101,7 @@ def test_a_failure_reason_no_column_can_hold_is_a_400_and_the_job_stays(
 def test_capabilities_no_column_can_hold_are_a_400_naming_them(alice: Any, alice_client: APIClient, bad: Any) -> None:
     # A correctly signed registration whose capabilities PostgreSQL's jsonb refuses was a
     # 500 at the worker's insert; nothing may be written, and the token still works.
-    from ledger import keys
+    from protocol import keys
     from tests.workers.test_registration import register
 
     raw = alice_client.post("/api/v1/workers/registration-tokens/").json()["token"]
@@ -116,7 +116,7 @@ def test_capabilities_no_column_can_hold_are_a_400_naming_them(alice: Any, alice
 
 @pytest.mark.parametrize("bad", [False, 0, [], {}], ids=["false", "zero", "list", "object"])
 def test_a_capability_text_that_is_not_text_is_a_400_naming_it(alice: Any, alice_client: APIClient, bad: Any) -> None:
-    from ledger import keys
+    from protocol import keys
     from tests.workers.test_registration import register
 
     raw = alice_client.post("/api/v1/workers/registration-tokens/").json()["token"]
@@ -135,8 +135,8 @@ def test_form_capabilities_no_column_can_hold_are_a_400_and_nothing_is_written(
     checks: a ``\\ud800`` escape decoded to a lone surrogate. The registration committed
     (worker, used token, REGISTER_WORKER) and then its response could not be rendered: a
     500, the node without its API token, and the owner's worker pages 500s from then on."""
-    from ledger import keys
     from ledger.models import Transaction
+    from protocol import keys
     from tests.workers.test_registration import register
 
     raw = alice_client.post("/api/v1/workers/registration-tokens/").json()["token"]
@@ -183,7 +183,7 @@ def test_a_payload_signed_with_a_bool_for_a_number_is_refused_at_submission(
     # "verifying" for hours. It is refused at once now, naming the payload.
     import dataclasses
 
-    from ledger.signing import sign_tx
+    from protocol.signing import sign_tx
     from workers.jobs import tx_from_json
 
     alpha = Provider(alice, "alpha")

@@ -6,7 +6,7 @@ pair 0 row 1, …, pair count−1 row n−1 (leaf index = pair·n + row), with l
     u32le(pair) ‖ u32le(row) ‖ the row's n entries as little-endian int32
 
 so a leaf names its own place and an audit path proves one row of one product. The tree
-over all count·n leaves is the ledger's RFC 6962 tree (``ledger.merkle``); its root, as
+over all count·n leaves is the ledger's RFC 6962 tree (``protocol.merkle``); its root, as
 64 lowercase hex digits, is the task's result_hash. With count = 1 it is simply the tree
 over C's n rows.
 
@@ -32,7 +32,7 @@ import numpy as np
 import numpy.typing as npt
 from safetensors import safe_open
 
-from ledger import merkle
+from protocol import merkle
 from training.poc import kernels, pool
 
 ARTIFACT_NAME = "product.safetensors"

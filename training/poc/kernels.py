@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ledger import merkle
+from protocol import merkle
 from training.poc.generate import Matrix, aes_key, entry_source
 from training.poc.spec import PocSpec
 

@@ -10,10 +10,10 @@ from typing import Any
 
 import httpx
 
+from protocol.wire import registration_message, sign_template
 from workers.agent import capabilities
 from workers.agent.identity import Credentials, IdentityError, credentials_path, init_key, load_key
 from workers.agent.trust import DEFAULT_MAX_GAS_PRICE, insecure_server, register_tx_problem
-from workers.protocol import registration_message, sign_template
 
 
 class CommandError(Exception):

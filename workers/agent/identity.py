@@ -19,7 +19,7 @@ from typing import Any
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from ledger.keys import KeyPair, from_seed
+from protocol.keys import KeyPair, from_seed
 
 
 class IdentityError(Exception):

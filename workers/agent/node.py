@@ -38,9 +38,9 @@ from celery.worker import state as worker_state
 from kombu import Queue
 from kombu.transport import resolve_transport
 
-from ledger.encoding import ComputeResult, Tx
-from ledger.keys import KeyPair
-from ledger.signing import sign_compute_result, sign_tx
+from protocol.encoding import ComputeResult, Tx
+from protocol.keys import KeyPair
+from protocol.signing import sign_compute_result, sign_tx
 from workers.agent import capabilities, fsbroker, runners, trust
 from workers.agent.identity import Credentials, credentials_path, load_key
 from workers.agent.reporter import Reporter

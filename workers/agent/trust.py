@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 
-from ledger.encoding import REGISTER_WORKER, SUBMIT_RESULT
+from protocol.encoding import REGISTER_WORKER, SUBMIT_RESULT
 
 # The platform's default LEDGER_GAS_PRICE is 1,000 units per gas; 100 times that is a
 # generous ceiling that still stops a result's fee from draining the worker's balance.

@@ -4,7 +4,7 @@
  * rows (16 MiB): hashlib runs one row at a time on the CPU's SHA instructions, about 2 GB/s a
  * core, with a Python call per row. The "multi-buffer" layout hashes sixteen rows together,
  * twice that, with no Python in the loop. FIPS 180-4; the tests compare every function here
- * with hashlib and ledger.merkle.
+ * with hashlib and protocol.merkle.
  */
 #include <string.h>
 

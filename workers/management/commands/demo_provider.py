@@ -17,11 +17,11 @@ from django.core.management.base import BaseCommand, CommandError
 
 from marketplace import services as marketplace_services
 from marketplace.models import User
+from protocol.wire import registration_message, sign_template
 from workers import services
 from workers.agent import capabilities
 from workers.agent.identity import Credentials, credentials_path, init_key, load_key
 from workers.models import Worker
-from workers.protocol import registration_message, sign_template
 
 
 class Command(BaseCommand):

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ledger.encoding import Tx, tx_from_json
-from ledger.keys import KeyPair
-from ledger.signing import sign_tx
+from protocol.encoding import Tx, tx_from_json
+from protocol.keys import KeyPair
+from protocol.signing import sign_tx
 
 REGISTER_DOMAIN = b"proofwork/register-worker/v1"
 

@@ -13,9 +13,9 @@ import hypothesis
 import pytest
 from hypothesis import strategies as st
 
-from ledger import encoding, keys
-from ledger.encoding import ComputeResult, EncodingError, Tx
-from ledger.signing import sign_compute_result, sign_tx, verify_compute_result, verify_tx
+from protocol import encoding, keys
+from protocol.encoding import ComputeResult, EncodingError, Tx
+from protocol.signing import sign_compute_result, sign_tx, verify_compute_result, verify_tx
 
 ALICE = keys.from_seed(bytes(range(32)))
 MALLORY = keys.from_seed(bytes(range(1, 33)))

@@ -6,8 +6,8 @@ import hashlib
 
 import pytest
 
-from ledger import bech32
-from ledger.bech32 import AddressError
+from protocol import bech32
+from protocol.bech32 import AddressError
 
 # BIP-173 "Test vectors": valid bech32 strings (checksum only, any human-readable part).
 VALID = [

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ledger import merkle
+from protocol import merkle
 
 # The standard eight-leaf input of the CT / RFC 6962 test data.
 LEAVES = [

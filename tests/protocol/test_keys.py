@@ -8,9 +8,11 @@ import pytest
 from cryptography.fernet import Fernet
 from django.core.exceptions import ImproperlyConfigured
 
-from ledger import custody, keys
+from ledger import custody
 
 # RFC 8032 §7.1, TEST 1–3: (secret seed, public key, message, signature).
+from protocol import keys
+
 RFC8032 = [
     (
         "9d61b19deffd5a60ba844af492ec2cc44449c5697b326919703bac031cae7f60",

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from ledger import keys
-from ledger.bech32 import address_from_public_key
-from ledger.encoding import ComputeResult, Tx
+from protocol import keys
+from protocol.bech32 import address_from_public_key
+from protocol.encoding import ComputeResult, Tx
 
 
 def sign_tx(tx: Tx, pair: keys.KeyPair) -> tuple[Tx, bytes]:
