@@ -177,6 +177,28 @@ def _hex(length: int) -> serializers.RegexField:
     )
 
 
+class SignedIntegerField(serializers.IntegerField):
+    """An integer field of a signed transaction: a JSON integer and nothing else.
+
+    DRF's IntegerField also takes ``"1000"``, ``1000.0`` and ``1e3``; the signed bytes
+    hold an integer, so the JSON a client sends must show exactly that (as
+    ``protocol.encoding.tx_from_json`` reads it). A bool is not an integer here either.
+    """
+
+    default_error_messages = {
+        "not_json_integer": "Expected a JSON integer (not a string, a decimal number, a boolean or null)."
+    }
+
+    def to_internal_value(self, data: Any) -> int:
+        if type(data) is not int:
+            self.fail("not_json_integer")
+        return super().to_internal_value(data)
+
+
+def _uint() -> SignedIntegerField:
+    return SignedIntegerField(min_value=0, max_value=encoding.MAX_UINT)
+
+
 class AddressField(serializers.CharField):
     def to_internal_value(self, data: Any) -> str:
         value = super().to_internal_value(data)
@@ -211,11 +233,11 @@ class SubmitTransactionSerializer(StrictInput, serializers.Serializer[dict[str, 
     type = serializers.ChoiceField(
         choices=list(encoding.TX_TYPES), help_text="Only TRANSFER; the platform sends every other type itself."
     )
-    amount = serializers.IntegerField(min_value=0, max_value=encoding.MAX_UINT)
-    fee = serializers.IntegerField(min_value=0, max_value=encoding.MAX_UINT)
-    nonce = serializers.IntegerField(min_value=0, max_value=encoding.MAX_UINT)
-    gas_price = serializers.IntegerField(min_value=0, max_value=encoding.MAX_UINT)
-    gas_limit = serializers.IntegerField(min_value=0, max_value=encoding.MAX_UINT)
+    amount = _uint()
+    fee = _uint()
+    nonce = _uint()
+    gas_price = _uint()
+    gas_limit = _uint()
     payload = serializers.DictField(required=False, default=dict)
     public_key = _hex(64)
     signature = _hex(128)
