@@ -51,7 +51,9 @@ def explorer_search(request: HttpRequest) -> HttpResponse:
     text = query.lower()
     if text.startswith("cpc1"):
         try:
-            decode_address(text)
+            # The query as typed: BIP-173 accepts an address all in lower or all in upper
+            # case, never mixed (a mixed one is a typo or a forgery, not the same address).
+            decode_address(query)
         except AddressError as exc:
             return _search_page(request, query, problem=f"Not an address: {str(exc).rstrip('.')}.")
         return redirect("explorer-address", address=text)

@@ -61,7 +61,9 @@ def bech32_decode(text: str) -> tuple[str, list[int]]:
     if any(ord(c) < 33 or ord(c) > 126 for c in text):
         raise AddressError("character", "The address contains a character outside printable ASCII.")
     if text.lower() != text and text.upper() != text:
-        raise AddressError("mixed_case", "The address mixes upper and lower case.")
+        raise AddressError(
+            "mixed_case", "The address mixes upper and lower case; write it all in lower case (or all in upper)."
+        )
     if len(text) > MAX_LENGTH:
         raise AddressError("length", f"A bech32 string is at most {MAX_LENGTH} characters.")
     text = text.lower()
