@@ -4,7 +4,7 @@ With no environment at all (a laptop, ``make run``) the platform runs embedded:
 SQLite and the Celery filesystem broker under ``var/``, an in-memory channel layer,
 DEBUG on and a generated development secret. ``DATABASE_URL`` and ``REDIS_URL`` switch
 to PostgreSQL, Redis and channels-redis; ``PROOFWORK_PRODUCTION=1`` hardens the rest.
-README.md lists every variable.
+docs/configuration.md lists every variable.
 """
 
 from __future__ import annotations
