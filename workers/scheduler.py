@@ -215,8 +215,13 @@ def give_up_waiting(now: datetime | None = None) -> int:
     lock; one failing row does not stop the others."""
     now = now or timezone.now()
     cutoff = now - timedelta(seconds=settings.TASK_MAX_WAIT)
-    old = taskstate.needing_workers().filter(
-        Q(opened_at__lte=cutoff) | Q(opened_at__isnull=True, created_at__lte=cutoff)
+    # Tasks with a live job or one ended since the cutoff are left out here, so the oldest
+    # tasks still running cannot fill the batch and hide a waited-out one behind them.
+    old = (
+        taskstate.needing_workers()
+        .filter(Q(opened_at__lte=cutoff) | Q(opened_at__isnull=True, created_at__lte=cutoff))
+        .exclude(assignments__state__in=taskstate.LIVE)
+        .exclude(assignments__settled_at__gt=cutoff)
     )
     failed = 0
     for task_id in list(old.order_by("opened_at").values_list("pk", flat=True)[:200]):
