@@ -98,7 +98,9 @@ def test_the_only_node_killed_mid_task_and_restarted_completes_it(
     again: its lost job is given up (the restarted node abandons it, or it expires as
     silent, whichever comes first), the task is offered to it again, and it completes,
     verified and paid. On the filesystem broker the lost message was deleted as it was
-    received; on Redis it stays unacknowledged and, if it comes back, finds its job over."""
+    received; on Redis it stays unacknowledged (a day's visibility timeout); RabbitMQ
+    delivers it again to the restarted node, which finds its job over ("already-expired")
+    and then runs the new offer. Run it on each with CELERY_BROKER_URL."""
     env = p.child_env()
     with p.daphne(tmp_path) as url, p.platform_worker(tmp_path):
         key = p.register_agent(tmp_path, url, alice, "only")
