@@ -77,7 +77,8 @@ def test_with_no_eligible_worker_the_task_waits_and_says_why(alice: Any, bob: An
 
 def test_a_waiting_task_says_which_requirement_each_online_worker_misses(alice: Any, bob: Any) -> None:
     """Each online worker counts once, under the first requirement it fails (kind, agent
-    features, memory, reputation, then: already had the task, busy); offline ones not at all."""
+    features, memory, reputation, then: holds the task or had its result rejected, busy);
+    offline ones not at all."""
     make_worker(alice, name="cube-only", caps={**CAPS, "kinds": ["cube_training"]})
     make_worker(alice, name="cube-only-2", caps={**CAPS, "kinds": ["cube_training"]})
     make_worker(alice, name="old-agent", caps={**CAPS, "features": ["poc:shake128"]})
