@@ -149,8 +149,9 @@ def schedule(task_id: UUID) -> list[Assignment]:
                 transition_locked(task, TaskStatus.FAILED, failed, reason=failed)
                 _after_failure(task)
                 return []
+            # A shortfall gives up sooner, and its note says when.
             note = _SHORTFALL_NOTE.format(minutes=_wait_minutes()) if shortfall else ""
-            set_reason_locked(task, note + reason + _give_up_note(task))
+            set_reason_locked(task, note + reason + ("" if shortfall else _give_up_note(task)))
             return []
         seed = latest_block_hash()
         deadline = timezone.now() + timedelta(seconds=settings.ASSIGNMENT_DEADLINE)

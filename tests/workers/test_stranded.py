@@ -304,7 +304,10 @@ def test_a_task_short_of_its_bar_fails_after_the_shortfall_wait(alice: Any, bob:
     submit_for_verdict(first)
     settlement.reject(first.pk, "loss fell 3 %, below the 20 % bar", penalise=False)
     schedule_waiting()
-    assert Task.objects.get(pk=task.pk).status == TaskStatus.OPEN
+    task.refresh_from_db()
+    assert task.status == TaskStatus.OPEN
+    assert "if no other provider takes it within 10 minutes, it fails with a full refund." in task.status_reason
+    assert "If no worker takes it by" not in task.status_reason  # the sooner end only
     age(task, 601)
     schedule_waiting()
     assert_failed_and_refunded(task, bob, before, "no other provider took the task within 10 minutes")
