@@ -343,6 +343,9 @@ CUBE_MIN_LOSS_REDUCTION_PCT = env_int("PROOFWORK_CUBE_MIN_LOSS_REDUCTION_PCT", 2
 # with none of its replicas accepted, that no other provider has taken this many seconds
 # later fails with a full refund: the spec may make the bar unreachable.
 SHORTFALL_WAIT = env_int("PROOFWORK_SHORTFALL_WAIT", 3600, minimum=0)
+# A task that no worker takes for this many seconds, counted from when it opened or its
+# last job ended (none live meanwhile), fails with a full refund (docs/scheduling.md).
+TASK_MAX_WAIT = env_int("PROOFWORK_TASK_MAX_WAIT", 24 * 3600, minimum=60)
 ARTIFACT_MAX_BYTES = env_int("PROOFWORK_ARTIFACT_MAX_BYTES", 2 * 1024**3, minimum=1)
 # How often waiting tasks are offered again and silent workers' jobs expired.
 SCHEDULER_INTERVAL = env_int("PROOFWORK_SCHEDULER_INTERVAL", 5, minimum=1)

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import timedelta
 from functools import partial
 from pathlib import Path
 from typing import Any
 from uuid import UUID
 
+from django.conf import settings
 from django.core.cache import cache
 from django.core.files import File
 from django.core.files.uploadedfile import UploadedFile
@@ -295,9 +297,16 @@ def _open_locked(task: Task) -> None:
         raise ValidationError(
             {"budget": [f"Your available balance is {available} credits; it does not cover this budget."]}
         ) from None
-    reason = "" if kind.available else f"No provider runs {kind.label} tasks yet; the task stays open until one does."
+    opened = timezone.now()
+    give_up = opened + timedelta(seconds=settings.TASK_MAX_WAIT)
+    reason = (
+        ""
+        if kind.available
+        else f"No provider runs {kind.label} tasks yet; if none does by {give_up:%Y-%m-%d %H:%M} UTC,"
+        " the task fails with a full refund."
+    )
     transition_locked(task, TaskStatus.OPEN, "Task opened for workers; budget held in escrow.", reason=reason)
-    task.opened_at = timezone.now()
+    task.opened_at = opened
     task.save(update_fields=["opened_at"])
     if kind.available:
         transaction.on_commit(partial(_schedule, task.pk))

@@ -15,7 +15,7 @@ from uuid import UUID
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import Max, Q
 from django.utils import timezone
 
 from marketplace.kinds import KINDS
@@ -56,6 +56,19 @@ def eligible_workers(task: Task, exclude: set[UUID], owners: Collection[int] = (
         .order_by("-reputation", "last_heartbeat_at")
     )
     return [worker for worker in candidates if supply.misfit(worker, need) is None]
+
+
+def newcomers_first(candidates: list[Worker], earlier: Collection[tuple[UUID, int]]) -> list[Worker]:
+    """The candidates with other providers' nodes first, then the other nodes of providers
+    whose node lost the task, then the nodes that lost it themselves; best first within each.
+
+    ``earlier``: (worker, owner) of the task's expired jobs. A node whose job expired or
+    that gave it up (it died, restarted, ran out of memory) may take the task again, each
+    time one more of its attempts, but only when no fresher node can take it now.
+    """
+    nodes = {worker for worker, _ in earlier}
+    providers = {owner for _, owner in earlier}
+    return sorted(candidates, key=lambda w: (w.owner_id in providers, w.pk in nodes))
 
 
 def waiting_reason(task: Task, exclude: set[UUID], taken: set[UUID], owners: set[int]) -> str:
@@ -100,27 +113,32 @@ def schedule(task_id: UUID) -> list[Assignment]:
         task = Task.objects.select_for_update().filter(pk=task_id).first()
         if task is None or task.status not in ACTIVE or not KINDS[task.kind].available:
             return []
-        previous = list(Assignment.objects.filter(task=task).values_list("worker_id", "state"))
+        previous = list(Assignment.objects.filter(task=task).values_list("worker_id", "worker__owner_id", "state"))
         failed_attempts = sum(
-            1 for _, state in previous if state in (Assignment.State.REJECTED, Assignment.State.EXPIRED)
+            1 for _, _, state in previous if state in (Assignment.State.REJECTED, Assignment.State.EXPIRED)
         )
         if failed_attempts >= task.max_attempts * task.replication:
-            if any(state == Assignment.State.SUBMITTED for _, state in previous):
+            if any(state == Assignment.State.SUBMITTED for _, _, state in previous):
                 return []  # a result still awaits its verdict, which may pay; decide after it
             taskstate.end_live_assignments(task, "The task failed: its other attempts were used up.")
-            transition_locked(task, TaskStatus.FAILED, "Failed: every attempt was rejected or expired.")
+            failed = _ATTEMPTS_FAILED.format(attempts=failed_attempts, refund=_refund_words(task))
+            transition_locked(task, TaskStatus.FAILED, failed[:300], reason=failed)
             _after_failure(task)
             return []
         missing = taskstate.missing_replicas(task)
         if missing <= 0:
             return []
-        exclude = {w for w, _ in previous}
+        # A node that holds the task, or whose result on it was rejected, is not offered it
+        # again; one whose job expired may be, after every fresher node (newcomers_first).
+        exclude = {worker for worker, _, state in previous if state != Assignment.State.EXPIRED}
+        expired = [(worker, owner) for worker, owner, state in previous if state == Assignment.State.EXPIRED]
         # Replicas are computed by different providers: one that holds a live or accepted
         # replica is not given another (a trained model's result depends only on the spec and
         # the data, so one provider's nodes could compute once and submit it r times), nor
         # one whose result fell short of the task's bar (BARS_PROVIDER).
         owners = set(Assignment.objects.filter(BARS_PROVIDER, task=task).values_list("worker__owner_id", flat=True))
-        workers = _lock_free_workers(eligible_workers(task, exclude, owners), missing)
+        candidates = newcomers_first(eligible_workers(task, exclude, owners), expired)
+        workers = _lock_free_workers(candidates, missing)
         short = missing - len(workers)
         taken = {w.pk for w in workers}
         reason = _short_reason(task, short, exclude, taken, owners | {w.owner_id for w in workers}) if short else ""
@@ -131,7 +149,9 @@ def schedule(task_id: UUID) -> list[Assignment]:
                 transition_locked(task, TaskStatus.FAILED, failed, reason=failed)
                 _after_failure(task)
                 return []
-            set_reason_locked(task, (_SHORTFALL_NOTE.format(minutes=_wait_minutes()) if shortfall else "") + reason)
+            # A shortfall gives up sooner, and its note says when.
+            note = _SHORTFALL_NOTE.format(minutes=_wait_minutes()) if shortfall else ""
+            set_reason_locked(task, note + reason + ("" if shortfall else _give_up_note(task)))
             return []
         seed = latest_block_hash()
         deadline = timezone.now() + timedelta(seconds=settings.ASSIGNMENT_DEADLINE)
@@ -147,6 +167,110 @@ def schedule(task_id: UUID) -> list[Assignment]:
             transaction.on_commit(partial(dispatch, assignment))
             transaction.on_commit(partial(worker_changed, assignment.worker_id))
     return created
+
+
+_ATTEMPTS_FAILED = "Failed: all {attempts} of its attempts were used up (each rejected or expired). {refund}"
+
+
+def _refund_words(task: Task) -> str:
+    """How much of a failing task's escrow goes back: all of it unless a replica was paid."""
+    if Assignment.objects.filter(task=task, state=Assignment.State.ACCEPTED).exists():
+        return "The rest of its escrow, beyond the verified replicas' rewards, is refunded."
+    return "Fully refunded."
+
+
+# --- Giving up: a task no worker takes -------------------------------------------------
+
+
+def waiting_since(task: Task) -> datetime | None:
+    """Since when the task has waited for a worker with none of its jobs live: when it
+    opened, or when its last job ended (expired, rejected or accepted), whichever is later.
+    None while a job is offered, running or awaiting its verdict: that job's own deadline
+    bounds the wait then."""
+    jobs = Assignment.objects.filter(task=task)
+    if jobs.filter(state__in=taskstate.LIVE).exists():
+        return None
+    ended = jobs.aggregate(last=Max("settled_at"))["last"]
+    opened = task.opened_at or task.created_at
+    return max(opened, ended) if ended is not None else opened
+
+
+def gives_up_at(task: Task) -> datetime | None:
+    """When the waiting task fails with its refund if no worker takes it (None: a job is live)."""
+    since = waiting_since(task)
+    return None if since is None else since + timedelta(seconds=settings.TASK_MAX_WAIT)
+
+
+def _give_up_note(task: Task) -> str:
+    at = gives_up_at(task)
+    if at is None:
+        return ""
+    return f" If no worker takes it by {at:%Y-%m-%d %H:%M} UTC, it fails with a full refund."
+
+
+def give_up_waiting(now: datetime | None = None) -> int:
+    """Periodic: fail, with the refund of its escrow, every active task short of workers
+    that has waited ``TASK_MAX_WAIT`` with no live job (``waiting_since``), whatever kept
+    it waiting: no fitting node, every one busy, a kind no provider runs, a held-out split
+    that could not be prepared. Returns how many failed. Each is re-checked under its row
+    lock; one failing row does not stop the others."""
+    now = now or timezone.now()
+    cutoff = now - timedelta(seconds=settings.TASK_MAX_WAIT)
+    # Tasks with a live job or one ended since the cutoff are left out here, so the oldest
+    # tasks still running cannot fill the batch and hide a waited-out one behind them.
+    old = (
+        taskstate.needing_workers()
+        .filter(Q(opened_at__lte=cutoff) | Q(opened_at__isnull=True, created_at__lte=cutoff))
+        .exclude(assignments__state__in=taskstate.LIVE)
+        .exclude(assignments__settled_at__gt=cutoff)
+    )
+    failed = 0
+    for task_id in list(old.order_by("opened_at").values_list("pk", flat=True)[:200]):
+        try:
+            failed += _give_up(task_id, now)
+        except Exception:
+            log.exception("could not give up waiting task %s now; the next pass tries again", task_id)
+    return failed
+
+
+def _give_up(task_id: UUID, now: datetime) -> int:
+    with transaction.atomic():
+        task = Task.objects.select_for_update().filter(pk=task_id).first()
+        if task is None or task.status not in ACTIVE:
+            return 0
+        at = gives_up_at(task)
+        if at is None or at > now or taskstate.missing_replicas(task) <= 0:
+            return 0
+        failed = (
+            f"Failed: no worker took it within {_duration(settings.TASK_MAX_WAIT)}. {_refund_words(task)}"
+            f" {_why_waiting(task)}"
+        ).strip()
+        transition_locked(task, TaskStatus.FAILED, failed[:300], reason=failed[:1000])
+        _after_failure(task)
+    log.info("task %s waited %s for a worker; failed and refunded", task_id, _duration(settings.TASK_MAX_WAIT))
+    return 1
+
+
+def _why_waiting(task: Task) -> str:
+    """The waiting reason as it stands now, for a task that gives up."""
+    kind = KINDS.get(task.kind)
+    if kind is None or not kind.available:
+        return f"No provider runs {kind.label if kind else task.kind} tasks."
+    previous = Assignment.objects.filter(task=task)
+    exclude = set(previous.exclude(state=Assignment.State.EXPIRED).values_list("worker_id", flat=True))
+    owners = set(previous.filter(BARS_PROVIDER).values_list("worker__owner_id", flat=True))
+    try:
+        return waiting_reason(task, exclude, set(), owners).replace("Waiting for a worker: ", "At the end, ", 1)
+    except (KeyError, TypeError, ValueError):  # a stored spec the platform can no longer read
+        return ""
+
+
+def _duration(seconds: int) -> str:
+    for unit, size in (("hour", 3600), ("minute", 60)):
+        if seconds >= size and seconds % size == 0:
+            count = seconds // size
+            return f"{count} {unit}{'' if count == 1 else 's'}"
+    return f"{seconds} seconds"
 
 
 def _short_reason(task: Task, short: int, exclude: set[UUID], taken: set[UUID], owners: set[int]) -> str:

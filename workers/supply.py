@@ -147,7 +147,7 @@ def _describe(reason: str, count: int, need: Need) -> str:
     if reason == REPUTATION:
         return f"{count} {'has' if one else 'have'} reputation below {need.min_reputation}"
     if reason == TOOK_PART:
-        return f"{count} {'has' if one else 'have'} this task already, or had it"
+        return f"{count} {'has' if one else 'have'} this task already, or had {'its' if one else 'their'} result for it rejected"
     if reason == SAME_PROVIDER:
         return (
             f"{count} {'belongs' if one else 'belong'} to a provider already computing a replica of it"
@@ -227,7 +227,8 @@ def survey(
 ) -> Survey:
     """Sort every online worker: free and fitting, or the first requirement it misses.
 
-    ``exclude``: workers that have or had the task (never offered it again); ``taken``:
+    ``exclude``: workers that hold the task or whose result on it was rejected (never
+    offered it again; one whose job expired may take it again); ``taken``:
     those just given it, left out (even if the list read earlier missed them); ``owners``:
     providers that hold a replica of it already or fell short of its bar (BARS_PROVIDER:
     their other nodes are not offered it).
@@ -292,7 +293,7 @@ class Demand:
                 f" {self.reputation}; verified results raise it."
             )
         if self.short[TOOK_PART]:
-            out.append(f"It already has or had {self.short[TOOK_PART]} of them.")
+            out.append(f"It already has {self.short[TOOK_PART]} of them, or had its result for them rejected.")
         if self.short[SAME_PROVIDER]:
             count = self.short[SAME_PROVIDER]
             out.append(
@@ -323,8 +324,11 @@ def demand(worker: Worker) -> Demand:
     )
     result = Demand(more=len(tasks) > DEMAND_SAMPLE)
     tasks = tasks[:DEMAND_SAMPLE]
+    # A task whose job expired in this worker's hands may come back to it (scheduler.newcomers_first).
     had = set(
-        Assignment.objects.filter(worker=worker, task__in=[t.pk for t in tasks]).values_list("task_id", flat=True)
+        Assignment.objects.filter(worker=worker, task__in=[t.pk for t in tasks])
+        .exclude(state=Assignment.State.EXPIRED)
+        .values_list("task_id", flat=True)
     )
     # Replicas go to different providers: a task another of the owner's nodes holds a
     # replica of (or fell short of the bar of) is not this node's to take either.

@@ -34,8 +34,8 @@ def schedule_task(task_id: str) -> int:
 
 @shared_task(name="workers.schedule_waiting", ignore_result=True)
 def schedule_waiting() -> int:
-    """Periodic: expire silent or overdue jobs, ask again for stalled verifications, then
-    try every waiting task again."""
+    """Periodic: expire silent or overdue jobs, ask again for stalled verifications, try
+    every waiting task again, then fail (with a refund) those that waited too long."""
     # Each step, and each task in the last, is on its own: one failing row must not stop
     # expiry, resends and scheduling for every other task.
     for step in (scheduler.expire_overdue, jobs.resend_stalled_verifications, settlement.complete_stragglers):
@@ -50,6 +50,11 @@ def schedule_waiting() -> int:
                 offered += len(scheduler.schedule(task_id))
             except Exception:
                 log.exception("scheduling task %s failed; the next pass tries again", task_id)
+    # After scheduling, so a worker that came online just in time still takes the task.
+    try:
+        scheduler.give_up_waiting()
+    except Exception:
+        log.exception("give_up_waiting failed; the next pass tries again")
     return offered
 
 

@@ -80,7 +80,8 @@ def test_a_kind_no_provider_runs_yet_stays_open_and_says_why(
     data = alice_client.post(TASKS, body, format="json").json()
     assert data["status"] == "open"
     assert data["kind_available"] is False
-    assert "stays open" in data["status_reason"]
+    assert "No provider runs Cube training tasks yet; if none does by " in data["status_reason"]
+    assert data["status_reason"].endswith(" UTC, the task fails with a full refund.")
 
 
 def test_post_cube_training_on_an_uploaded_array(alice: Any, alice_client: APIClient) -> None:

@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from ledger import services as ledger
+from ledger.sealer import seal_all
 from marketplace import services as marketplace
 from marketplace.models import Task, TaskStatus
 from marketplace.units import UNITS_PER_CREDIT
@@ -21,6 +22,7 @@ from tests.factories import post_task
 from tests.workers import processes as p
 from workers.agent.identity import Credentials, credentials_path
 from workers.models import Assignment, Worker
+from workers.settlement import reward_per_replica
 from workers.tasks import schedule_waiting
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -87,6 +89,76 @@ def test_a_node_killed_mid_task_has_its_job_finished_by_another(
     assert task.result_summary["workers"] == [second.address]
     assert Worker.objects.get(pk=first.pk).jobs_done == 0
     assert Worker.objects.get(pk=second.pk).jobs_done == 1
+
+
+def test_the_only_node_killed_mid_task_and_restarted_completes_it(
+    alice: Any, bob: Any, tmp_path: Path, short_heartbeat: None
+) -> None:
+    """kill -9 of the only fitting node mid-job, then the same node (same key) started
+    again: its lost job is given up (the restarted node abandons it, or it expires as
+    silent, whichever comes first), the task is offered to it again, and it completes,
+    verified and paid. On the filesystem broker the lost message was deleted as it was
+    received; on Redis it stays unacknowledged (a day's visibility timeout); RabbitMQ
+    delivers it again to the restarted node, which finds its job over ("already-expired")
+    and then runs the new offer. Run it on each with CELERY_BROKER_URL."""
+    env = p.child_env()
+    with p.daphne(tmp_path) as url, p.platform_worker(tmp_path):
+        key = p.register_agent(tmp_path, url, alice, "only")
+        node = Worker.objects.get(name="only")
+        assert ledger.address_balance(node.address) == 0
+        ledger.deposit(bob, 10 * UNITS_PER_CREDIT, reference="test-deposit")
+        requester_before = ledger.balance(bob)
+        with p.spawn(p.agent_cmd(key, "run", *p.broker_args()), tmp_path / "first.log", env) as victim:
+            p.wait_for(lambda: Worker.objects.get(pk=node.pk).is_online, 60, "the agent never connected")
+            # Big enough to take a few seconds on a CPU, so the kill lands mid-run.
+            task = post_task(bob, "synthetic", {"n": 1024, "count": 6}, budget=UNITS_PER_CREDIT)
+
+            def running() -> bool:
+                schedule_waiting()
+                return Assignment.objects.filter(task=task, worker=node, state=Assignment.State.RUNNING).exists()
+
+            p.wait_for(running, 60, "the agent never started", explain=lambda: logs(tmp_path, "first.log"))
+            os.kill(victim.pid, signal.SIGKILL)
+            victim.wait(timeout=10)
+        (lost,) = Assignment.objects.filter(task=task)
+        assert lost.state == Assignment.State.RUNNING
+
+        with p.spawn(p.agent_cmd(key, "run", *p.broker_args()), tmp_path / "again.log", env):
+
+            def finished() -> bool:
+                schedule_waiting()  # as beat would: expiry, re-offers
+                return Task.objects.get(pk=task.pk).status in (TaskStatus.COMPLETED, TaskStatus.FAILED)
+
+            def explain() -> str:
+                rows = Assignment.objects.filter(task=task).order_by("attempt")
+                states = list(rows.values_list("attempt", "state", "reason"))
+                t = Task.objects.get(pk=task.pk)
+                return f"task {t.status} ({t.status_reason}); {states}\n" + logs(tmp_path, "again.log", "platform.log")
+
+            p.wait_for(finished, 180, "the restarted node did not complete the task", interval=1.0, explain=explain)
+
+    task.refresh_from_db()
+    assert task.status == TaskStatus.COMPLETED, task.status_reason
+    lost.refresh_from_db()
+    assert lost.state == Assignment.State.EXPIRED
+    assert "restarted" in lost.reason or "silent" in lost.reason
+    done = Assignment.objects.get(task=task, state=Assignment.State.ACCEPTED)
+    assert (done.worker_id, done.attempt) == (node.pk, 2)
+    assert task.result_summary["workers"] == [node.address]
+    # Paid: the node's balance rose by its reward (less the platform's fee), the requester
+    # paid that reward and got the rest of the escrow back, and the escrow is empty.
+    reward = reward_per_replica(task)
+    node_row = Worker.objects.get(pk=node.pk)
+    assert node_row.jobs_done == 1
+    assert 0 < node_row.earnings <= reward
+    # What it can spend: the reward less the gas of its SUBMIT_RESULT (it held nothing before).
+    assert 0 < ledger.address_balance(node.address) <= node_row.earnings
+    assert ledger.balance(bob) == requester_before - reward
+    escrow = ledger.escrow_account(task.pk)
+    assert escrow is not None
+    seal_all()
+    escrow.refresh_from_db()
+    assert (escrow.available, escrow.balance) == (0, 0)
 
 
 def test_a_suspended_node_loses_its_socket_and_its_token(alice: Any, tmp_path: Path) -> None:

@@ -21,6 +21,16 @@ from workers.models import Assignment, Worker
 pytestmark = pytest.mark.django_db
 
 
+def give_up_note(task: Task) -> str:
+    """The end of a waiting task's reason: when it fails with its refund if no worker takes it."""
+    from django.conf import settings
+
+    task.refresh_from_db()
+    assert task.opened_at is not None
+    at = task.opened_at + timedelta(seconds=settings.TASK_MAX_WAIT)
+    return f" If no worker takes it by {at:%Y-%m-%d %H:%M} UTC, it fails with a full refund."
+
+
 def test_only_online_active_capable_reputable_workers_are_chosen(alice: Any, bob: Any) -> None:
     good, _, _ = make_worker(alice, name="good", reputation=70)
     make_worker(alice, name="offline", reputation=90, online=False)
@@ -51,7 +61,7 @@ def test_only_online_active_capable_reputable_workers_are_chosen(alice: Any, bob
         " 1 has less than 1 MiB of memory; 1 has reputation below 60; 1 fits but is busy with another job."
         " It needs a worker that offers Synthetic proof of compute (agent supporting poc:aes256ctr)"
         " with 1 MiB of memory and reputation ≥ 60."
-    )
+    ) + give_up_note(other)
 
 
 def test_with_no_eligible_worker_the_task_waits_and_says_why(alice: Any, bob: Any) -> None:
@@ -61,13 +71,14 @@ def test_with_no_eligible_worker_the_task_waits_and_says_why(alice: Any, bob: An
     task.refresh_from_db()
     assert task.status == TaskStatus.OPEN
     assert task.status_reason.startswith("Waiting for a worker: of the 1 online, 1 has reputation below 40. ")
-    assert task.status_reason.endswith(" with 1 MiB of memory and reputation ≥ 40.")
+    assert task.status_reason.endswith(" with 1 MiB of memory and reputation ≥ 40." + give_up_note(task))
     assert not Assignment.objects.filter(task=task).exists()
 
 
 def test_a_waiting_task_says_which_requirement_each_online_worker_misses(alice: Any, bob: Any) -> None:
     """Each online worker counts once, under the first requirement it fails (kind, agent
-    features, memory, reputation, then: already had the task, busy); offline ones not at all."""
+    features, memory, reputation, then: holds the task or had its result rejected, busy);
+    offline ones not at all."""
     make_worker(alice, name="cube-only", caps={**CAPS, "kinds": ["cube_training"]})
     make_worker(alice, name="cube-only-2", caps={**CAPS, "kinds": ["cube_training"]})
     make_worker(alice, name="old-agent", caps={**CAPS, "features": ["poc:shake128"]})
@@ -83,15 +94,20 @@ def test_a_waiting_task_says_which_requirement_each_online_worker_misses(alice: 
         " 1 has reputation below 20."
         " It needs a worker that offers Synthetic proof of compute (agent supporting poc:aes256ctr)"
         " with 240 MiB of memory and reputation ≥ 20."
-    )
-    # A worker that fits takes it; when it comes back expired, the task says so.
+    ) + give_up_note(task)
+    # A worker that fits takes it; while it holds it, the task says so.
     good, _, _ = make_worker(alice, name="good")
     (assignment,) = scheduler.schedule(task.pk)
     assert assignment.worker == good
-    Assignment.objects.filter(pk=assignment.pk).update(state=Assignment.State.EXPIRED)
+    second = post_task(bob, "synthetic", {"n": 4096}, budget=100 * UNITS_PER_CREDIT, min_reputation=20, replication=2)
+    Assignment.objects.filter(pk=assignment.pk).update(task=second)
+    assert scheduler.schedule(second.pk) == []
+    second.refresh_from_db()
+    assert "; 1 has this task already, or had its result for it rejected." in second.status_reason
+    Assignment.objects.filter(pk=assignment.pk).update(task=task, state=Assignment.State.REJECTED)
     assert scheduler.schedule(task.pk) == []
     task.refresh_from_db()
-    assert "; 1 has this task already, or had it." in task.status_reason
+    assert "; 1 has this task already, or had its result for it rejected." in task.status_reason
     Worker.objects.update(last_heartbeat_at=None)
     assert scheduler.schedule(task.pk) == []
     task.refresh_from_db()
@@ -249,7 +265,8 @@ def test_tasks_scheduled_at_once_never_give_one_worker_two_jobs(
 
 
 def test_the_longest_waiting_reason_fits_the_task_row() -> None:
-    """Every requirement missed by thousands of workers, with replicas in hand: still stored whole."""
+    """Every requirement missed by thousands of workers, after a result short of the bar
+    (a longer prefix than replicas in hand), with the give-up time: still stored whole."""
     from collections import Counter
 
     from workers import supply
@@ -257,7 +274,10 @@ def test_the_longest_waiting_reason_fits_the_task_row() -> None:
     longest_kind = max(KINDS.values(), key=lambda kind: len(kind.label))
     need = supply.Need(longest_kind, 1000 * 2**40, frozenset({"poc:aes256ctr", "poc:shake128"}), 100)
     survey = supply.Survey(need, short=Counter({reason: 123_456 for reason in supply.REASONS}), taken=1)
-    reason = "4/5 replicas in hand. " + survey.reason()
+    note = " If no worker takes it by 2026-11-28 10:40 UTC, it fails with a full refund."
+    prefix = scheduler._SHORTFALL_NOTE.format(minutes=99999)
+    assert len(prefix) > len("4/5 replicas in hand. ")
+    reason = prefix + survey.reason() + note
     assert "123456 fit but are busy with another job" in reason
     room = Task._meta.get_field("status_reason").max_length
     assert room is not None
@@ -320,5 +340,5 @@ def test_demand_lines_read_right_for_one_and_for_many() -> None:
     assert many.lines() == [
         "3 are of kinds it does not offer (ASL recognition training, Cube training).",
         "2 need more memory than its 8.0 GiB.",
-        "It already has or had 4 of them.",
+        "It already has 4 of them, or had its result for them rejected.",
     ]
