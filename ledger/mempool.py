@@ -205,7 +205,10 @@ def _write(prepared: list[_Prepared], ctx: ChainContext, record_refusals: bool) 
     now = timezone.now()
     with transaction.atomic():
         live = [p for p in prepared if p.refusal is None]
-        _create_missing_accounts(live)
+        # The batch's accounts that exist before it; below, each transaction adds the
+        # ones it opens, replaying _create_missing_accounts' pass step by step, so a
+        # sender counts only from the transaction that opened its account on.
+        opened = _create_missing_accounts(live)
         # The platform account (fee collector) is locked only when a fee is paid: it is
         # the one row every fee-paying transaction shares.
         collector = {ctx.validator} if any(p.sub.tx.fee for p in live) else set()
@@ -222,8 +225,9 @@ def _write(prepared: list[_Prepared], ctx: ChainContext, record_refusals: bool) 
         rows: list[Transaction] = []
         for p in prepared:
             if p.refusal is None:
+                _open_accounts(p.sub.tx, opened)
                 try:
-                    _check_stateful(p, accounts, taken_hashes, taken_refs)
+                    _check_stateful(p, accounts, opened, taken_hashes, taken_refs)
                     apply(state, p.sub.tx, ctx.validator)
                 except Refusal as refusal:
                     p.refusal = refusal
@@ -257,7 +261,11 @@ def _write(prepared: list[_Prepared], ctx: ChainContext, record_refusals: bool) 
     return rows
 
 
-def _check_stateful(p: _Prepared, accounts: dict[str, Account], taken_hashes: set[str], taken_refs: set[str]) -> None:
+def _check_stateful(
+    p: _Prepared, accounts: dict[str, Account], opened: set[str], taken_hashes: set[str], taken_refs: set[str]
+) -> None:
+    """The checks that need state, against the accounts as they stand at this point of
+    the batch: ``opened`` holds the addresses that have an account by now."""
     tx = p.sub.tx
     if p.hash in taken_hashes:
         raise Refusal("duplicate", "this transaction was already admitted", "hash")
@@ -265,7 +273,7 @@ def _check_stateful(p: _Prepared, accounts: dict[str, Account], taken_hashes: se
         if tx.type == encoding.SUBMIT_RESULT:
             raise Refusal("result_already_submitted", "this worker already submitted a result for this task", "payload")
         raise Refusal("duplicate_reference", f"reference {p.reference!r} was already used", "reference")
-    sender = accounts.get(tx.sender)
+    sender = accounts.get(tx.sender) if tx.sender in opened else None
     if sender is None:
         raise Refusal("unknown_sender", "no account has this address; it holds nothing", "from")
     if sender.public_key and sender.public_key != tx.public_key.hex():
@@ -282,21 +290,36 @@ def _check_stateful(p: _Prepared, accounts: dict[str, Account], taken_hashes: se
         raise Refusal("not_escrow", "the sender is not this task's escrow account", "from")
 
 
-def _create_missing_accounts(live: list[_Prepared]) -> None:
-    """Receiving needs no sign-up: an unseen recipient (or a registering worker) gets an
-    empty worker account. ignore_conflicts makes concurrent creation harmless. An empty
-    row (zero balance, zero nonce) may outlive a refusal; it holds and proves nothing."""
+def _open_accounts(tx: Tx, opened: set[str]) -> None:
+    """Add to ``opened`` the accounts admitting ``tx`` opens, whether or not it is then
+    admitted: an unseen recipient of a sender that has an account (receiving needs no
+    sign-up), and a registering worker. Run over a batch in order, as admission checks
+    it, so that a batch opens the same accounts, at the same points, as its transactions
+    admitted one at a time: an account a transaction opens is there for the ones after
+    it, never for the ones before."""
+    if tx.type == encoding.REGISTER_WORKER:
+        opened.add(tx.sender)
+    if tx.sender in opened:
+        opened.add(tx.recipient)
+
+
+def _create_missing_accounts(live: list[_Prepared]) -> set[str]:
+    """Create the empty worker accounts the batch opens (see ``_open_accounts``), before
+    any lock is taken; return the addresses of the batch that had an account before it.
+    ignore_conflicts makes concurrent creation harmless. An empty row (zero balance,
+    zero nonce) may outlive a refusal; it holds and proves nothing. A stranger's refused
+    transaction leaves no row behind."""
     involved = {a for p in live for a in (p.sub.tx.sender, p.sub.tx.recipient)}
     existing = set(Account.objects.filter(address__in=involved).values_list("address", flat=True))
-    # Only for a sender that exists (or is registering): a stranger's refused transaction
-    # must not leave rows behind.
-    wanted = {p.sub.tx.recipient for p in live if p.sub.tx.sender in existing}
-    wanted |= {p.sub.tx.sender for p in live if p.sub.tx.type == encoding.REGISTER_WORKER}
-    missing = wanted - existing
+    opened = set(existing)
+    for p in live:
+        _open_accounts(p.sub.tx, opened)
+    missing = opened - existing
     if missing:
         Account.objects.bulk_create(
             [Account(address=a, kind=AccountKind.WORKER) for a in sorted(missing)], ignore_conflicts=True
         )
+    return existing
 
 
 def _maybe_trigger_sealer() -> None:

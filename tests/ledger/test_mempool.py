@@ -9,9 +9,11 @@ from typing import Any
 import pytest
 from django.db import IntegrityError, transaction
 
-from ledger import services
+from ledger import custody, services
 from ledger.mempool import admit
 from ledger.models import Account, Transaction, TxStatus
+from ledger.replay import verify_chain
+from ledger.sealer import ensure_genesis, seal_block
 from protocol import encoding
 from protocol.encoding import ComputeResult
 from protocol.signing import sign_compute_result
@@ -152,3 +154,30 @@ def test_the_database_itself_refuses_a_second_admitted_transaction_with_a_hash(
     copy.status = TxStatus.PENDING
     with pytest.raises(IntegrityError), transaction.atomic():
         copy.save()
+
+
+def _deposit(to: str, amount: int, nonce: int) -> Any:
+    """A DEPOSIT signed by the treasury, as the platform signs it."""
+    return signed(custody.treasury_keys(), encoding.DEPOSIT, to, amount, nonce, {})
+
+
+def test_a_batch_can_spend_what_an_earlier_transaction_of_it_created(db: Any) -> None:
+    ensure_genesis()
+    alice, bob = worker_keys(20), worker_keys(21)  # neither has an account yet
+    transfer_fee = 21_000 * 1_000
+    rows = admit([_deposit(alice.address, CREDIT, 0), signed(alice, encoding.TRANSFER, bob.address, 5, 0, {})])
+    assert [(r.status, r.reason) for r in rows] == [("pending", ""), ("pending", "")]
+    held = dict(Account.objects.filter(address__in=[alice.address, bob.address]).values_list("address", "available"))
+    assert held == {alice.address: CREDIT - 5 - transfer_fee, bob.address: 5}
+    seal_block()
+    assert verify_chain().transactions == 2
+
+
+def test_a_batch_refuses_a_sender_whose_account_only_a_later_transaction_creates(db: Any) -> None:
+    ensure_genesis()
+    alice, bob = worker_keys(20), worker_keys(21)
+    rows = admit([signed(alice, encoding.TRANSFER, bob.address, 5, 0, {}), _deposit(alice.address, CREDIT, 0)])
+    # As if admitted one at a time: alice had no account when her transfer came.
+    assert [(r.status, r.reason) for r in rows] == [("refused", "unknown_sender"), ("pending", "")]
+    assert Account.objects.get(address=alice.address).available == CREDIT
+    assert not Account.objects.filter(address=bob.address).exists()
