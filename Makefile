@@ -11,7 +11,7 @@ PORT ?= 8000
 $(STAMP): pyproject.toml training/poc/_simd.c $(wildcard training/poc/simd/*)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e '.[platform,dev]'
 	@touch $(STAMP)
 
 install: $(STAMP)
