@@ -55,9 +55,9 @@ def test_the_contracts_hold_on_this_tree() -> None:
 
 
 def test_each_contract_breaks_when_its_rule_is_broken(tmp_path: Path) -> None:
-    """A copy of the tree where protocol imports training, training imports Django, and
-    the agent imports a platform module of workers and the Redis client: every contract
-    reports the import that breaks it."""
+    """A copy of the tree where protocol imports training, training imports Django, the
+    agent imports a platform module of workers and the Redis client, and workers/__init__.py
+    imports Django: every contract reports the import that breaks it."""
     tree = tmp_path / "tree"
     ignore = shutil.ignore_patterns("__pycache__", "*.so", "migrations", "templates", "static")
     for package in _config()["root_packages"]:
@@ -68,6 +68,7 @@ def test_each_contract_breaks_when_its_rule_is_broken(tmp_path: Path) -> None:
         "training/loop.py": "import django.conf\n",
         "workers/agent/trust.py": "from workers import models\n",
         "workers/agent/reporter.py": "import redis\n",
+        "workers/__init__.py": "import django\n",
     }
     for path, line in breaks.items():
         with (tree / path).open("a") as f:
@@ -84,5 +85,6 @@ def test_each_contract_breaks_when_its_rule_is_broken(tmp_path: Path) -> None:
         ("training.loop", "django"),  # third-party packages are named by their root
         ("workers.agent.trust", "workers.models"),
         ("workers.agent.reporter", "redis"),
+        ("workers", "django"),
     ):
         assert f"{importer} -> {imported} (" in result.stdout, result.stdout
