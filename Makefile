@@ -11,7 +11,7 @@ PORT ?= 8000
 $(STAMP): pyproject.toml training/poc/_simd.c $(wildcard training/poc/simd/*)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e '.[platform,dev]'
 	@touch $(STAMP)
 
 install: $(STAMP)
@@ -29,7 +29,7 @@ run: demo
 	@echo "Proofwork on http://$(HOST):$(PORT)/  (Ctrl-C stops every process)"
 	HOST=$(HOST) WEB_PORT=$(PORT) PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/honcho start -f Procfile
 
-# Lint, types and migrations first, then the whole suite (exit 5 = nothing collected fails too).
+# Lint, types, import contracts and migrations first, then the whole suite (exit 5 = nothing collected fails too).
 test: check
 	$(BIN)/python -m pytest
 
@@ -37,6 +37,7 @@ check: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy .
+	$(BIN)/lint-imports
 	$(BIN)/python manage.py makemigrations --check --dry-run
 
 format: install
@@ -44,4 +45,4 @@ format: install
 	$(BIN)/ruff format .
 
 clean:
-	rm -rf var .pytest_cache .mypy_cache .ruff_cache
+	rm -rf var .pytest_cache .mypy_cache .ruff_cache .import_linter_cache
