@@ -10,12 +10,13 @@ from typing import Any
 import pytest
 from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
+from django.test import Client
 from django.utils import timezone
 
 from marketplace import services as marketplace
 from marketplace.models import TaskEvent
 from marketplace.units import UNITS_PER_CREDIT
-from tests.factories import post_task
+from tests.factories import UserFactory, post_task
 from tests.workers.processes import make_worker
 from tests.workers.test_consumer import barrier, run, socket
 from workers import jobs, scheduler, services
@@ -230,3 +231,30 @@ def test_the_nodes_own_fail_and_submit_send_no_stop(job: dict[str, Any]) -> None
         await comm.disconnect()
 
     run(scenario)
+
+
+def test_the_workers_page_and_the_admin_say_which_job_a_busy_node_runs(
+    job: dict[str, Any], alice: Any, client: Client, django_assert_max_num_queries: Any
+) -> None:
+    Assignment.objects.filter(pk=job["assignment"].pk).update(progress=42.0)
+    client.force_login(alice)
+    page = client.get(f"/workers/{job['worker'].pk}/").content.decode()
+    current = page[page.index('id="current-job"') :]
+    current = current[: current.index("</section>")]
+    for shown in ("Running now", job["task"].title, "synthetic", "42.0 %"):
+        assert shown in current
+
+    root: Any = UserFactory(username="root", is_staff=True, is_superuser=True)
+    client.force_login(root)
+    for _ in range(3):  # more busy nodes cost no more queries (prefetched)
+        running_job(UserFactory(), alice, "more")
+    with django_assert_max_num_queries(12):
+        listing = client.get("/admin/workers/worker/").content.decode()
+    assert f"Running synthetic “{job['task'].title}” since" in listing
+    assert "42 %" in listing
+    detail = client.get(f"/admin/workers/worker/{job['worker'].pk}/change/").content.decode()
+    assert job["task"].title in detail
+
+    marketplace.cancel_task(job["task"].owner, job["task"].pk)
+    client.force_login(alice)
+    assert 'id="current-job"' not in client.get(f"/workers/{job['worker'].pk}/").content.decode()
