@@ -15,16 +15,21 @@ import logging
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from websockets.asyncio.server import ServerConnection, serve
 
+from tests.workers.test_agent_node import ASSIGNMENT, Platform, clock, node, platform
 from tests.workers.test_agent_reporter import free_port
-from workers.agent import joblog
+from training import stop
+from workers.agent import joblog, runners
+from workers.agent.node import Node
 from workers.agent.reporter import LOG_BATCH, LOG_QUEUE, Reporter
 
 JOB = "7d8c6a4e-0000-4000-8000-000000000001"
+__all__ = ["clock", "node", "platform"]  # fixtures, used by name
 
 
 class Answering:
@@ -189,3 +194,67 @@ def test_a_flood_of_log_lines_is_rate_limited_and_counted() -> None:
         logging.getLogger("training.loop").info("later")
     assert sink.lines[-2] == f"(50 log lines not sent: over {joblog.RATE:.0f} a second)"
     assert sink.lines[-1] == "later"
+
+
+# --- The node's job loop (workers/agent/node.py) against a stand-in platform ---------------
+
+
+@pytest.fixture
+def stoppable(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[int]:
+    """Replaces the kind's runner with one that reports up to 500 steps, a few ms apart,
+    then returns an artifact; returns the steps it computed."""
+    steps: list[int] = []
+
+    def run(job: dict[str, Any], workdir: Path, progress: runners.Progress) -> runners.Outcome:
+        for step in range(1, 501):
+            progress(step, 500, {"loss": 1.0 / step})
+            steps.append(step)
+            time.sleep(0.002)
+        artifact = tmp_path / "model.safetensors"
+        artifact.write_bytes(b"weights")
+        return runners.Outcome(result_hash="ab" * 32, proof={"steps": 500}, artifacts={"model.safetensors": artifact})
+
+    monkeypatch.setattr(runners, "run", run)
+    return steps
+
+
+def stop_after(node: Node, step: int, assignment_id: str, reason: str) -> None:
+    """Deliver a stop as the reporter's thread does, once the job reported ``step``."""
+    report = node.reporter.progress
+
+    def progress(aid: str, at: int, *rest: Any) -> None:
+        report(aid, at, *rest)
+        if at == step:
+            threading.Thread(target=node._platform_stop, args=(assignment_id, reason)).start()
+
+    node.reporter.progress = progress  # type: ignore[method-assign]
+
+
+def test_a_job_the_platform_stops_uploads_and_submits_nothing(
+    node: Node, platform: Platform, stoppable: list[int]
+) -> None:
+    stop_after(node, 3, ASSIGNMENT, "The requester cancelled the task.")
+    assert node.run_assignment(ASSIGNMENT) == "stopped"
+    assert len(stoppable) < 50  # it stopped within a few steps, not at step 500
+    assert platform.paths("/artifacts/model.safetensors/") == []
+    assert platform.paths("/result/") == []
+    assert platform.paths("/fail/") == []  # the platform ended it already
+    assert {"type": "stopped", "assignment_id": ASSIGNMENT} in node.reporter._logs
+    assert node.reporter.current is None  # free for the next job
+    assert stop.requested() is None
+
+
+def test_a_stop_for_another_job_is_ignored(node: Node, platform: Platform, stoppable: list[int]) -> None:
+    stop_after(node, 3, "7d8c6a4e-0000-4000-8000-0000000000ff", "not this one")
+    assert node.run_assignment(ASSIGNMENT) == "submitted"
+    assert stoppable[-1] == 500
+
+
+def test_a_node_told_to_shut_down_mid_job_reports_it_abandoned(
+    node: Node, platform: Platform, stoppable: list[int]
+) -> None:
+    node.stopping = lambda: len(stoppable) >= 3
+    assert node.run_assignment(ASSIGNMENT) == "abandoned"
+    assert len(stoppable) < 250  # within a poll of the stop flags (0.2 s), not at the job's end
+    assert platform.bodies["fail"] == [{"reason": "abandoned: the node is shutting down"}]
+    assert platform.paths("/result/") == []
