@@ -222,12 +222,12 @@ def stop_after(node: Node, step: int, assignment_id: str, reason: str) -> None:
     """Deliver a stop as the reporter's thread does, once the job reported ``step``."""
     report = node.reporter.progress
 
-    def progress(aid: str, at: int, *rest: Any) -> None:
-        report(aid, at, *rest)
+    def progress(aid: str, at: int, total: int, metrics: dict[str, float], eta: float | None) -> None:
+        report(aid, at, total, metrics, eta)
         if at == step:
             threading.Thread(target=node._platform_stop, args=(assignment_id, reason)).start()
 
-    node.reporter.progress = progress  # type: ignore[method-assign]
+    node.reporter.progress = progress  # type: ignore[method-assign,assignment]
 
 
 def test_a_job_the_platform_stops_uploads_and_submits_nothing(
