@@ -258,3 +258,18 @@ def test_a_node_told_to_shut_down_mid_job_reports_it_abandoned(
     assert len(stoppable) < 250  # within a poll of the stop flags (0.2 s), not at the job's end
     assert platform.bodies["fail"] == [{"reason": "abandoned: the node is shutting down"}]
     assert platform.paths("/result/") == []
+
+
+def test_a_socket_refused_mid_job_stops_the_job(node: Node, platform: Platform, stoppable: list[int]) -> None:
+    """Suspended or retired: the platform closes the socket with 4403 (and refuses the token)."""
+    report = node.reporter.progress
+
+    def progress(aid: str, at: int, total: int, metrics: dict[str, float], eta: float | None) -> None:
+        report(aid, at, total, metrics, eta)
+        if at == 3 and node.reporter.on_refused is not None:
+            threading.Thread(target=node.reporter.on_refused, args=(4403,)).start()
+
+    node.reporter.progress = progress  # type: ignore[method-assign,assignment]
+    assert node.run_assignment(ASSIGNMENT) == "stopped"
+    assert len(stoppable) < 50
+    assert platform.paths("/result/") == []
