@@ -26,6 +26,10 @@ Progress events (the caller throttles; the loop sends every one):
 - ``{"event": "epoch", "epoch", "epochs", "step", "total_steps", "train", "val", "best",
   "improved"}`` after each epoch's evaluation and checkpoint.
 
+Stopping: ``training.stop.check()`` runs before each micro-batch and each validation batch,
+so a job the node is told to stop raises ``training.stop.Stopped`` within one batch. Each
+epoch's figures are also logged (``training.loop``), one line, for the node's task log.
+
 Determinism and resume: at the start of every epoch the global RNGs are re-seeded from
 ``(seed, epoch)``, so a DataLoader with ``shuffle=True`` and no generator of its own draws
 the same order whether the run was resumed or not. A checkpoint is written at the end of an
@@ -36,6 +40,7 @@ uninterrupted run.
 from __future__ import annotations
 
 import copy
+import logging
 import math
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -46,8 +51,11 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
+from training import stop
 from training.artifacts import load_model_tensors, load_state, save_state, state_exists
 from training.device import autocast, keep_freed_memory, make_grad_scaler, seed_everything, select_device
+
+log = logging.getLogger("training.loop")
 
 StepFn = Callable[[nn.Module, Any], tuple[torch.Tensor, Mapping[str, float | torch.Tensor]]]
 EvalFn = Callable[[nn.Module, Iterable[Any]], Mapping[str, float]]
@@ -250,6 +258,31 @@ def _steps_per_epoch(loader: Iterable[Any], config: LoopConfig) -> int:
     return max(1, steps)
 
 
+class _Stoppable:
+    """A loader whose iteration checks the stop signal before each batch (``training.stop``);
+    its length and attributes are the wrapped loader's."""
+
+    def __init__(self, loader: Iterable[Any]) -> None:
+        self.loader = loader
+
+    def __iter__(self) -> Any:
+        for batch in self.loader:
+            stop.check()
+            yield batch
+
+    def __len__(self) -> int:
+        return len(self.loader)  # type: ignore[arg-type]
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.loader, name)
+
+
+def _summary(train: Mapping[str, float], val: Mapping[str, float]) -> str:
+    """An epoch's figures as one short line: ``train_loss=0.512 val_loss=0.498``."""
+    figures = {**train, **val}
+    return " ".join(f"{name}={value:.4g}" for name, value in list(figures.items())[:12])
+
+
 def fit(
     model: nn.Module,
     train_loader: Iterable[Any],
@@ -318,6 +351,7 @@ def fit(
         optimizer.zero_grad(set_to_none=True)
         batches = iter(train_loader)
         while steps_this_epoch < steps_per_epoch:
+            stop.check()
             batch = next(batches, None)
             if batch is None:
                 if micro == 0:
@@ -382,7 +416,7 @@ def fit(
         model.eval()
         # Evaluation stays in full precision so the reported figure can be recomputed exactly.
         with torch.no_grad():
-            val_metrics = {k: float(v) for k, v in eval_fn(runner, val_loader).items()}
+            val_metrics = {k: float(v) for k, v in eval_fn(runner, _Stoppable(val_loader)).items()}
         if config.monitor not in val_metrics:
             raise KeyError(f"eval_fn returned {sorted(val_metrics)} but the monitored metric is {config.monitor!r}.")
         monitored = val_metrics[config.monitor]
@@ -417,6 +451,14 @@ def fit(
                     },
                 },
             )
+        log.info(
+            "epoch %d/%d, step %d/%d: %s",
+            epoch,
+            config.epochs,
+            global_step,
+            total_steps,
+            _summary(train_metrics, val_metrics),
+        )
         if progress is not None:
             progress(
                 {

@@ -1,21 +1,24 @@
 """Admin for provider nodes and their jobs. Rows change only through the services that
 keep the ledger and the sockets in step, so every model here is read-only; an operator
 suspends, resumes or retires a node with actions that call ``services.set_worker_state``
-(its token is refused and its socket closed at once, exactly as when its owner does it;
-an operator's suspension holds until an operator lifts it). The actions need the worker's
+(its token is refused, its live jobs end and stop on the node, and its socket closes at
+once, as when its owner does it, but without the owner's reputation penalty; an
+operator's suspension holds until an operator lifts it). The list says which job a busy
+node runs. The actions need the worker's
 change permission, not just the right to view the list.
 Jobs are shown, never edited: their state moves only by the settlement that pays them."""
 
 from __future__ import annotations
 
 from django.contrib import admin, messages
-from django.db.models import QuerySet
+from django.db.models import Prefetch, QuerySet
 from django.http import HttpRequest
 from rest_framework.exceptions import ValidationError
 
 from ledger.admin import ReadOnlyAdmin
 from marketplace.units import format_credits
 from workers import services
+from workers.control import LIVE_JOB
 from workers.models import Assignment, RegistrationToken, Worker
 
 
@@ -33,16 +36,34 @@ class WorkerAdmin(ReadOnlyAdmin):
         "earned",
         "benchmark_gflops",
         "last_heartbeat_at",
+        "current_job",
     ]
     list_filter = ["state", "held_by_platform"]
+    readonly_fields = ["current_job"]
     search_fields = ["name", "address", "owner__username"]
     exclude = ["token_hash"]
     list_select_related = ["owner"]
     actions = ["suspend", "resume", "retire"]
 
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Worker]:
+        live = Assignment.objects.filter(state__in=LIVE_JOB).select_related("task")
+        return super().get_queryset(request).prefetch_related(Prefetch("assignments", live, to_attr="live_jobs"))
+
     @admin.display(boolean=True)
     def online(self, obj: Worker) -> bool:
         return obj.is_online
+
+    @admin.display(description="current job")
+    def current_job(self, obj: Worker) -> str:
+        """Which job a busy node runs: task, kind, since when, progress ("—" when idle)."""
+        jobs = getattr(obj, "live_jobs", None)
+        if jobs is None:
+            jobs = list(Assignment.objects.filter(worker=obj, state__in=LIVE_JOB).select_related("task"))
+        if not jobs:
+            return "—"
+        job = jobs[0]
+        since = (job.started_at or job.created_at).strftime("%Y-%m-%d %H:%M:%S")
+        return f"{job.get_state_display()} {job.task.kind} “{job.task.title}” since {since} UTC, {job.progress:.0f} %"
 
     @admin.display(description="earnings (credits)")
     def earned(self, obj: Worker) -> str:

@@ -21,6 +21,14 @@ process, and a node holds at most ``MAX_SOCKETS`` of them here (one is normal; a
 reconnect may overlap the old one for a moment): a newer one closes the oldest with 4429
 (see ``workers.live.Openings``). Both limits are per web process, so N processes allow
 N times as much.
+
+The platform controls the node's running job over the same socket (``workers.control``):
+when one of its live jobs ends without it (cancelled, failed, expired, the worker
+suspended or retired) the node gets ``{"type": "stop", "assignment_id", "reason"}``. The
+node's next heartbeat (which names the job it runs), progress or log line about such an
+ended job is answered with the same ``stop``, so a stop sent while its socket was down is
+not lost; its ``{"type": "stopped", "assignment_id"}`` puts "stopped by the platform:
+<reason>" on the job's log, in the platform's words, once.
 """
 
 from __future__ import annotations
@@ -42,6 +50,7 @@ from marketplace.consumers import LiveConsumer
 from marketplace.events import DashboardTaskEvent, dashboard_group, task_group
 from marketplace.models import Task, TaskStatus
 from workers.authentication import token_from_header
+from workers.control import ended_by_platform
 from workers.dashboard import worker_changed
 from workers.live import Allowance, Coalescer, Openings, Throttle, WriteBuffer
 from workers.models import Assignment, Worker
@@ -68,6 +77,7 @@ REPORTABLE = (Assignment.State.OFFERED, Assignment.State.RUNNING, Assignment.Sta
 MESSAGE_RATE = 50.0  # per second, sustained, per worker (all its sockets in this process)
 MESSAGE_BURST = 250
 MAX_SOCKETS = 4  # open at once per worker in this process
+STOPPED_LINE = "stopped by the platform: {reason}"
 
 
 def worker_group(worker_id: object) -> str:
@@ -157,6 +167,20 @@ def append_log(assignment_id: str, lines: list[str]) -> None:
         Assignment.objects.filter(pk=assignment_id).update(log_tail=(tail + lines)[-LOG_LINES:])
 
 
+def append_log_once(assignment_id: str, line: str) -> bool:
+    """Append ``line`` to the assignment's log tail unless the tail holds it already; True
+    when it was added. Locked like ``append_log``."""
+    with transaction.atomic():
+        current = (
+            Assignment.objects.select_for_update().filter(pk=assignment_id).values_list("log_tail", flat=True).first()
+        )
+        tail = list(current) if isinstance(current, list) else []
+        if current is None or line in tail:
+            return False
+        Assignment.objects.filter(pk=assignment_id).update(log_tail=[*tail, line][-LOG_LINES:])
+        return True
+
+
 # Process-wide: every socket of this process shares them (see workers.live).
 fanout = Coalescer(_merge)
 progress_writes = Throttle()
@@ -232,6 +256,10 @@ class WorkerConsumer(LiveConsumer):
         if kind == "heartbeat":
             if not await self._heartbeat():
                 await self.close(code=4403)
+            elif content.get("assignment_id") is not None:
+                await self._stop_if_ended(await self._own(content["assignment_id"]))
+        elif kind == "stopped":
+            await self._stopped(content)
         elif kind == "progress":
             await self._progress(content)
         elif kind == "log":
@@ -242,6 +270,11 @@ class WorkerConsumer(LiveConsumer):
     async def worker_close(self, event: dict[str, Any]) -> None:
         """Sent by the platform when the worker is suspended or retired."""
         await self.close(code=4403)
+
+    async def worker_stop(self, event: dict[str, Any]) -> None:
+        """Sent by the platform when one of this worker's live jobs ended without it
+        (``workers.control.send_stop``): only this worker's sockets are in its group."""
+        await self.send_json({"type": "stop", "assignment_id": event["assignment_id"], "reason": event["reason"]})
 
     async def worker_displaced(self, event: dict[str, Any]) -> None:
         """Sent by a newer socket of the same worker that took this one's place."""
@@ -260,6 +293,39 @@ class WorkerConsumer(LiveConsumer):
         return mine.exists()
 
     @database_sync_to_async
+    def _own(self, assignment_id: Any) -> Assignment | None:
+        """One of this worker's assignments in any state (its id, task, state and reason), or None."""
+        try:
+            return (
+                Assignment.objects.filter(pk=assignment_id, worker_id=self.worker_id)
+                .only("pk", "task_id", "state", "reason")
+                .first()
+            )
+        except (ValueError, TypeError, Exception):  # a malformed id is simply not ours
+            return None
+
+    async def _stop_if_ended(self, assignment: Assignment | None) -> bool:
+        """Answer ``stop`` when ``assignment`` (this worker's) was ended by the platform."""
+        if assignment is None or not ended_by_platform(assignment.state, assignment.reason):
+            return False
+        await self.send_json({"type": "stop", "assignment_id": str(assignment.pk), "reason": assignment.reason})
+        return True
+
+    async def _stopped(self, content: dict[str, Any]) -> None:
+        """The node stopped a job the platform ended: the job's log says so, once, with the
+        platform's own reason (nothing the node wrote)."""
+        assignment = await self._own(content.get("assignment_id"))
+        if assignment is None or not ended_by_platform(assignment.state, assignment.reason):
+            await self.send_json({"type": "error", "detail": "stopped names one of your jobs the platform ended."})
+            return
+        line = STOPPED_LINE.format(reason=assignment.reason)[:LOG_LINE_CHARS]
+        if not await database_sync_to_async(append_log_once)(str(assignment.pk), line):
+            return
+        key = str(assignment.pk)
+        event = {"type": "task.log", "task_id": str(assignment.task_id), "assignment_id": key, "lines": [line]}
+        await fanout.send(self.channel_layer, task_group(assignment.task_id), (key, "task.log"), event, FANOUT_INTERVAL)
+
+    @database_sync_to_async
     def _own_running(self, assignment_id: Any) -> Assignment | None:
         try:
             return (
@@ -272,6 +338,8 @@ class WorkerConsumer(LiveConsumer):
 
     async def _progress(self, content: dict[str, Any]) -> None:
         assignment = await self._own_running(content.get("assignment_id"))
+        if assignment is None and await self._stop_if_ended(await self._own(content.get("assignment_id"))):
+            return
         if assignment is None:
             await self.send_json({"type": "error", "detail": "Not one of your running assignments."})
             return
@@ -365,6 +433,8 @@ class WorkerConsumer(LiveConsumer):
             isinstance(line, str) and text_error(line) is None for line in lines[:LOG_BATCH]
         )
         assignment = await self._own_running(content.get("assignment_id")) if sound else None
+        if assignment is None and await self._stop_if_ended(await self._own(content.get("assignment_id"))):
+            return
         if assignment is None or not isinstance(lines, list):
             await self.send_json({"type": "error", "detail": "log needs your assignment_id and a list of strings."})
             return

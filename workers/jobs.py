@@ -32,6 +32,7 @@ from protocol import encoding
 from protocol.encoding import EncodingError, parse_compute_result
 from protocol.signing import verify_compute_result, verify_tx
 from workers import heldout, taskstate, uploads
+from workers.control import GAVE_UP
 from workers.dashboard import worker_changed
 from workers.models import Assignment, Worker
 
@@ -151,7 +152,7 @@ def fail(worker: Worker, assignment_id: UUID, reason: Any) -> Assignment:
             raise wrong_state(assignment.state, "it cannot fail now.")
         assignment.state = Assignment.State.EXPIRED
         assignment.settled_at = timezone.now()
-        assignment.reason = f"The worker gave up: {reason}"
+        assignment.reason = f"{GAVE_UP}{reason}"
         assignment.save(update_fields=["state", "settled_at", "reason"])
         transaction.on_commit(partial(worker_changed, worker.pk))
         transaction.on_commit(partial(uploads.discard, assignment.pk))

@@ -22,6 +22,7 @@ from marketplace.kinds import KINDS
 from marketplace.models import ACTIVE, Task, TaskStatus
 from marketplace.services import set_reason_locked, transition_locked
 from workers import heldout, supply, taskstate, uploads
+from workers.control import stop_on_commit
 from workers.dashboard import worker_changed
 from workers.models import BARS_PROVIDER, REPLICA_HELD, UNSETTLED, Assignment, Shortfall, Worker
 
@@ -380,6 +381,7 @@ def _expire(assignment_id: UUID, now: datetime, silent: datetime) -> int:
         assignment.save(update_fields=["state", "settled_at", "reason"])
         taskstate.penalise(worker.pk, EXPIRE_PENALTY)
         taskstate.sync_status(task, f"{worker.name} went silent; reassigning.")
+        stop_on_commit(worker.pk, assignment.pk, assignment.reason)
         transaction.on_commit(partial(taskstate.schedule_later, task.pk))
         transaction.on_commit(partial(worker_changed, worker.pk))
         transaction.on_commit(partial(uploads.discard, assignment.pk))

@@ -27,6 +27,7 @@ from protocol import encoding, keys
 from protocol.bech32 import address_from_public_key
 from protocol.wire import registration_message
 from training.poc import spec as poc_spec
+from workers.control import end_worker_jobs
 from workers.dashboard import worker_changed
 from workers.models import RegistrationToken, Worker
 
@@ -280,7 +281,9 @@ def set_worker_state(owner: User, worker_id: UUID, target: str, *, by_platform: 
 
     ``by_platform``: the platform's operators act (the admin panel). Their suspension
     holds: the owner cannot resume the worker until an operator does (the owner may still
-    retire it).
+    retire it). Suspending or retiring ends the worker's live jobs at once and stops them
+    on its node (``workers.control.end_worker_jobs``: free when an operator acts, the
+    reported give-up's penalty when the owner does).
     """
     allowed = {
         Worker.State.ACTIVE: {Worker.State.SUSPENDED, Worker.State.RETIRED},
@@ -305,8 +308,11 @@ def set_worker_state(owner: User, worker_id: UUID, target: str, *, by_platform: 
             fields.append("retired_at")
         worker.save(update_fields=fields)
         transaction.on_commit(partial(worker_changed, worker.pk))
-        if target != Worker.State.ACTIVE:
-            transaction.on_commit(partial(close_worker_sockets, worker.pk))
+    if target != Worker.State.ACTIVE:
+        # The jobs end after the state commits (each locks its task row, which comes before
+        # a worker row in the lock order), and their stops reach the node before its sockets close.
+        end_worker_jobs(worker, target, by_platform=by_platform)
+        transaction.on_commit(partial(close_worker_sockets, worker.pk))
     return worker
 
 

@@ -25,6 +25,7 @@ from django.utils import timezone
 from marketplace.models import ACTIVE, IllegalTransition, Task, TaskStatus
 from marketplace.services import set_reason_locked, transition_locked
 from workers import uploads
+from workers.control import stop_on_commit
 from workers.dashboard import worker_changed
 from workers.models import UNSETTLED, Assignment, Worker
 
@@ -117,7 +118,7 @@ def end_live_assignments(task: Task, reason: str) -> int:
     """Expire the task's offered and running jobs, without penalty: the task ended, not
     the worker. Refuses (IllegalTransition) while a replica's result awaits its verdict,
     since that result may still be paid from the escrow. Task row locked; returns how
-    many jobs ended. Their nodes learn it from the 409 on their next call.
+    many jobs ended. Each job's node is told to stop it after commit (``workers.control``).
     """
     if Assignment.objects.filter(task=task, state=Assignment.State.SUBMITTED).exists():
         raise IllegalTransition(
@@ -135,6 +136,7 @@ def end_live_assignments(task: Task, reason: str) -> int:
             state=Assignment.State.EXPIRED, settled_at=timezone.now(), reason=reason[:300]
         )
     for pk, worker_id in ended:
+        stop_on_commit(worker_id, pk, reason[:300])
         transaction.on_commit(partial(uploads.discard, pk))
         transaction.on_commit(partial(worker_changed, worker_id))
     return len(ended)

@@ -214,6 +214,11 @@ def my_workers(request: HttpRequest) -> HttpResponse:
     return render(request, "workers/my_workers.html", {"rows": rows})
 
 
+def current_job(worker: Worker) -> Assignment | None:
+    """The job the worker holds now (offered or running; a node runs one at a time), its task loaded."""
+    return Assignment.objects.filter(worker=worker, state__in=LIVE_STATES).select_related("task").first()
+
+
 @login_required
 def worker_detail(request: HttpRequest, pk: UUID) -> HttpResponse:
     """One of the provider's workers, its recent assignments, and its unswept earnings
@@ -234,6 +239,7 @@ def worker_detail(request: HttpRequest, pk: UUID) -> HttpResponse:
     server_url = request.build_absolute_uri("/").rstrip("/")
     context = {
         "row": row,
+        "current": current_job(worker),
         "assignments": assignments,
         "status": row["status"],
         "sweep": sweep_state,

@@ -305,6 +305,8 @@ def test_suspending_or_retiring_closes_the_open_socket(job: dict[str, Any], alic
         comm = socket(job["token"])
         assert (await comm.connect())[0]
         await sync_to_async(change_state)()
+        stop = await comm.receive_json_from(timeout=5)  # its running job is stopped first
+        assert (stop["type"], stop["assignment_id"]) == ("stop", str(job["assignment"].pk))
         closed = await comm.receive_output(timeout=5)
         assert closed == {"type": "websocket.close", "code": 4403}
         # And it cannot come back.

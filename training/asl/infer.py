@@ -17,6 +17,7 @@ from typing import Any, TextIO
 import numpy as np
 import torch
 
+from training import stop
 from training.asl import export
 from training.asl.dataset import read_index
 from training.asl.model import SignModel
@@ -174,6 +175,7 @@ def predict(
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(header(top_k))
     for n, (path, sid, landmarks) in enumerate(sequences, start=1):
+        stop.check()
         writer.writerow(_row(path, sid, _scores(model, landmarks), signs, top_k))
         if progress is not None:
             progress({"event": "predict", "done": n, "total": len(sequences)})

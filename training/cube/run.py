@@ -21,6 +21,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
+from training import stop
 from training.artifacts import ArtifactError, export_hf, load_model_weights, read_json, write_json
 from training.cube.config import CubeConfig, CubeConfigError, check_capacity
 from training.cube.data import CubeDataError, load_dataset, split_indices, synthetic_embeddings, validate_embeddings
@@ -298,6 +299,7 @@ def infer(model_dir: Path, inputs: np.ndarray, batch_size: int = 64) -> np.ndarr
     outputs = []
     with torch.no_grad():
         for start in range(0, x.shape[0], batch_size):
+            stop.check()
             outputs.append(model(x[start : start + batch_size]).prediction)
     return torch.cat(outputs).numpy()
 

@@ -43,6 +43,7 @@ import numpy as np
 import numpy.typing as npt
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
+from training import stop as stop_signal
 from training.poc.pool import parallel_map
 from training.poc.spec import GENERATORS, Generator
 
@@ -198,6 +199,7 @@ def _aes_rows(
     chunk = max(1, _CHUNK_BYTES // n)
 
     def fill(lo: int) -> None:
+        stop_signal.check()  # a job told to stop ends within one chunk
         hi = min(stop, lo + chunk)
         # (x·m) >> 8 < m ≤ 255 for every byte x, and x·m < 2^16, so uint16 never wraps.
         wide = aes_stream(seed, matrix, pair, n, lo, hi).astype(np.uint16)
@@ -228,6 +230,7 @@ def _shake_rows(
     chunk = max(1, _CHUNK_BYTES // (n + extra))
 
     def fill(lo: int) -> None:
+        stop_signal.check()  # a job told to stop ends within one chunk
         hi = min(stop, lo + chunk)
         raw = np.frombuffer(b"".join(_row_bytes(prefix, i, n + extra) for i in range(lo, hi)), dtype=np.uint8)
         values, short = _accept(raw.reshape(hi - lo, n + extra), n, bound)

@@ -12,6 +12,7 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
+from training import stop
 from training.device import keep_freed_memory, select_device
 from training.poc.commit import ARTIFACT_NAME, ArtifactWriter, leaf_hash_array, result_hash
 from training.poc.generate import generate_matrix
@@ -137,6 +138,7 @@ def run(
     with exact_float32(), ArtifactWriter(out_dir / ARTIFACT_NAME, n, count, metadata) as writer:
         warm_up(dev)
         for pair in range(count):
+            stop.check()
             tick = time.perf_counter()
             a_host = generate_matrix(seed, "A", pair, n, bound, generator=params.generator)
             b_host = generate_matrix(seed, "B", pair, n, bound, generator=params.generator)
@@ -150,6 +152,7 @@ def run(
                     f"The float32 product on {dev} is not exact (pair {pair}); check for TF32 or reduced-precision overrides."
                 )
             del a, b
+            stop.check()
             host = _to_host_int32(c)
             del c
             leaves.append(leaf_hash_array(pair, host))

@@ -11,6 +11,14 @@ over REST, runs the kind's runner from training/, uploads the artifacts, signs t
 ComputeResult and the SUBMIT_RESULT transaction with the node's key (after checking the
 template, ``trust.py``), and submits them. Any way a job ends here is reported.
 
+The platform can stop the running job at any time (docs/job-control.md): a ``stop`` on
+the node's socket, or the socket refused because the worker was suspended or retired,
+sets ``training.stop``, which the computation checks between its steps; the node then
+neither uploads nor submits, tells the platform it stopped, and takes its next job. Told
+to shut down (SIGTERM, Ctrl-C) mid-job, it stops the job the same way, reports it
+abandoned (``/fail/``), and exits. While a job runs, its log lines stream to the task's
+log (``joblog``).
+
 Heartbeats start only once the Celery consumer is connected to its broker (the
 ``worker_ready`` signal), and stop whenever it loses that connection (a consumer step,
 ``broker_presence``): a node that cannot reach its broker never looks online, so the
@@ -24,12 +32,14 @@ import logging
 import re
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 from celery import Celery, bootsteps
@@ -41,7 +51,8 @@ from kombu.transport import resolve_transport
 from protocol.encoding import ComputeResult, Tx
 from protocol.keys import KeyPair
 from protocol.signing import sign_compute_result, sign_tx
-from workers.agent import capabilities, fsbroker, runners, trust
+from training import stop
+from workers.agent import capabilities, fsbroker, joblog, runners, trust
 from workers.agent.identity import Credentials, credentials_path, load_key
 from workers.agent.reporter import Reporter
 
@@ -50,6 +61,9 @@ UPLOAD_CHUNK = 1 << 20  # bytes a streamed request body reads from disk at a tim
 UPLOAD_PART = 32 << 20  # the largest single request; larger artifacts go in parts of this size
 RETRY_ATTEMPTS = 8  # requests and downloads: 1+2+4+8+16+30+30 s of waiting, about 91 s, then give up
 RETRY_MAX_DELAY = 30.0
+SHUTDOWN_POLL = 0.2  # seconds between checks of the Celery worker's stop flags while a job runs
+SHUTTING_DOWN = "the node is shutting down"
+REFUSED = "the platform refused this node's socket ({code}): the worker was suspended or retired"
 DATASET_FORMAT = re.compile(r"[a-z0-9]{1,8}")  # spliced into a file name: nothing else may pass
 ABANDON_PATH = "/api/v1/workers/me/abandon/"
 DEFAULT_BROKER_FOLDER = "var/celery/out"  # the platform's, from the checkout's root (embedded mode)
@@ -135,9 +149,29 @@ class Node:
         self.max_gas_price = max_gas_price
         self.http = httpx.Client(base_url=self.server, headers={"Authorization": f"Worker {creds.token}"}, timeout=60)
         self.reporter = Reporter(self.server, creds.token)
+        self.reporter.on_stop = self._platform_stop
+        self.reporter.on_refused = lambda code: self._platform_stop(self.reporter.current, REFUSED.format(code=code))
         # Asked between retries of the start-up calls: a node told to stop while the
         # platform is down stops now, not after their minute and a half of retries each.
         self.stopping: Callable[[], bool] = _never
+        self.secrets: list[str] = [creds.token]  # never streamed to the task log (joblog.redact)
+        self._stopped_by_platform: str | None = None
+
+    def _platform_stop(self, assignment_id: str | None, reason: str) -> None:
+        """The platform ended ``assignment_id``: stop it if it is the job running here."""
+        if assignment_id is None or assignment_id != self.reporter.current:
+            return  # a job this node no longer runs (or never did)
+        if self._stopped_by_platform is None:
+            self._stopped_by_platform = reason
+            log.warning("assignment %s stopped by the platform: %s", assignment_id, reason)
+        stop.request(reason)
+
+    def _watch_shutdown(self, done: threading.Event) -> None:
+        """Until ``done``: once the node is told to stop, stop the running job too."""
+        while not done.wait(SHUTDOWN_POLL):
+            if self.stopping():
+                stop.request(SHUTTING_DOWN)
+                return
 
     def _pause(self, seconds: float, interruptible: bool) -> bool:
         """Sleep ``seconds``; False, at once, when ``interruptible`` and the node is stopping."""
@@ -262,10 +296,25 @@ class Node:
             log.error("assignment %s could not start: %s", assignment_id, started.text[:300])
             return "refused"
         self.reporter.log(assignment_id, f"{job['kind']} started on {self.key.address}")
+        done = threading.Event()
+        watcher = threading.Thread(target=self._watch_shutdown, args=(done,), name="shutdown-watch", daemon=True)
+        try:
+            with stop.watching(), joblog.streaming(self.reporter, assignment_id, self.secrets):
+                self._stopped_by_platform = None
+                self.reporter.current = assignment_id  # from now on a stop for it stops it
+                watcher.start()
+                return self._run_started(assignment_id, job)
+        finally:
+            done.set()
+            self.reporter.current = None
+
+    def _run_started(self, assignment_id: str, job: dict[str, Any]) -> str:
+        """Compute, then submit, a started job; a stop ends it without either (see the module docstring)."""
         t0 = time.monotonic()
         bar = _Bar(job["kind"])
 
         def progress(step: int, total: int, metrics: dict[str, float]) -> None:
+            stop.check()
             elapsed = time.monotonic() - t0
             eta = elapsed / step * (total - step) if step else None
             self.reporter.progress(assignment_id, step, total, metrics, eta)
@@ -273,6 +322,10 @@ class Node:
 
         try:
             body = self._compute(assignment_id, job, progress)
+            stop.check()
+        except stop.Stopped as stopped:
+            bar.done()
+            return self._stopped(assignment_id, stopped.reason)
         except Exception as exc:  # any failure of the job itself is reported, never left to the deadline
             bar.done()
             log.exception("assignment %s failed", assignment_id)
@@ -282,6 +335,20 @@ class Node:
         # The last progress (the end of the loss curve) must land while the job still runs.
         self.reporter.flush()
         return self._submit(assignment_id, body, job.get("deadline"))
+
+    def _stopped(self, assignment_id: str, reason: str) -> str:
+        """The computation stopped: the platform ended the job ("stopped"), or the node is
+        shutting down (reported as abandoned, so the job is reassigned now)."""
+        if self._stopped_by_platform is not None:
+            log.warning(
+                "assignment %s: stopped by the platform: %s; nothing is uploaded or submitted", assignment_id, reason
+            )
+            self.reporter.stopped(assignment_id)
+            self.reporter.flush()
+            return "stopped"
+        log.warning("assignment %s abandoned: %s", assignment_id, reason)
+        self.report_failure(assignment_id, f"abandoned: {reason}")
+        return "abandoned"
 
     def _submit(self, assignment_id: str, body: dict[str, Any], deadline: Any) -> str:
         """POST the signed result until the platform takes it or the deadline passes.
@@ -340,6 +407,7 @@ class Node:
             # Inference runners fetch their model over the same authenticated client.
             outcome = runners.run({**job, "fetch": self._download}, workdir, progress)
             for name, path in outcome.artifacts.items():
+                stop.check()
                 up = self._upload(f"/api/v1/assignments/{assignment_id}/artifacts/{name}/", name, path)
                 if up.status_code != 201:
                     raise RuntimeError(f"upload of {name} refused: {up.text[:300]}")
@@ -470,6 +538,7 @@ class Node:
                             raise JobError(f"GET {url}: HTTP {response.status_code} {response.text[:200]}")
                         with dest.open("wb") as out:
                             for chunk in response.iter_bytes(1 << 20):
+                                stop.check()
                                 out.write(chunk)
                                 digest.update(chunk)
                                 received += len(chunk)
@@ -615,6 +684,7 @@ def run_node(
         print(f"error: {server or creds.server} is not a valid server URL: {exc}", file=sys.stderr)
         return 2
     node.stopping = shutting_down
+    node.secrets.extend(broker_secrets(broker))
     if warning := trust.insecure_server(node.server):
         print(warning, file=sys.stderr)
     if not creds.chain_id:
@@ -658,6 +728,15 @@ def run_node(
     # worker_main drops the worker's exit status: an unrecoverable error exited 0, so a
     # process manager saw a clean stop and did not restart the node.
     return int(workers[0].exitcode or 0) if workers else 1
+
+
+def broker_secrets(broker: str) -> list[str]:
+    """The broker URL and its password: never streamed to a task's log."""
+    try:
+        password = urlsplit(broker).password
+    except ValueError:
+        password = None
+    return [broker, *([password] if password else [])]
 
 
 def broker_problem(broker: str, broker_folder: str | None) -> str | None:

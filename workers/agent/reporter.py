@@ -11,6 +11,13 @@ The socket is up only while the node's Celery consumer holds its broker connecti
 (``broker_lost`` / ``broker_back``, from the agent's consumer step): a node that cannot
 take jobs must not look online, or the platform would keep offering it work that waits
 in a queue nobody reads. Queued events stay queued and go out once it reconnects.
+
+The platform talks back on the same socket: a ``stop`` naming the job this node runs
+goes to ``on_stop`` (the node stops the computation), and a close with 4401/4403 (the
+worker suspended, retired or its token replaced) to ``on_refused``. Heartbeats name the
+running job (``current``), so a stop sent while the socket was down is answered to the
+first heartbeat after it is back. Log lines of one job are coalesced into messages of at
+most ``LOG_BATCH`` lines, and at most ``LOG_QUEUE`` lines wait while the socket is down.
 """
 
 from __future__ import annotations
@@ -38,6 +45,8 @@ RECONNECT_MAX_SECONDS = 5.0  # jitter included: 10 s between beats + 5 s stays w
 REFUSED_RETRY_SECONDS = 60.0
 # A refusal streak is logged as an error once, then reminded of this often.
 REFUSED_REMINDER_SECONDS = 600.0
+LOG_BATCH = 50  # lines in one log message (the platform takes no more)
+LOG_QUEUE = 500  # log lines kept while the socket is down; the oldest go first
 
 
 def reconnect_delay(failures: int) -> float:
@@ -76,6 +85,10 @@ class Reporter:
         self._thread = threading.Thread(target=self._run, name="reporter", daemon=True)
         self.connected = threading.Event()
         self.broker_up = threading.Event()
+        self.current: str | None = None  # the job this node runs, named in heartbeats
+        # Called on the reporter's thread: (assignment id, reason) and the close code.
+        self.on_stop: Callable[[str, str], None] | None = None
+        self.on_refused: Callable[[int], None] | None = None
 
     def start(self) -> Reporter:
         """Start reporting; the caller's broker connection is up (see ``broker_lost``)."""
@@ -122,9 +135,37 @@ class Reporter:
         self._poke()
 
     def log(self, assignment_id: str, *lines: str) -> None:
+        """Queue log lines of a job; they join the last queued message of the same job."""
         with self._lock:
-            self._logs.append({"type": "log", "assignment_id": assignment_id, "lines": list(lines)})
+            last = self._logs[-1] if self._logs else None
+            if last and last["type"] == "log" and last["assignment_id"] == assignment_id:
+                last["lines"].extend(lines)
+            else:
+                self._logs.append({"type": "log", "assignment_id": assignment_id, "lines": list(lines)})
+            self._bound_logs()
         self._poke()
+
+    def stopped(self, assignment_id: str) -> None:
+        """Tell the platform this node stopped a job the platform ended."""
+        with self._lock:
+            self._logs.append({"type": "stopped", "assignment_id": assignment_id})
+        self._poke()
+
+    def _bound_logs(self) -> None:
+        """At most LOG_QUEUE lines wait (the oldest are dropped), in messages of LOG_BATCH (lock held)."""
+        queued = sum(len(item.get("lines", ())) for item in self._logs)
+        while queued > LOG_QUEUE:
+            first = next(item for item in self._logs if item.get("lines"))
+            first["lines"].pop(0)
+            queued -= 1
+        split: list[dict[str, Any]] = []
+        for item in self._logs:
+            if item["type"] == "log" and len(item["lines"]) > LOG_BATCH:
+                lines = item["lines"]
+                split.extend({**item, "lines": lines[i : i + LOG_BATCH]} for i in range(0, len(lines), LOG_BATCH))
+            elif item["type"] != "log" or item["lines"]:
+                split.append(item)
+        self._logs = split
 
     def flush(self, timeout: float = 5.0) -> None:
         """Wait until queued events have been sent on the socket, the socket is down, or
@@ -179,6 +220,8 @@ class Reporter:
             except websockets.ConnectionClosedError as exc:
                 if exc.rcvd is not None and exc.rcvd.code in (4401, 4403):
                     refused = True
+                    if self.on_refused is not None:
+                        self.on_refused(exc.rcvd.code)
                     now = time.monotonic()
                     if refused_since is None or now - reminded >= REFUSED_REMINDER_SECONDS:
                         log.error(
@@ -231,6 +274,38 @@ class Reporter:
         """Beat and send progress until the socket closes. ``settled`` is called once the
         socket has stayed open past its first wait (a refusal closes it at once)."""
         assert self._wake is not None
+        reader = asyncio.ensure_future(self._read(socket))
+        try:
+            await self._beat_and_send(socket, settled)
+        finally:
+            reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await reader
+
+    async def _read(self, socket: Any) -> None:
+        """Hand the platform's messages to their callbacks until the socket closes."""
+        with contextlib.suppress(websockets.ConnectionClosed):
+            async for raw in socket:
+                self.handle(raw)
+
+    def handle(self, raw: str | bytes) -> None:
+        """One message from the platform: a ``stop`` goes to ``on_stop``; an ``error``
+        (the platform refused something this node sent) is logged; nothing else is acted on."""
+        try:
+            message = json.loads(raw)
+        except (ValueError, RecursionError):
+            return
+        if not isinstance(message, dict):
+            return
+        if message.get("type") == "stop":
+            assignment_id, reason = message.get("assignment_id"), message.get("reason")
+            if isinstance(assignment_id, str) and isinstance(reason, str) and self.on_stop is not None:
+                self.on_stop(assignment_id, reason[:300])
+        elif message.get("type") == "error":
+            log.warning("the platform refused a message: %s", str(message.get("detail"))[:300])
+
+    async def _beat_and_send(self, socket: Any, settled: Callable[[], None] | None) -> None:
+        assert self._wake is not None
         next_beat = 0.0  # a new connection beats at once: the platform may be counting since the last one
         last_progress = 0.0
         while not self._stop.is_set():
@@ -238,7 +313,9 @@ class Reporter:
                 return  # the broker is lost (see broker_lost): closing the socket stops the beats
             now = time.monotonic()
             if now >= next_beat:
-                await socket.send(json.dumps({"type": "heartbeat"}))
+                current = self.current
+                beat = {"type": "heartbeat"} if current is None else {"type": "heartbeat", "assignment_id": current}
+                await socket.send(json.dumps(beat))
                 next_beat = now + self.heartbeat
             with self._lock:
                 logs, self._logs = self._logs, []
