@@ -21,7 +21,7 @@ from django.utils import timezone
 from marketplace.kinds import KINDS
 from marketplace.models import ACTIVE, Task, TaskStatus
 from marketplace.services import set_reason_locked, transition_locked
-from workers import heldout, supply, taskstate, uploads
+from workers import heldout, nodebroker, supply, taskstate, uploads
 from workers.dashboard import worker_changed
 from workers.models import BARS_PROVIDER, REPLICA_HELD, UNSETTLED, Assignment, Shortfall, Worker
 
@@ -197,15 +197,8 @@ def _after_failure(task: Task) -> None:
 
 
 def dispatch(assignment: Assignment) -> None:
-    """Send the job to the worker's own queue: JSON, the assignment id only."""
-    from config.celery import app
-
-    app.send_task(
-        "agent.run_assignment",
-        args=[str(assignment.pk)],
-        queue=assignment.worker.queue,
-        serializer="json",
-    )
+    """Send the job to the worker's own queue on the node broker: JSON, the assignment id only."""
+    nodebroker.publish_job(assignment.worker.address, str(assignment.pk))
 
 
 def open_tasks_waiting() -> list[UUID]:

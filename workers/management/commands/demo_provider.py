@@ -48,7 +48,7 @@ class Command(BaseCommand):
             _, raw = services.create_registration_token(user)
             public_key = key.public_key.hex()
             offer = services.issue_challenge(raw, public_key)
-            worker, token, _ = services.register_worker(
+            worker, token, _, broker_url = services.register_worker(
                 raw,
                 public_key,
                 key.sign(registration_message(offer["challenge"], public_key)).hex(),
@@ -62,6 +62,7 @@ class Command(BaseCommand):
                 address=key.address,
                 token=token,
                 chain_id=offer["register_tx"]["chain_id"],
+                broker_url=broker_url or "",
             ).save(creds_path)
         self.stdout.write(
             self.style.SUCCESS(
