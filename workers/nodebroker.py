@@ -189,8 +189,9 @@ def restore_node(address: str) -> None:
 def remove_node(address: str) -> None:
     """Delete a retired node's broker user and its queue, and close its connections."""
     with _client() as http:
-        _call(http, "DELETE", f"/users/{_q(address)}", missing_ok=True)
+        _call(http, "DELETE", f"/permissions/{_q(vhost())}/{_q(address)}", missing_ok=True)
         _close_connections(http, address)
+        _call(http, "DELETE", f"/users/{_q(address)}", missing_ok=True)
         _call(http, "DELETE", f"/queues/{_q(vhost())}/{_q(queue_name(address))}", missing_ok=True)
 
 
@@ -246,9 +247,11 @@ def publisher() -> Celery:
 
 
 def _make_publisher() -> Celery:
+    # Not the current app: shared tasks (the platform's own, on Redis) must never be sent
+    # through this one.
     options: dict[str, Any]
     if configured():
-        app = Celery("proofwork-nodes", broker=settings.NODE_BROKER_URL)
+        app = Celery("proofwork-nodes", broker=settings.NODE_BROKER_URL, set_as_current=False)
         # Confirmed publishes: a job the broker did not take raises here, not silently.
         options = {"confirm_publish": True}
         from workers.agent.node import amqp_tls  # the node's own TLS rule: one definition
@@ -256,7 +259,7 @@ def _make_publisher() -> Celery:
         app.conf.broker_use_ssl = amqp_tls(str(settings.NODE_BROKER_URL), settings.NODE_BROKER_CA or None)
     else:
         folder = str(settings.NODE_QUEUE_DIR)
-        app = Celery("proofwork-nodes", broker="filesystem://")
+        app = Celery("proofwork-nodes", broker="filesystem://", set_as_current=False)
         app.conf.broker_transport = "workers.agent.fsbroker:Transport"
         options = {
             "data_folder_in": folder,
