@@ -355,6 +355,9 @@ def test_a_real_agent_runs_jobs_from_its_own_login_and_loses_it_when_retired(
             p.wait_for(lambda: log.read_text().count("Connection to broker lost") > lost, 5, "still connected")
             with pytest.raises(NotAllowed):
                 connect(login)
+            # Refused, the agent waits longer and longer between logins (not five a second).
+            time.sleep(3)
+            assert log.read_text().count("the broker refuses this node's login") <= 3
             services.set_worker_state(alice, worker.pk, Worker.State.ACTIVE)
             p.wait_for(online, 60, "the resumed agent never came back", explain=lambda: log.read_text()[-3000:])
             run_one()

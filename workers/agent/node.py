@@ -35,9 +35,11 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
+from amqp.exceptions import AccessRefused, NotAllowed
 from celery import Celery, bootsteps
 from celery.signals import worker_init, worker_ready
 from celery.worker import state as worker_state
+from celery.worker.consumer import Consumer
 from kombu import Queue
 from kombu.transport import resolve_transport
 
@@ -567,6 +569,43 @@ def amqp_tls(broker: str, ca: str | None) -> dict[str, Any] | None:
     return {"context": context, "server_hostname": urlsplit(broker).hostname}
 
 
+LOGIN_RETRY_MAX = 30.0  # seconds between logins the broker refuses, at most
+
+
+class PatientConsumer(Consumer):
+    """Celery's consumer, waiting longer and longer (up to LOGIN_RETRY_MAX) between logins
+    the broker refuses, instead of trying about five times a second.
+
+    RabbitMQ refuses a node's login while the node is suspended or its owner's account
+    deactivated (NOT_ALLOWED: no access to the vhost), and for good once it is retired or
+    registered again elsewhere (ACCESS_REFUSED: the user or password is gone). Celery
+    treats both as a lost connection and reconnects at once. Waits end early when the
+    node is told to stop.
+    """
+
+    refusals = 0
+
+    def connect(self) -> Any:
+        connection = super().connect()
+        self.refusals = 0
+        return connection
+
+    def on_connection_error_before_connected(self, exc: Exception) -> None:
+        super().on_connection_error_before_connected(exc)
+        if not isinstance(exc, AccessRefused | NotAllowed):
+            return
+        self.refusals += 1
+        delay = min(2.0**self.refusals, LOGIN_RETRY_MAX)
+        log.warning(
+            "the broker refuses this node's login: it is suspended or retired, or was registered again"
+            " elsewhere (a new login); trying again in %.0f s",
+            delay,
+        )
+        until = time.monotonic() + delay
+        while time.monotonic() < until and not shutting_down():
+            time.sleep(0.2)
+
+
 def make_app(broker: str, queue: str, broker_folder: str | None = None, broker_ca: str | None = None) -> Celery:
     """The node's Celery app: JSON only, its own queue, late acks, one job at a time.
 
@@ -608,6 +647,7 @@ def make_app(broker: str, queue: str, broker_folder: str | None = None, broker_c
         broker_connection_retry_on_startup=True,
         broker_use_ssl=amqp_tls(broker, broker_ca),
         worker_hijack_root_logger=False,
+        worker_consumer="workers.agent.node:PatientConsumer",
         worker_enable_remote_control=False,
         worker_send_task_events=False,
         task_send_sent_event=False,
