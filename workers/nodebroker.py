@@ -25,9 +25,11 @@ from urllib.parse import quote, unquote, urlsplit, urlunsplit
 from uuid import UUID
 
 import httpx
+from amqp.exceptions import AMQPError
 from celery import Celery
 from django.conf import settings
 from kombu import Exchange, Queue
+from kombu.exceptions import OperationalError
 
 log = logging.getLogger(__name__)
 
@@ -275,6 +277,10 @@ def _make_publisher() -> Celery:
         broker_transport_options=options,
     )
     return app
+
+
+# What a publish raises when the broker is away or refuses it.
+PUBLISH_ERRORS: tuple[type[BaseException], ...] = (OperationalError, AMQPError, OSError)
 
 
 def publish_job(address: str, assignment_id: str) -> None:

@@ -197,8 +197,16 @@ def _after_failure(task: Task) -> None:
 
 
 def dispatch(assignment: Assignment) -> None:
-    """Send the job to the worker's own queue on the node broker: JSON, the assignment id only."""
-    nodebroker.publish_job(assignment.worker.address, str(assignment.pk))
+    """Send the job to the worker's own queue on the node broker: JSON, the assignment id only.
+
+    A broker that cannot take it is logged, not raised (one failed send must not stop the
+    others of a scheduling pass): its nodes lose their connection too, stop looking online
+    and their offered jobs expire as a silent worker's do, to be offered again.
+    """
+    try:
+        nodebroker.publish_job(assignment.worker.address, str(assignment.pk))
+    except nodebroker.PUBLISH_ERRORS:
+        log.exception("job %s could not be sent to %s", assignment.pk, assignment.worker.queue)
 
 
 def open_tasks_waiting() -> list[UUID]:

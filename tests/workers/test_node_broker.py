@@ -371,3 +371,27 @@ def test_a_real_agent_runs_jobs_from_its_own_login_and_loses_it_when_retired(
     worker.refresh_from_db()
     assert worker.jobs_done == 2
     nodebroker.remove_node(worker.address)
+
+
+@pytest.mark.django_db
+def test_a_job_the_node_broker_cannot_take_is_logged_and_the_pass_goes_on(
+    alice: Any,
+    bob: Any,
+    broken_broker: None,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    from tests.factories import post_task
+    from tests.workers.processes import make_worker
+    from workers import scheduler
+    from workers.models import Assignment
+
+    monkeypatch.setattr(nodebroker, "_publisher", None)  # a publisher for the broken broker
+    make_worker(alice)
+    task = post_task(bob, "synthetic", {"n": 64})
+    with caplog.at_level("ERROR", logger="workers.scheduler"), django_capture_on_commit_callbacks(execute=True):
+        offered = scheduler.schedule(task.pk)
+    assert len(offered) == 1
+    assert Assignment.objects.get(task=task).state == Assignment.State.OFFERED
+    assert "could not be sent" in caplog.text
