@@ -259,7 +259,7 @@ def register_worker(
             _record_registration(worker, register_tx_signature)
         broker_url = None
         if nodebroker.configured():
-            may_consume = worker.state == Worker.State.ACTIVE
+            may_consume = worker.state == Worker.State.ACTIVE and worker.owner.is_active
             try:
                 broker_url = nodebroker.provision_node(worker.address, may_consume=may_consume)
             except nodebroker.NodeBrokerError as exc:

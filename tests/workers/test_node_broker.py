@@ -212,6 +212,23 @@ def test_suspending_closes_the_nodes_connection_and_refuses_it_until_resumed(
 
 
 @needs_rabbitmq
+def test_a_suspended_node_registering_again_gets_no_access_until_resumed(
+    alice: Any, node_broker: None, django_capture_on_commit_callbacks: Any
+) -> None:
+    client = APIClient()
+    key, _ = register_node(client, alice)
+    worker = Worker.objects.get(address=key.address)
+    with django_capture_on_commit_callbacks(execute=True):
+        services.set_worker_state(alice, worker.pk, Worker.State.SUSPENDED)
+    _, again = register_node(client, alice, key)
+    with pytest.raises(NotAllowed):
+        connect(again["broker_url"])
+    with django_capture_on_commit_callbacks(execute=True):
+        services.set_worker_state(alice, worker.pk, Worker.State.ACTIVE)
+    connect(again["broker_url"]).collect()
+
+
+@needs_rabbitmq
 def test_a_retired_nodes_login_is_refused_and_its_connection_closed(
     alice: Any, node_broker: None, django_capture_on_commit_callbacks: Any
 ) -> None:
