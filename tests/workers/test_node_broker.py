@@ -412,3 +412,146 @@ def test_a_job_the_node_broker_cannot_take_is_logged_and_the_pass_goes_on(
     assert len(offered) == 1
     assert Assignment.objects.get(task=task).state == Assignment.State.OFFERED
     assert "could not be sent" in caplog.text
+
+
+# --- TLS (amqps) ---------------------------------------------------------------------------
+
+
+def private_ca(folder: Path) -> tuple[Path, Path, Path]:
+    """A private CA and a server certificate it signed for ``localhost``: (ca, cert, key)."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    now = datetime.datetime.now(datetime.UTC)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "test broker CA")])
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True)
+        .sign(ca_key, hashes.SHA256())
+    )
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")]))
+        .issuer_name(ca_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost")]), critical=False)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    paths = folder / "ca.pem", folder / "server.pem", folder / "server-key.pem"
+    paths[0].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    paths[1].write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    paths[2].write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    return paths
+
+
+@contextlib.contextmanager
+def tls_front(cert: Path, key: Path, upstream: tuple[str, int]) -> Iterator[int]:
+    """RabbitMQ behind a TLS listener of its own (as ``listeners.ssl`` would serve it): the
+    port. Each connection is decrypted here and passed on to the plain AMQP port."""
+    import socket
+    import ssl
+    import threading
+
+    from tests.workers.processes import free_port
+
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+    port = free_port()
+    listener = socket.create_server(("127.0.0.1", port))
+
+    def pump(source: socket.socket, sink: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while data := source.recv(65536):
+                sink.sendall(data)
+        for end in (source, sink):
+            with contextlib.suppress(OSError):
+                end.shutdown(socket.SHUT_RDWR)
+
+    def serve(raw: socket.socket) -> None:
+        try:
+            client = context.wrap_socket(raw, server_side=True)
+        except (OSError, ssl.SSLError):
+            raw.close()  # a client that refused our certificate
+            return
+        server = socket.create_connection(upstream)
+        threading.Thread(target=pump, args=(client, server), daemon=True).start()
+        pump(server, client)
+
+    def accept() -> None:
+        while True:
+            try:
+                raw, _ = listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=serve, args=(raw,), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        yield port
+    finally:
+        listener.close()
+
+
+@needs_rabbitmq
+def test_over_amqps_both_sides_check_the_brokers_certificate_against_the_private_ca(
+    alice: Any, node_broker: None, tmp_path: Path, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import ssl
+
+    from kombu import Connection
+
+    from workers.agent import node as agent
+
+    def amqp_tls(url: str, ca: str | None) -> dict[str, Any]:
+        options = agent.amqp_tls(url, ca)  # what ``run --broker-ca`` gives Celery
+        assert options is not None
+        return options
+
+    ca, cert, key = private_ca(tmp_path)
+    plain = urlsplit(settings.NODE_BROKER_URL)
+    _, body = register_node(APIClient(), alice)
+    node = urlsplit(body["broker_url"])
+    with tls_front(cert, key, (plain.hostname or "127.0.0.1", plain.port or 5672)) as port:
+        # The platform publishes over amqps, trusting the private CA only.
+        monkeypatch.setattr(nodebroker, "_publisher", None)
+        settings.NODE_BROKER_URL = f"amqps://{plain.username}:{plain.password}@localhost:{port}{plain.path}"
+        settings.NODE_BROKER_CA = str(ca)
+        nodebroker.publish_job(str(node.username), "over-tls")
+
+        # The node reads it over amqps with run's --broker-ca.
+        login = f"amqps://{node.username}:{node.password}@localhost:{port}{node.path}"
+        with Connection(login, ssl=amqp_tls(login, str(ca)), connect_timeout=5) as conn:
+            channel: Any = conn.default_channel
+            message = channel.basic_get(f"w.{node.username}", no_ack=True)
+        assert message is not None
+        assert json.loads(message.body)[0] == ["over-tls"]
+
+        # Without the private CA (the system's CAs), the broker's certificate is refused.
+        with pytest.raises(ssl.SSLCertVerificationError), Connection(login, ssl=amqp_tls(login, None)) as conn:
+            conn.connect()
+        # Nor may the name in the URL differ from the certificate's.
+        elsewhere = login.replace("localhost", "127.0.0.1")
+        with (
+            pytest.raises(ssl.SSLCertVerificationError),
+            Connection(elsewhere, ssl=amqp_tls(elsewhere, str(ca))) as conn,
+        ):
+            conn.connect()
