@@ -120,3 +120,70 @@ def refuse_shared_cache(cache_url: str, **others: str | None) -> None:
                 f"The cache ({cache_url}) is in the same Redis database as {name}: give it one of its own"
                 " (PROOFWORK_CACHE_URL)"
             )
+
+
+def without_credentials(url: str) -> str:
+    """``url`` less its user and password (what a node is told, before its own are added)."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    netloc = (f"[{host}]" if ":" in host else host) + (f":{parts.port}" if parts.port else "")
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
+def check_node_broker(
+    url: str,
+    *,
+    public_url: str | None,
+    api_url: str | None,
+    api_user: str,
+    api_password: str,
+    ca: str,
+    production: bool,
+) -> None:
+    """Refuse a node broker configuration that cannot work or is not safe to run.
+
+    The vhost (the URL's path) must be named: node users get permissions on it alone.
+    Production requires TLS (amqps) both for the platform's connection and for the address
+    nodes are told, since nodes reach the broker over the internet.
+    """
+    parts = urlsplit(url)
+    if not parts.username or not parts.password:
+        raise ImproperlyConfigured(
+            "PROOFWORK_NODE_BROKER_URL must carry the platform's own broker user and password"
+            " (amqp://platform:PASSWORD@host:5672/proofwork-nodes)"
+        )
+    if not parts.path.strip("/"):
+        raise ImproperlyConfigured(
+            "PROOFWORK_NODE_BROKER_URL must name the vhost of node queues in its path (…:5672/proofwork-nodes)"
+        )
+    if public_url:
+        public = urlsplit(public_url)
+        if public.username or public.password:
+            raise ImproperlyConfigured(
+                "PROOFWORK_NODE_BROKER_PUBLIC_URL must not carry credentials: each node gets its own"
+            )
+        if public.path != parts.path:
+            raise ImproperlyConfigured(
+                "PROOFWORK_NODE_BROKER_PUBLIC_URL must name the same vhost as PROOFWORK_NODE_BROKER_URL"
+            )
+    if not api_url or not api_user or not api_password:
+        raise ImproperlyConfigured(
+            "PROOFWORK_NODE_BROKER_URL needs RabbitMQ's management API: set PROOFWORK_NODE_BROKER_API_URL,"
+            " PROOFWORK_NODE_BROKER_API_USER and PROOFWORK_NODE_BROKER_API_PASSWORD (an administrator)"
+        )
+    if api_user == parts.username:
+        raise ImproperlyConfigured(
+            "PROOFWORK_NODE_BROKER_API_USER must not be the publishing user of PROOFWORK_NODE_BROKER_URL:"
+            " the platform limits that user to publishing"
+        )
+    if ca and not os.path.isfile(ca):
+        raise ImproperlyConfigured(f"PROOFWORK_NODE_BROKER_CA={ca!r} is not a file")
+    if production:
+        for name, value in (
+            ("PROOFWORK_NODE_BROKER_URL", url),
+            ("PROOFWORK_NODE_BROKER_PUBLIC_URL", public_url or url),
+        ):
+            if not value.startswith("amqps://"):
+                raise ImproperlyConfigured(
+                    f"{name} must be amqps:// in production: nodes reach the broker over the internet"
+                )

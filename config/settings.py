@@ -17,7 +17,17 @@ import dj_database_url
 import django_stubs_ext
 from django.core.exceptions import ImproperlyConfigured
 
-from config.env import env_bool, env_int, env_list, env_str, env_url, next_redis_database, refuse_shared_cache
+from config.env import (
+    check_node_broker,
+    env_bool,
+    env_int,
+    env_list,
+    env_str,
+    env_url,
+    next_redis_database,
+    refuse_shared_cache,
+    without_credentials,
+)
 
 django_stubs_ext.monkeypatch()  # lets admin.ModelAdmin[Model] work at run time
 
@@ -241,6 +251,44 @@ else:
     CELERY_BROKER_TRANSPORT_OPTIONS = {}
 if CACHE_URL:
     refuse_shared_cache(CACHE_URL, CELERY_BROKER_URL=CELERY_BROKER_URL, REDIS_URL=REDIS_URL)
+# --- Node broker: RabbitMQ for provider nodes' queues ------------------------------
+# Untrusted nodes never touch the broker above. Each takes its jobs from its own queue
+# ``w.<address>`` on a RabbitMQ vhost of node queues, logging in as its own broker user
+# whose only permission is reading that queue (workers/nodebroker.py, docs/node-broker.md).
+# PROOFWORK_NODE_BROKER_URL is the platform's publishing user, its path the vhost; the
+# management API (URL, an administrator's user and password) creates each node's user and
+# queue and revokes them; PROOFWORK_NODE_BROKER_PUBLIC_URL is where nodes are told to
+# connect (scheme, host, port, vhost, no credentials; default: the platform's URL less its
+# user); PROOFWORK_NODE_BROKER_CA a CA file for amqps/https to a broker with a private CA.
+# Unset: node queues stay on the filesystem broker under var/ for agents on this machine
+# (make run), even when REDIS_URL is set: a node is never handed the platform's Redis.
+NODE_BROKER_URL = env_url("PROOFWORK_NODE_BROKER_URL", ("amqp", "amqps"))
+NODE_BROKER_PUBLIC_URL = env_url("PROOFWORK_NODE_BROKER_PUBLIC_URL", ("amqp", "amqps"))
+NODE_BROKER_API_URL = env_url("PROOFWORK_NODE_BROKER_API_URL", ("http", "https"))
+NODE_BROKER_API_USER = env_str("PROOFWORK_NODE_BROKER_API_USER")
+NODE_BROKER_API_PASSWORD = env_str("PROOFWORK_NODE_BROKER_API_PASSWORD")
+NODE_BROKER_CA = env_str("PROOFWORK_NODE_BROKER_CA")
+NODE_QUEUE_DIR = CELERY_BROKER_DIR / "out"  # the filesystem node queues without a node broker
+if NODE_BROKER_URL:
+    check_node_broker(
+        NODE_BROKER_URL,
+        public_url=NODE_BROKER_PUBLIC_URL,
+        api_url=NODE_BROKER_API_URL,
+        api_user=NODE_BROKER_API_USER,
+        api_password=NODE_BROKER_API_PASSWORD,
+        ca=NODE_BROKER_CA,
+        production=PRODUCTION,
+    )
+    NODE_BROKER_PUBLIC_URL = NODE_BROKER_PUBLIC_URL or without_credentials(NODE_BROKER_URL)
+elif PRODUCTION:
+    raise ImproperlyConfigured(
+        "PROOFWORK_NODE_BROKER_URL (amqps://...) is required when PROOFWORK_PRODUCTION is set:"
+        " provider nodes take their jobs from RabbitMQ, never from the platform's own broker"
+    )
+else:
+    for sub in ("out", "processed", "control"):
+        (CELERY_BROKER_DIR / sub).mkdir(parents=True, exist_ok=True)
+
 CELERY_TASK_SERIALIZER = "json"
 CELERY_RESULT_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
@@ -259,6 +307,7 @@ CELERY_TASK_ROUTES = {
     "workers.schedule_task": {"queue": "control"},
     "workers.schedule_waiting": {"queue": "control"},
     "workers.purge_rejected_artifacts": {"queue": "control"},
+    "workers.sync_node_broker": {"queue": "control"},
     "ledger.tasks.seal_pending": {"queue": "control"},
 }
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)

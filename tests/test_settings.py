@@ -153,7 +153,80 @@ def production_env(tmp_path: Path) -> dict[str, str]:
         "LEDGER_ENCRYPTION_KEY": base64.urlsafe_b64encode(secrets.token_bytes(32)).decode(),
         "LEDGER_TREASURY_KEY": secrets.token_hex(32),
         "LEDGER_VALIDATOR_KEY": secrets.token_hex(32),
+        **NODE_BROKER_ENV,
+        "PROOFWORK_NODE_BROKER_URL": "amqps://platform:pl4tform@rabbitmq.internal:5671/proofwork-nodes",
+        "PROOFWORK_NODE_BROKER_PUBLIC_URL": "amqps://broker.proofwork.example:5671/proofwork-nodes",
     }
+
+
+NODE_BROKER_ENV = {
+    "PROOFWORK_NODE_BROKER_URL": "amqp://platform:pl4tform@127.0.0.1:5672/proofwork-nodes",
+    "PROOFWORK_NODE_BROKER_API_URL": "http://127.0.0.1:15672",
+    "PROOFWORK_NODE_BROKER_API_USER": "admin",
+    "PROOFWORK_NODE_BROKER_API_PASSWORD": "4dmin",
+}
+NODE_PROBE = """
+from django.conf import settings
+print(settings.NODE_BROKER_URL, settings.NODE_BROKER_PUBLIC_URL, settings.NODE_QUEUE_DIR.is_dir())
+"""
+
+
+def test_without_a_node_broker_node_queues_stay_on_the_filesystem_even_beside_redis(tmp_path: Path) -> None:
+    # Development with Redis but no RabbitMQ: the local agent gets the filesystem broker,
+    # never the platform's Redis.
+    result = run_python({"PROOFWORK_VAR_DIR": str(tmp_path), "REDIS_URL": "redis://127.0.0.1:6379/0"}, "-c", NODE_PROBE)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.split() == ["None", "None", "True"]
+
+
+def test_nodes_are_told_the_node_brokers_address_without_the_platforms_login(tmp_path: Path) -> None:
+    result = run_python({"PROOFWORK_VAR_DIR": str(tmp_path), **NODE_BROKER_ENV}, "-c", NODE_PROBE)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.split()[:2] == [
+        NODE_BROKER_ENV["PROOFWORK_NODE_BROKER_URL"],
+        "amqp://127.0.0.1:5672/proofwork-nodes",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        ({"PROOFWORK_NODE_BROKER_URL": "redis://127.0.0.1:6379/0"}, "must start with one of amqp://, amqps://"),
+        ({"PROOFWORK_NODE_BROKER_URL": "amqp://127.0.0.1:5672/nodes"}, "the platform's own broker user and password"),
+        ({"PROOFWORK_NODE_BROKER_URL": "amqp://p:w@127.0.0.1:5672/"}, "must name the vhost"),
+        ({"PROOFWORK_NODE_BROKER_API_PASSWORD": ""}, "PROOFWORK_NODE_BROKER_API_URL"),
+        ({"PROOFWORK_NODE_BROKER_API_USER": "platform"}, "must not be the publishing user"),
+        ({"PROOFWORK_NODE_BROKER_PUBLIC_URL": "amqps://u:p@broker.example/proofwork-nodes"}, "must not carry"),
+        ({"PROOFWORK_NODE_BROKER_PUBLIC_URL": "amqps://broker.example/other"}, "the same vhost"),
+        ({"PROOFWORK_NODE_BROKER_CA": "/nonexistent/ca.pem"}, "is not a file"),
+    ],
+)
+def test_a_node_broker_that_cannot_work_stops_start_up(tmp_path: Path, change: dict[str, str], words: str) -> None:
+    env = {"PROOFWORK_VAR_DIR": str(tmp_path), **NODE_BROKER_ENV, **change}
+    result = run_python({k: v for k, v in env.items() if v}, "-c", NODE_PROBE)
+    assert result.returncode != 0
+    assert words in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        ({"PROOFWORK_NODE_BROKER_URL": ""}, "PROOFWORK_NODE_BROKER_URL (amqps://...) is required"),
+        (
+            {"PROOFWORK_NODE_BROKER_URL": "amqp://platform:pl4tform@rabbitmq.internal:5672/proofwork-nodes"},
+            "PROOFWORK_NODE_BROKER_URL must be amqps:// in production",
+        ),
+        (
+            {"PROOFWORK_NODE_BROKER_PUBLIC_URL": "amqp://broker.proofwork.example:5672/proofwork-nodes"},
+            "PROOFWORK_NODE_BROKER_PUBLIC_URL must be amqps:// in production",
+        ),
+    ],
+)
+def test_production_requires_a_tls_node_broker(tmp_path: Path, change: dict[str, str], words: str) -> None:
+    env = {**production_env(tmp_path), **change}
+    result = run_python({k: v for k, v in env.items() if v}, "-c", PROBE)
+    assert result.returncode != 0
+    assert words in result.stderr
 
 
 def test_no_environment_runs_embedded() -> None:

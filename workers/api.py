@@ -114,7 +114,7 @@ class RegisterView(APIView):
         form = RegisterRequest(data=request.data)
         form.is_valid(raise_exception=True)
         data = form.validated_data
-        worker, raw, created = services.register_worker(
+        done = services.register_worker(
             data["registration_token"],
             data["public_key"],
             data["signature"],
@@ -122,8 +122,13 @@ class RegisterView(APIView):
             data["name"],
             data["register_tx_signature"],
         )
-        body = WorkerSerializer(worker).data | {"token": raw, "created": created}
-        return Response(body, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
+        # broker_url: the node's own login to its queue (null: the platform's embedded broker).
+        body = WorkerSerializer(done.worker).data | {
+            "token": done.token,
+            "created": done.created,
+            "broker_url": done.broker_url,
+        }
+        return Response(body, status=status.HTTP_201_CREATED if done.created else status.HTTP_200_OK)
 
 
 class SweepTemplateSerializer(serializers.Serializer[dict[str, Any]]):

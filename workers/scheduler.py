@@ -21,7 +21,7 @@ from django.utils import timezone
 from marketplace.kinds import KINDS
 from marketplace.models import ACTIVE, Task, TaskStatus
 from marketplace.services import set_reason_locked, transition_locked
-from workers import heldout, supply, taskstate, uploads
+from workers import heldout, nodebroker, supply, taskstate, uploads
 from workers.control import stop_on_commit
 from workers.dashboard import worker_changed
 from workers.models import BARS_PROVIDER, REPLICA_HELD, UNSETTLED, Assignment, Shortfall, Worker
@@ -322,15 +322,16 @@ def _after_failure(task: Task) -> None:
 
 
 def dispatch(assignment: Assignment) -> None:
-    """Send the job to the worker's own queue: JSON, the assignment id only."""
-    from config.celery import app
+    """Send the job to the worker's own queue on the node broker: JSON, the assignment id only.
 
-    app.send_task(
-        "agent.run_assignment",
-        args=[str(assignment.pk)],
-        queue=assignment.worker.queue,
-        serializer="json",
-    )
+    A broker that cannot take it is logged, not raised (one failed send must not stop the
+    others of a scheduling pass): its nodes lose their connection too, stop looking online
+    and their offered jobs expire as a silent worker's do, to be offered again.
+    """
+    try:
+        nodebroker.publish_job(assignment.worker.address, str(assignment.pk))
+    except nodebroker.PUBLISH_ERRORS:
+        log.exception("job %s could not be sent to %s", assignment.pk, assignment.worker.queue)
 
 
 def open_tasks_waiting() -> list[UUID]:

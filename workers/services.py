@@ -12,13 +12,13 @@ import re
 import secrets
 from datetime import timedelta
 from functools import partial
-from typing import Any
+from typing import Any, NamedTuple
 from uuid import UUID
 
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
-from rest_framework.exceptions import NotFound, PermissionDenied, Throttled, ValidationError
+from rest_framework.exceptions import APIException, NotFound, PermissionDenied, Throttled, ValidationError
 
 from ledger import gas
 from ledger import services as ledger
@@ -27,6 +27,7 @@ from protocol import encoding, keys
 from protocol.bech32 import address_from_public_key
 from protocol.wire import registration_message
 from training.poc import spec as poc_spec
+from workers import nodebroker
 from workers.control import end_worker_jobs
 from workers.dashboard import worker_changed
 from workers.models import RegistrationToken, Worker
@@ -187,14 +188,32 @@ def update_capabilities(worker: Worker, raw: Any) -> dict[str, Any]:
     return caps
 
 
+class NodeBrokerUnavailable(APIException):
+    status_code = 503
+    default_detail = "The node broker cannot be reached; nothing was registered. Try again in a minute."
+    default_code = "node_broker_unavailable"
+
+
+class Registration(NamedTuple):
+    """What registering a node gives it: the worker, its API token, whether it is new,
+    and its own broker URL with a fresh password (None without a node broker)."""
+
+    worker: Worker
+    token: str
+    created: bool
+    broker_url: str | None
+
+
 def register_worker(
     raw_token: Any, public_key: Any, signature: Any, capabilities: Any, name: Any = "", register_tx_signature: Any = ""
-) -> tuple[Worker, str, bool]:
+) -> Registration:
     """Register the node whose key signed the token's challenge.
 
-    Returns (worker, raw worker API token, created). Registering a key that is already
-    the same owner's worker is idempotent: the same worker comes back with a fresh API
-    token (the old one stops working). A key another account registered is refused.
+    Registering a key that is already the same owner's worker is idempotent: the same
+    worker comes back with a fresh API token (the old one stops working) and a fresh
+    broker password (the old one too). A key another account registered is refused.
+    The node's broker user is provisioned last, inside the transaction: when the broker
+    cannot be told, nothing is registered and the token stays unused (503).
     """
     public_key = _clean_public_key(public_key)
     if not isinstance(signature, str) or not _HEX128.match(signature.lower()):
@@ -239,7 +258,15 @@ def register_worker(
         token.save(update_fields=["used_at", "worker"])
         if created:
             _record_registration(worker, register_tx_signature)
-    return worker, raw_api_token, created
+        broker_url = None
+        if nodebroker.configured():
+            may_consume = worker.state == Worker.State.ACTIVE and worker.owner.is_active
+            try:
+                broker_url = nodebroker.provision_node(worker.address, may_consume=may_consume)
+            except nodebroker.NodeBrokerError as exc:
+                log.error("registration of %s not completed: %s", worker.address, exc)
+                raise NodeBrokerUnavailable() from None
+    return Registration(worker, raw_api_token, created, broker_url)
 
 
 def _record_registration(worker: Worker, signature_hex: Any) -> None:
@@ -307,6 +334,7 @@ def set_worker_state(owner: User, worker_id: UUID, target: str, *, by_platform: 
             worker.retired_at = timezone.now()
             fields.append("retired_at")
         worker.save(update_fields=fields)
+        transaction.on_commit(partial(nodebroker.sync_node_soon, worker.pk))
         transaction.on_commit(partial(worker_changed, worker.pk))
     if target != Worker.State.ACTIVE:
         # The jobs end after the state commits (each locks its task row, which comes before
@@ -320,11 +348,22 @@ def on_user_saved(sender: Any, instance: User, **kwargs: Any) -> None:
     """A deactivated account's nodes lose their sockets at once (their tokens are
     refused from the commit on, ``authenticate_worker``); their jobs expire as a silent
     worker's do and go to other workers."""
-    if instance.is_active or instance.pk is None:
+    if instance.pk is None:
+        return
+    if instance.is_active:
+        # Reactivated: its active nodes may read their queues again (a save that cannot
+        # have changed is_active, such as a login's, asks nothing of the broker).
+        fields = kwargs.get("update_fields")
+        if nodebroker.configured() and (fields is None or "is_active" in fields):
+            for worker_id in Worker.objects.filter(owner=instance, state=Worker.State.ACTIVE).values_list(
+                "pk", flat=True
+            ):
+                transaction.on_commit(partial(nodebroker.sync_node_soon, worker_id))
         return
     for worker_id in (
         Worker.objects.filter(owner=instance).exclude(state=Worker.State.RETIRED).values_list("pk", flat=True)
     ):
+        transaction.on_commit(partial(nodebroker.sync_node_soon, worker_id))
         transaction.on_commit(partial(close_worker_sockets, worker_id))
 
 

@@ -21,7 +21,7 @@ from django.db import OperationalError, connections
 from django.db.models import F
 from django.utils import timezone
 
-from workers import jobs, retention, scheduler, settlement, supply, verifiers
+from workers import jobs, nodebroker, retention, scheduler, settlement, supply, verifiers
 from workers.models import Assignment
 
 log = logging.getLogger(__name__)
@@ -56,6 +56,23 @@ def schedule_waiting() -> int:
     except Exception:
         log.exception("give_up_waiting failed; the next pass tries again")
     return offered
+
+
+# The node broker's management API was down when a worker's state changed: keep trying
+# for about an hour (its token is refused meanwhile, and a suspended or retired worker is
+# offered nothing).
+@shared_task(
+    name="workers.sync_node_broker",
+    ignore_result=True,
+    autoretry_for=(nodebroker.NodeBrokerError,),
+    retry_backoff=5,
+    retry_backoff_max=600,
+    retry_jitter=True,
+    max_retries=12,
+)
+def sync_node_broker(worker_id: str) -> None:
+    """Make a node's broker user and permissions match its worker row (nodebroker.sync_node)."""
+    nodebroker.sync_node(worker_id)
 
 
 @shared_task(name="workers.purge_rejected_artifacts", ignore_result=True)

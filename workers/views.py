@@ -9,7 +9,6 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 from uuid import UUID
 
 from django.conf import settings
@@ -67,25 +66,14 @@ def _own_workers(request: HttpRequest) -> QuerySet[Worker]:
     return Worker.objects.filter(owner=current_user(request))
 
 
-def masked_broker_url(url: str) -> str:
-    """The broker URL without its password, safe to print on a page."""
-    parts = urlsplit(url)
-    if not parts.password:
-        return url
-    user = parts.username or ""
-    host = parts.hostname or ""
-    netloc = f"{user}:****@{host}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
-
-
 def broker_argument() -> str:
-    """What follows ``--broker`` for a node of this platform."""
-    url = str(settings.CELERY_BROKER_URL)
-    if url.startswith("filesystem://"):
-        # The embedded broker is a folder: the node must run on this machine and share it.
-        folder = Path(settings.CELERY_BROKER_DIR).resolve() / "out"
-        return f"filesystem:// --broker-folder {folder}"
-    return masked_broker_url(url)
+    """What ``run`` needs to be told about the broker on this platform: nothing with a
+    node broker (registration gave the node its own login), else the folder of the
+    filesystem broker its node queues are on (the node must run on this machine)."""
+    if settings.NODE_BROKER_URL:
+        return ""
+    folder = Path(settings.NODE_QUEUE_DIR).resolve()
+    return f" --broker filesystem:// --broker-folder {folder}"
 
 
 def worker_status(worker: Worker, busy: bool = False) -> str:

@@ -1,7 +1,8 @@
 """Real processes for end-to-end tests: daphne, a platform Celery worker, a provider agent.
 
 They share the test database (a file for SQLite, the test database on PostgreSQL) and
-the broker the settings name (the filesystem broker under var/, or Redis in CI). Stale
+the brokers the settings name: the platform's (the filesystem broker under var/, or Redis
+in CI) and the node broker (RabbitMQ in CI, else the filesystem broker under var/). Stale
 broker messages from earlier runs are harmless: every task re-reads its rows and
 returns quietly when they are gone.
 """
@@ -113,12 +114,13 @@ def agent_cmd(key: Path, *args: str) -> list[str]:
 
 
 def broker_args() -> list[str]:
+    """``run``'s broker arguments: none on a node broker (the agent logs in with what its
+    registration gave it), else the filesystem broker's folder of node queues."""
     from django.conf import settings
 
-    url = settings.CELERY_BROKER_URL
-    if url.startswith("filesystem://"):
-        return ["--broker", url, "--broker-folder", str(settings.CELERY_BROKER_DIR / "out")]
-    return ["--broker", url]
+    if settings.NODE_BROKER_URL:
+        return []
+    return ["--broker", "filesystem://", "--broker-folder", str(settings.NODE_QUEUE_DIR)]
 
 
 def wait_for(

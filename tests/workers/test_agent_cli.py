@@ -150,3 +150,23 @@ def test_the_agents_celery_app_is_json_only_and_waits_a_day_before_redelivering_
     # A job running past Redis's default hour must not be delivered to the node again.
     assert app.conf.broker_transport_options == {"visibility_timeout": 86400}
     assert make_app("amqp://guest@127.0.0.1//", "w.cpc1example").conf.broker_transport_options == {}
+
+
+def test_on_rabbitmq_the_agent_declares_nothing_and_broadcasts_nothing() -> None:
+    # A node's broker user may only read its own queue (docs/node-broker.md).
+    from workers.agent.node import make_app
+
+    app = make_app("amqp://cpc1example:pw@127.0.0.1:5672/nodes", "w.cpc1example")
+    (queue,) = app.conf.task_queues
+    assert queue.name == "w.cpc1example"
+    assert queue.no_declare
+    assert app.conf.worker_enable_remote_control is False
+    assert app.conf.worker_send_task_events is False
+    assert app.conf.task_send_sent_event is False
+    assert app.conf.broker_use_ssl is None
+    # amqps checks the broker's certificate and its name, against a private CA when given.
+    tls = make_app("amqps://n:p@broker.example:5671/nodes", "w.cpc1example", broker_ca="/etc/ca.pem").conf
+    assert tls.broker_use_ssl == {
+        "context": {"check_hostname": True, "cafile": "/etc/ca.pem"},
+        "server_hostname": "broker.example",
+    }

@@ -99,6 +99,27 @@ def test_register_against_something_that_is_not_the_platform_is_a_message(
     assert not key_path.with_name("worker.json").exists()
 
 
+def test_register_keeps_the_nodes_broker_login_private_beside_its_key(platform: Platform, key_path: Path) -> None:
+    answer_registration(platform, key_path)
+    login = "amqps://cpc1node:s3cret@broker.example:5671/proofwork-nodes"
+    platform.answers[REGISTER][2]["broker_url"] = login
+    assert register(platform, key_path) == 0
+    creds = key_path.with_name("worker.json")
+    assert Credentials.load(creds).broker_url == login
+    assert creds.stat().st_mode & 0o777 == 0o600
+
+
+def test_register_refuses_a_broker_login_that_is_not_amqp(
+    platform: Platform, key_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A platform (or someone in its place) handing out its Redis is not followed.
+    answer_registration(platform, key_path)
+    platform.answers[REGISTER][2]["broker_url"] = "redis://:s3cret@platform.example:6379/0"
+    assert register(platform, key_path) == 1
+    assert "not amqp:// or amqps://" in one_line_error(capsys)
+    assert not key_path.with_name("worker.json").exists()
+
+
 def test_register_keeps_no_credentials_for_another_address(
     platform: Platform, key_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -270,6 +291,27 @@ def test_run_with_a_broker_it_cannot_use_is_a_message(
     line = one_line_error(capsys)
     assert line.startswith("error: ")
     assert words in line
+    assert platform.asked == []
+
+
+def test_run_without_a_broker_login_or_a_broker_says_what_to_pass(
+    platform: Platform, key_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sweepable(platform, key_path)  # registered with an embedded platform: no broker login
+    assert main(["--key", str(key_path), "run"]) == 2
+    line = one_line_error(capsys)
+    assert "holds no broker login" in line
+    assert "--broker filesystem://" in line
+    assert platform.asked == []
+
+
+def test_run_with_a_broker_ca_that_is_not_a_file_is_a_message(
+    platform: Platform, key_path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sweepable(platform, key_path)
+    args = ["--key", str(key_path), "run", "--broker", "amqps://n:p@broker.example/nodes"]
+    assert main([*args, "--broker-ca", str(tmp_path / "ca.pem")]) == 2
+    assert "--broker-ca" in one_line_error(capsys)
     assert platform.asked == []
 
 

@@ -17,7 +17,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-from django.conf import settings
 
 from ledger import services as ledger
 from marketplace import services as marketplace
@@ -82,12 +81,11 @@ def run_node(python: Path, cwd: Path, *args: str, timeout: float = 120) -> subpr
 
 
 @pytest.fixture
-def node_broker(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The broker between the platform's processes and the node, and the node's ``run``
-    arguments for it: the embedded filesystem broker (``make run``'s), whatever the suite's
-    own broker is. The node has no Redis client, and no node is given the platform's Redis."""
-    monkeypatch.setenv("CELERY_BROKER_URL", "filesystem://")  # read by the daphne and platform worker below
-    return ["--broker", "filesystem://", "--broker-folder", str(settings.CELERY_BROKER_DIR / "out")]
+def node_broker() -> list[str]:
+    """The node's ``run`` broker arguments: none on a node broker (RabbitMQ: the node logs
+    in with what its registration gave it), else the embedded filesystem broker's folder of
+    node queues. Never the platform's Redis: the node has no Redis client."""
+    return p.broker_args()
 
 
 def test_the_node_venv_holds_the_node_and_nothing_of_the_platform(node_python: Path, tmp_path: Path) -> None:

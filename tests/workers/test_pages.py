@@ -96,7 +96,8 @@ def test_another_users_worker_is_not_found_and_not_listed(alice: Any, bob: Any) 
 
 
 def test_the_register_page_creates_a_token_once_and_shows_the_commands(alice: Any, settings: Any) -> None:
-    settings.CELERY_BROKER_URL = "redis://:s3cret@broker.example:6379/0"
+    settings.REDIS_URL = settings.CELERY_BROKER_URL = "redis://:s3cret@broker.example:6379/0"
+    settings.NODE_BROKER_URL = "amqps://platform:pl4tform@broker.example:5671/nodes"
     client = login("alice")
     page = client.get("/workers/register")
     assert page.status_code == 200
@@ -117,9 +118,11 @@ def test_the_register_page_creates_a_token_once_and_shows_the_commands(alice: An
     assert "shown only this once" in body
     assert "python -m workers.agent init" in body
     assert f"python -m workers.agent register --server http://testserver --token {raw.group(1)}" in body
-    # The broker's password never reaches the page.
-    assert "python -m workers.agent run --broker redis://:****@broker.example:6379/0" in body
-    assert "s3cret" not in response.content.decode()
+    # The node's broker login comes with registration: no broker, Redis least of all, is named.
+    assert '<code id="cmd-run">.venv/bin/python -m workers.agent run</code>' in response.content.decode()
+    assert "worker.json" in body
+    for secret in ("s3cret", "redis://", "broker.example", "pl4tform"):
+        assert secret not in response.content.decode()
 
     # Shown once: a reload offers the button again, not the token.
     again = client.get("/workers/register")
@@ -127,9 +130,13 @@ def test_the_register_page_creates_a_token_once_and_shows_the_commands(alice: An
 
 
 def test_the_embedded_broker_command_names_its_folder(alice: Any, settings: Any, tmp_path: Any) -> None:
-    settings.CELERY_BROKER_URL = "filesystem://"
-    settings.CELERY_BROKER_DIR = tmp_path / "celery"
+    # Even beside the platform's Redis (development), node queues are on the filesystem broker.
+    settings.REDIS_URL = settings.CELERY_BROKER_URL = "redis://:s3cret@127.0.0.1:6379/0"
+    settings.NODE_BROKER_URL = None
+    settings.NODE_QUEUE_DIR = tmp_path / "celery" / "out"
     body = text(submit(login("alice"), "/workers/register", "/workers/register"))
+    assert "redis" not in body
+    assert "s3cret" not in body
     assert f"python -m workers.agent run --broker filesystem:// --broker-folder {tmp_path / 'celery' / 'out'}" in body
 
 

@@ -117,12 +117,16 @@ def cmd_register(args: argparse.Namespace) -> int:
         raise CommandError(f"Registration answered without the worker's id, address and token: {body}")
     if body["address"] != key.address:
         raise CommandError(f"The platform registered {body['address']}, not this key's address {key.address}.")
+    broker_url = body.get("broker_url") or ""
+    if not isinstance(broker_url, str) or (broker_url and not broker_url.startswith(("amqp://", "amqps://"))):
+        raise CommandError("Registration answered with a broker URL that is not amqp:// or amqps://; nothing saved.")
     creds = Credentials(
         server=server,
         worker_id=str(body["id"]),
         address=key.address,
         token=str(body["token"]),
         chain_id=register_tx["chain_id"],
+        broker_url=broker_url,
     )
     try:
         creds.save(creds_path)
@@ -248,6 +252,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         broker=args.broker,
         server=args.server,
         broker_folder=args.broker_folder,
+        broker_ca=args.broker_ca,
         max_gas_price=args.max_gas_price,
     )
 
@@ -264,8 +269,13 @@ def build_parser() -> argparse.ArgumentParser:
     register.set_defaults(func=cmd_register)
     run = sub.add_parser("run", help="take and run jobs")
     run.add_argument("--server", default=None, help="platform URL (default: from registration)")
-    run.add_argument("--broker", required=True, help="broker URL, e.g. redis://host:6379/0 or filesystem://")
+    run.add_argument(
+        "--broker",
+        default=None,
+        help="broker URL (default: this node's own, from registration; filesystem:// for an embedded platform)",
+    )
     run.add_argument("--broker-folder", default=None, help="folder of the filesystem broker (embedded mode)")
+    run.add_argument("--broker-ca", default=None, help="CA certificate file for an amqps:// broker with a private CA")
     run.add_argument(
         "--max-gas-price",
         type=int,

@@ -3,7 +3,7 @@
 ``worker.pem`` holds the ed25519 private key (PKCS#8 PEM, mode 0600); it never leaves
 the node, and a key file that its group or others may read is refused, as ssh refuses
 one. ``worker.json`` beside it holds the server URL, worker id, address, the worker API
-token and the ledger's chain id from registration (also 0600, and refused, like the key,
+token, the ledger's chain id and the node's broker login from registration (also 0600, and refused, like the key,
 when its group or others may read it).
 """
 
@@ -88,6 +88,9 @@ class Credentials:
 
     ``chain_id`` is the ledger chain the node registered on; the node signs transactions
     for that chain only. Empty in a ``worker.json`` written before it was recorded.
+    ``broker_url`` is the node's own login to its queue on the platform's node broker
+    (``amqps://<address>:<password>@host/vhost``); empty when the platform gave none
+    (its embedded broker: ``run --broker`` names it).
     """
 
     server: str
@@ -95,6 +98,7 @@ class Credentials:
     address: str
     token: str
     chain_id: str = ""
+    broker_url: str = ""
 
     def save(self, path: Path) -> None:
         data = json.dumps(self.__dict__, indent=2).encode()
@@ -112,10 +116,11 @@ class Credentials:
     def load(cls, path: Path) -> Credentials:
         try:
             # The token lets its holder act as the node (heartbeats, progress, fetching the
-            # tasks' data): refused when others may read it, as the key is.
-            data: dict[str, Any] = json.loads(_read_private(path, "worker's API token"))
+            # tasks' data), the broker login take its jobs: refused when others may read
+            # it, as the key is.
+            data: dict[str, Any] = json.loads(_read_private(path, "worker's API token and broker login"))
             fields = {k: str(data[k]) for k in ("server", "worker_id", "address", "token")}
-            return cls(**fields, chain_id=str(data.get("chain_id") or ""))
+            return cls(**fields, chain_id=str(data.get("chain_id") or ""), broker_url=str(data.get("broker_url") or ""))
         except FileNotFoundError:
             raise IdentityError(f"No credentials at {path}; run `python -m workers.agent register` first.") from None
         except OSError as exc:  # a directory, no permission, an I/O error

@@ -18,7 +18,7 @@ from django.core.management.base import BaseCommand, CommandError
 from marketplace import services as marketplace_services
 from marketplace.models import User
 from protocol.wire import registration_message, sign_template
-from workers import services
+from workers import nodebroker, services
 from workers.agent import capabilities
 from workers.agent.identity import Credentials, credentials_path, init_key, load_key
 from workers.models import Worker
@@ -44,11 +44,13 @@ class Command(BaseCommand):
         key = load_key(key_path) if key_path.exists() else init_key(key_path)
         creds_path = credentials_path(key_path)
         worker = Worker.objects.filter(address=key.address).first()
-        if worker is None or not creds_path.exists():
+        # Registered again when a node broker was configured since: the agent needs its login.
+        stale = creds_path.exists() and nodebroker.configured() and not Credentials.load(creds_path).broker_url
+        if worker is None or not creds_path.exists() or stale:
             _, raw = services.create_registration_token(user)
             public_key = key.public_key.hex()
             offer = services.issue_challenge(raw, public_key)
-            worker, token, _ = services.register_worker(
+            worker, token, _, broker_url = services.register_worker(
                 raw,
                 public_key,
                 key.sign(registration_message(offer["challenge"], public_key)).hex(),
@@ -62,6 +64,7 @@ class Command(BaseCommand):
                 address=key.address,
                 token=token,
                 chain_id=offer["register_tx"]["chain_id"],
+                broker_url=broker_url or "",
             ).save(creds_path)
         self.stdout.write(
             self.style.SUCCESS(
