@@ -117,3 +117,22 @@ def test_compose_runs_the_agent_from_the_node_image_with_a_volume_of_its_own() -
     others = {v.split(":")[0] for name, s in services.items() if name != "agent" for v in s.get("volumes", [])}
     assert volumes
     assert not volumes & others
+
+
+def test_compose_keeps_the_agent_off_the_network_of_redis_and_postgres() -> None:
+    """The untrusted node's container cannot even open a connection to the platform's Redis
+    (no password: its broker, channel layer and cache) or its database: without networks
+    of their own, every compose service shares one network and the agent reaches
+    redis:6379 directly, the attack of issue 22."""
+    services = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
+
+    def networks(name: str) -> set[str]:
+        given = services[name].get("networks")
+        return set(given or ["default"])
+
+    agent = networks("agent")
+    for private in ("redis", "postgres"):
+        assert not agent & networks(private), f"the agent shares {agent & networks(private)} with {private}"
+    # What the node needs is still reachable: the platform's API and the node broker.
+    assert agent & networks("web")
+    assert agent & networks("rabbitmq")
