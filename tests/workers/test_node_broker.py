@@ -386,6 +386,11 @@ def test_a_real_agent_runs_jobs_from_its_own_login_and_loses_it_when_retired(
             p.wait_for(online, 60, "the agent never connected", explain=lambda: log.read_text()[-3000:])
             assert f"consuming w.{worker.address} from amqp" in log.read_text()
             run_one()
+            # Celery's banner and connection messages, and the job's own log, hide the password.
+            password = urlsplit(login).password
+            assert password
+            assert password not in log.read_text()
+            assert not any(password in line for a in Assignment.objects.all() for line in a.log_tail)
 
             # Suspended: its connection is closed at once; resumed, it takes jobs again.
             lost = log.read_text().count("Connection to broker lost")
