@@ -258,3 +258,25 @@ def test_the_workers_page_and_the_admin_say_which_job_a_busy_node_runs(
     marketplace.cancel_task(job["task"].owner, job["task"].pk)
     client.force_login(alice)
     assert 'id="current-job"' not in client.get(f"/workers/{job['worker'].pk}/").content.decode()
+
+
+@pytest.mark.parametrize("bad", [{"a": 1}, 12345, "not-a-uuid", "x" * 5000])
+def test_a_malformed_assignment_id_in_heartbeat_or_stopped_is_answered_not_a_crash(
+    job: dict[str, Any], bad: Any
+) -> None:
+    """The new fields a node sends (a heartbeat's assignment_id, stopped's) take any JSON:
+    the socket answers (or ignores) them and stays open for the next message."""
+
+    async def scenario() -> None:
+        comm = socket(job["token"])
+        assert (await comm.connect())[0]
+        await comm.send_json_to({"type": "heartbeat", "assignment_id": bad})
+        assert await quiet(comm)
+        await comm.send_json_to({"type": "stopped", "assignment_id": bad})
+        assert (await comm.receive_json_from(timeout=5))["type"] == "error"
+        await comm.send_json_to({"type": "progress", "assignment_id": str(job["assignment"].pk), "step": 1, "total": 4})
+        assert await quiet(comm)  # still open, and its own job's progress is taken
+        await comm.disconnect()
+
+    run(scenario)
+    assert Assignment.objects.get(pk=job["assignment"].pk).state == Assignment.State.RUNNING
