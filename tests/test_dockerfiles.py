@@ -5,6 +5,7 @@ uses it and shares nothing with the platform's services."""
 
 from __future__ import annotations
 
+import fnmatch
 import importlib.util
 import json
 import re
@@ -136,3 +137,16 @@ def test_compose_keeps_the_agent_off_the_network_of_redis_and_postgres() -> None
     # What the node needs is still reachable: the platform's API and the node broker.
     assert agent & networks("web")
     assert agent & networks("rabbitmq")
+
+
+def test_neither_image_takes_the_compose_secrets_file() -> None:
+    """docker-compose reads its secrets (database, RabbitMQ administrator and publishing
+    passwords) from ``.env`` beside it; the platform image copies the whole checkout
+    (``COPY . .``), so without an ignore rule that file would be baked into the image."""
+    patterns = [
+        line.strip()
+        for line in (ROOT / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    for name in (".env", ".env.production"):
+        assert any(fnmatch.fnmatch(name, p) for p in patterns), f"{name} would be copied into the images"
