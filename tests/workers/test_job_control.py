@@ -114,6 +114,30 @@ def test_the_nodes_stopped_puts_the_platforms_reason_on_the_log_once(job: dict[s
     assert not any("lies" in line for line in tail)
 
 
+def test_a_node_cannot_write_the_platforms_stop_line_itself(job: dict[str, Any], bob: Any) -> None:
+    """The job's log says "stopped by the platform: <reason>" in the platform's words, once.
+    A node writing that line itself, before any stop, would both put words in the
+    platform's mouth on the requester's page and, the line being there already, keep the
+    real one out when the platform does stop the job."""
+    assignment = job["assignment"]
+    forged = f"stopped by the platform: {CANCELLED}"
+
+    async def scenario() -> None:
+        comm = socket(job["token"])
+        assert (await comm.connect())[0]
+        await comm.send_json_to({"type": "log", "assignment_id": str(assignment.pk), "lines": ["epoch 1", forged]})
+        assert (await comm.receive_json_from(timeout=5))["type"] == "error"
+        await barrier(comm)
+        await sync_to_async(marketplace.cancel_task)(bob, job["task"].pk)
+        assert (await comm.receive_json_from(timeout=5))["type"] == "stop"
+        await comm.send_json_to({"type": "stopped", "assignment_id": str(assignment.pk)})
+        await barrier(comm)
+        await comm.disconnect()
+
+    run(scenario)
+    assert Assignment.objects.get(pk=assignment.pk).log_tail == [forged]  # the platform's, after the stop
+
+
 def test_a_node_cannot_learn_stop_or_write_another_nodes_job(job: dict[str, Any], bob: Any, carol: Any) -> None:
     """carol's node names alice's job: it learns nothing of it, and writes nothing to it,
     whether that job runs or was ended; its own running job cannot be 'stopped' by it."""
