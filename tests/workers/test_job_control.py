@@ -304,3 +304,29 @@ def test_a_malformed_assignment_id_in_heartbeat_or_stopped_is_answered_not_a_cra
 
     run(scenario)
     assert Assignment.objects.get(pk=job["assignment"].pk).state == Assignment.State.RUNNING
+
+
+@pytest.mark.parametrize(
+    ("by_platform", "reason", "cost"), [(True, "An operator", 0), (False, "The worker's owner", 3)]
+)
+def test_a_suspension_costs_the_same_when_the_periodic_expiry_ends_the_job_first(
+    job: dict[str, Any], alice: Any, monkeypatch: pytest.MonkeyPatch, by_platform: bool, reason: str, cost: int
+) -> None:
+    """The suspension commits, then its jobs end (``end_worker_jobs``); a scheduler pass in
+    between (every few seconds, and the broker calls after the commit may take seconds)
+    finds a suspended worker's live job and expires it itself. It must not turn an
+    operator's free suspension into the silent worker's penalty, nor say it went silent."""
+    worker, assignment = job["worker"], job["assignment"]
+    before = Worker.objects.get(pk=worker.pk).reputation
+    real = services.end_worker_jobs
+
+    def racing(*args: Any, **kwargs: Any) -> int:
+        scheduler.expire_overdue()  # the periodic pass lands between the commit and the jobs' end
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(services, "end_worker_jobs", racing)
+    services.set_worker_state(alice, worker.pk, "suspended", by_platform=by_platform)
+    stored = Assignment.objects.get(pk=assignment.pk)
+    assert stored.state == Assignment.State.EXPIRED
+    assert stored.reason.startswith(reason), stored.reason
+    assert Worker.objects.get(pk=worker.pk).reputation == before - cost
