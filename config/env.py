@@ -171,6 +171,12 @@ def check_node_broker(
             "PROOFWORK_NODE_BROKER_URL needs RabbitMQ's management API: set PROOFWORK_NODE_BROKER_API_URL,"
             " PROOFWORK_NODE_BROKER_API_USER and PROOFWORK_NODE_BROKER_API_PASSWORD (an administrator)"
         )
+    if api_url and (urlsplit(api_url).username or urlsplit(api_url).password):
+        # Each management call's URL is logged (httpx, at INFO): the login goes in its own variables.
+        raise ImproperlyConfigured(
+            "PROOFWORK_NODE_BROKER_API_URL must not carry credentials: set PROOFWORK_NODE_BROKER_API_USER"
+            " and PROOFWORK_NODE_BROKER_API_PASSWORD"
+        )
     if api_user == parts.username:
         raise ImproperlyConfigured(
             "PROOFWORK_NODE_BROKER_API_USER must not be the publishing user of PROOFWORK_NODE_BROKER_URL:"

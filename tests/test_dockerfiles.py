@@ -5,6 +5,7 @@ uses it and shares nothing with the platform's services."""
 
 from __future__ import annotations
 
+import fnmatch
 import importlib.util
 import json
 import re
@@ -117,3 +118,35 @@ def test_compose_runs_the_agent_from_the_node_image_with_a_volume_of_its_own() -
     others = {v.split(":")[0] for name, s in services.items() if name != "agent" for v in s.get("volumes", [])}
     assert volumes
     assert not volumes & others
+
+
+def test_compose_keeps_the_agent_off_the_network_of_redis_and_postgres() -> None:
+    """The untrusted node's container cannot even open a connection to the platform's Redis
+    (no password: its broker, channel layer and cache) or its database: without networks
+    of their own, every compose service shares one network and the agent reaches
+    redis:6379 directly, the attack of issue 22."""
+    services = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
+
+    def networks(name: str) -> set[str]:
+        given = services[name].get("networks")
+        return set(given or ["default"])
+
+    agent = networks("agent")
+    for private in ("redis", "postgres"):
+        assert not agent & networks(private), f"the agent shares {agent & networks(private)} with {private}"
+    # What the node needs is still reachable: the platform's API and the node broker.
+    assert agent & networks("web")
+    assert agent & networks("rabbitmq")
+
+
+def test_neither_image_takes_the_compose_secrets_file() -> None:
+    """docker-compose reads its secrets (database, RabbitMQ administrator and publishing
+    passwords) from ``.env`` beside it; the platform image copies the whole checkout
+    (``COPY . .``), so without an ignore rule that file would be baked into the image."""
+    patterns = [
+        line.strip()
+        for line in (ROOT / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    for name in (".env", ".env.production"):
+        assert any(fnmatch.fnmatch(name, p) for p in patterns), f"{name} would be copied into the images"

@@ -199,6 +199,11 @@ def test_nodes_are_told_the_node_brokers_address_without_the_platforms_login(tmp
         ({"PROOFWORK_NODE_BROKER_PUBLIC_URL": "amqps://u:p@broker.example/proofwork-nodes"}, "must not carry"),
         ({"PROOFWORK_NODE_BROKER_PUBLIC_URL": "amqps://broker.example/other"}, "the same vhost"),
         ({"PROOFWORK_NODE_BROKER_CA": "/nonexistent/ca.pem"}, "is not a file"),
+        # httpx logs each management call's URL at INFO, user and password included.
+        (
+            {"PROOFWORK_NODE_BROKER_API_URL": "http://admin:4dmin@127.0.0.1:15672"},
+            "PROOFWORK_NODE_BROKER_API_URL must not carry credentials",
+        ),
     ],
 )
 def test_a_node_broker_that_cannot_work_stops_start_up(tmp_path: Path, change: dict[str, str], words: str) -> None:

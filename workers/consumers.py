@@ -78,6 +78,8 @@ MESSAGE_RATE = 50.0  # per second, sustained, per worker (all its sockets in thi
 MESSAGE_BURST = 250
 MAX_SOCKETS = 4  # open at once per worker in this process
 STOPPED_LINE = "stopped by the platform: {reason}"
+# The platform's own line: a node's log line may not begin like it (see ``_log``).
+PLATFORM_PREFIX = STOPPED_LINE.split("{", 1)[0]
 
 
 def worker_group(worker_id: object) -> str:
@@ -437,6 +439,11 @@ class WorkerConsumer(LiveConsumer):
             return
         if assignment is None or not isinstance(lines, list):
             await self.send_json({"type": "error", "detail": "log needs your assignment_id and a list of strings."})
+            return
+        # The platform's stop line is written by the platform alone, once: a node's copy of it
+        # would put words in its mouth and keep the real one out (``append_log_once``).
+        if any(line.lstrip().lower().startswith(PLATFORM_PREFIX) for line in lines[:LOG_BATCH]):
+            await self.send_json({"type": "error", "detail": f"log lines may not begin with {PLATFORM_PREFIX!r}."})
             return
         # One message adds at most LOG_BATCH lines of LOG_LINE_CHARS; the rest is cut.
         clean = [line[:LOG_LINE_CHARS] for line in lines[:LOG_BATCH]]

@@ -77,20 +77,10 @@ def end_worker_jobs(worker: Worker, target: str, *, by_platform: bool) -> int:
     heavier penalty of a node that went silent. Each job ends in its own transaction,
     under its task's and its own row lock (taskstate's lock order); the worker's row is
     not held, so this runs after the state change committed. One that fails is left to
-    the scheduler's periodic expiry (which also ends a suspended worker's jobs).
+    the scheduler's periodic expiry, which ends it on the same terms (``suspension_terms``).
     Returns how many jobs ended.
     """
-    from workers.jobs import FAIL_PENALTY  # jobs and taskstate import this module
-
-    verb = "retired" if target == Worker.State.RETIRED else "suspended"
-    if by_platform:
-        reason = f"An operator {verb} the worker."
-        message = f"An operator {verb} the worker running this job; reassigning."
-        penalty = 0
-    else:
-        reason = f"The worker's owner {verb} it."
-        message = f"The owner of {worker.name} {verb} it; reassigning."
-        penalty = FAIL_PENALTY
+    reason, message, penalty = _terms(worker, target, by_platform=by_platform)
     ended = 0
     for pk in Assignment.objects.filter(worker=worker, state__in=LIVE_JOB).values_list("pk", flat=True):
         try:
@@ -98,6 +88,31 @@ def end_worker_jobs(worker: Worker, target: str, *, by_platform: bool) -> int:
         except Exception:
             log.exception("could not end assignment %s of %s now; the periodic expiry will", pk, worker.pk)
     return ended
+
+
+def _terms(worker: Worker, target: str, *, by_platform: bool) -> tuple[str, str, int]:
+    """(the job's reason, the task timeline's message, the reputation it costs) for a job
+    ended because its worker was suspended or retired (see ``end_worker_jobs``)."""
+    from workers.jobs import FAIL_PENALTY  # jobs and taskstate import this module
+
+    verb = "retired" if target == Worker.State.RETIRED else "suspended"
+    if by_platform:
+        return (
+            f"An operator {verb} the worker.",
+            f"An operator {verb} the worker running this job; reassigning.",
+            0,
+        )
+    return f"The worker's owner {verb} it.", f"The owner of {worker.name} {verb} it; reassigning.", FAIL_PENALTY
+
+
+def suspension_terms(worker: Worker) -> tuple[str, str, int]:
+    """``end_worker_jobs``'s terms for a job of a suspended or retired worker that the
+    periodic expiry reaches first (between the state's commit and the jobs' end, or after
+    that end failed): an operator's suspension (``held_by_platform``) still costs nothing.
+    A retirement does not record who made it, and costs nothing here."""
+    if worker.state == Worker.State.RETIRED:
+        return "The worker was retired.", f"{worker.name} was retired; reassigning.", 0
+    return _terms(worker, worker.state, by_platform=worker.held_by_platform)
 
 
 def _end(assignment_id: Any, worker: Worker, reason: str, message: str, penalty: int) -> int:

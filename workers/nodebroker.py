@@ -38,6 +38,11 @@ API_TIMEOUT = 10.0
 # Permission patterns are regular expressions matched against whole resource names.
 NOTHING = "^$"
 DEFAULT_EXCHANGE = "^amq\\.default$"  # the default exchange's name in RabbitMQ's permissions
+# A node's user limits: the agent holds one connection with a few channels; a restart or a
+# reconnect may overlap its old one for a moment. Past them the broker refuses the login or
+# the channel, so one node cannot use up the broker's file descriptors and memory for all.
+MAX_CONNECTIONS = 8
+MAX_CHANNELS = 32
 _vhost_ready: set[str] = set()
 _publisher: Celery | None = None
 
@@ -151,6 +156,8 @@ def provision_node(address: str, *, may_consume: bool) -> str:
     with _client() as http:
         ensure_vhost(http)
         _call(http, "PUT", f"/users/{_q(address)}", {"password": password, "tags": ""})
+        for limit, value in (("max-connections", MAX_CONNECTIONS), ("max-channels", MAX_CHANNELS)):
+            _call(http, "PUT", f"/user-limits/{_q(address)}/{limit}", {"value": value})
         _call(
             http,
             "PUT",

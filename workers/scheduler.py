@@ -22,7 +22,7 @@ from marketplace.kinds import KINDS
 from marketplace.models import ACTIVE, Task, TaskStatus
 from marketplace.services import set_reason_locked, transition_locked
 from workers import heldout, nodebroker, supply, taskstate, uploads
-from workers.control import stop_on_commit
+from workers.control import stop_on_commit, suspension_terms
 from workers.dashboard import worker_changed
 from workers.models import BARS_PROVIDER, REPLICA_HELD, UNSETTLED, Assignment, Shortfall, Worker
 
@@ -376,12 +376,21 @@ def _expire(assignment_id: UUID, now: datetime, silent: datetime) -> int:
         )
         if not still_overdue:
             return 0
+        reason, message, penalty = (
+            "Deadline passed or the worker went silent.",
+            f"{worker.name} went silent; reassigning.",
+            EXPIRE_PENALTY,
+        )
+        if worker.state in ("suspended", "retired"):
+            # Its suspension or retirement ends the job, on its terms (an operator's is free).
+            reason, message, penalty = suspension_terms(worker)
         assignment.state = Assignment.State.EXPIRED
         assignment.settled_at = now
-        assignment.reason = "Deadline passed or the worker went silent."
+        assignment.reason = reason
         assignment.save(update_fields=["state", "settled_at", "reason"])
-        taskstate.penalise(worker.pk, EXPIRE_PENALTY)
-        taskstate.sync_status(task, f"{worker.name} went silent; reassigning.")
+        if penalty:
+            taskstate.penalise(worker.pk, penalty)
+        taskstate.sync_status(task, message)
         stop_on_commit(worker.pk, assignment.pk, assignment.reason)
         transaction.on_commit(partial(taskstate.schedule_later, task.pk))
         transaction.on_commit(partial(worker_changed, worker.pk))

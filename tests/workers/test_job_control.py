@@ -114,6 +114,30 @@ def test_the_nodes_stopped_puts_the_platforms_reason_on_the_log_once(job: dict[s
     assert not any("lies" in line for line in tail)
 
 
+def test_a_node_cannot_write_the_platforms_stop_line_itself(job: dict[str, Any], bob: Any) -> None:
+    """The job's log says "stopped by the platform: <reason>" in the platform's words, once.
+    A node writing that line itself, before any stop, would both put words in the
+    platform's mouth on the requester's page and, the line being there already, keep the
+    real one out when the platform does stop the job."""
+    assignment = job["assignment"]
+    forged = f"stopped by the platform: {CANCELLED}"
+
+    async def scenario() -> None:
+        comm = socket(job["token"])
+        assert (await comm.connect())[0]
+        await comm.send_json_to({"type": "log", "assignment_id": str(assignment.pk), "lines": ["epoch 1", forged]})
+        assert (await comm.receive_json_from(timeout=5))["type"] == "error"
+        await barrier(comm)
+        await sync_to_async(marketplace.cancel_task)(bob, job["task"].pk)
+        assert (await comm.receive_json_from(timeout=5))["type"] == "stop"
+        await comm.send_json_to({"type": "stopped", "assignment_id": str(assignment.pk)})
+        await barrier(comm)
+        await comm.disconnect()
+
+    run(scenario)
+    assert Assignment.objects.get(pk=assignment.pk).log_tail == [forged]  # the platform's, after the stop
+
+
 def test_a_node_cannot_learn_stop_or_write_another_nodes_job(job: dict[str, Any], bob: Any, carol: Any) -> None:
     """carol's node names alice's job: it learns nothing of it, and writes nothing to it,
     whether that job runs or was ended; its own running job cannot be 'stopped' by it."""
@@ -258,3 +282,51 @@ def test_the_workers_page_and_the_admin_say_which_job_a_busy_node_runs(
     marketplace.cancel_task(job["task"].owner, job["task"].pk)
     client.force_login(alice)
     assert 'id="current-job"' not in client.get(f"/workers/{job['worker'].pk}/").content.decode()
+
+
+@pytest.mark.parametrize("bad", [{"a": 1}, 12345, "not-a-uuid", "x" * 5000])
+def test_a_malformed_assignment_id_in_heartbeat_or_stopped_is_answered_not_a_crash(
+    job: dict[str, Any], bad: Any
+) -> None:
+    """The new fields a node sends (a heartbeat's assignment_id, stopped's) take any JSON:
+    the socket answers (or ignores) them and stays open for the next message."""
+
+    async def scenario() -> None:
+        comm = socket(job["token"])
+        assert (await comm.connect())[0]
+        await comm.send_json_to({"type": "heartbeat", "assignment_id": bad})
+        assert await quiet(comm)
+        await comm.send_json_to({"type": "stopped", "assignment_id": bad})
+        assert (await comm.receive_json_from(timeout=5))["type"] == "error"
+        await comm.send_json_to({"type": "progress", "assignment_id": str(job["assignment"].pk), "step": 1, "total": 4})
+        assert await quiet(comm)  # still open, and its own job's progress is taken
+        await comm.disconnect()
+
+    run(scenario)
+    assert Assignment.objects.get(pk=job["assignment"].pk).state == Assignment.State.RUNNING
+
+
+@pytest.mark.parametrize(
+    ("by_platform", "reason", "cost"), [(True, "An operator", 0), (False, "The worker's owner", 3)]
+)
+def test_a_suspension_costs_the_same_when_the_periodic_expiry_ends_the_job_first(
+    job: dict[str, Any], alice: Any, monkeypatch: pytest.MonkeyPatch, by_platform: bool, reason: str, cost: int
+) -> None:
+    """The suspension commits, then its jobs end (``end_worker_jobs``); a scheduler pass in
+    between (every few seconds, and the broker calls after the commit may take seconds)
+    finds a suspended worker's live job and expires it itself. It must not turn an
+    operator's free suspension into the silent worker's penalty, nor say it went silent."""
+    worker, assignment = job["worker"], job["assignment"]
+    before = Worker.objects.get(pk=worker.pk).reputation
+    real = services.end_worker_jobs
+
+    def racing(*args: Any, **kwargs: Any) -> int:
+        scheduler.expire_overdue()  # the periodic pass lands between the commit and the jobs' end
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(services, "end_worker_jobs", racing)
+    services.set_worker_state(alice, worker.pk, "suspended", by_platform=by_platform)
+    stored = Assignment.objects.get(pk=assignment.pk)
+    assert stored.state == Assignment.State.EXPIRED
+    assert stored.reason.startswith(reason), stored.reason
+    assert Worker.objects.get(pk=worker.pk).reputation == before - cost

@@ -173,6 +173,27 @@ def test_a_node_can_do_nothing_but_read_its_own_queue(alice: Any, bob: Any, node
 
 
 @needs_rabbitmq
+def test_a_node_cannot_flood_the_broker_with_connections_or_channels(alice: Any, node_broker: None) -> None:
+    """The broker faces the internet and every node's login works on it: one node opening
+    connections or channels without end would use up the broker's file descriptors and
+    memory for all nodes. Its own user is capped; the next login or channel is refused."""
+    _, body = register_node(APIClient(), alice)
+    url = body["broker_url"]
+    opened = [connect(url) for _ in range(nodebroker.MAX_CONNECTIONS)]
+    try:
+        with pytest.raises(NotAllowed):
+            connect(url)
+        for _ in range(nodebroker.MAX_CHANNELS):
+            opened[0].channel()
+        with pytest.raises(NotAllowed):
+            opened[0].channel()
+    finally:
+        for conn in opened:
+            with contextlib.suppress(Exception):
+                conn.collect()
+
+
+@needs_rabbitmq
 def test_registering_again_rotates_the_password_and_closes_the_old_logins(alice: Any, node_broker: None) -> None:
     client = APIClient()
     key, first = register_node(client, alice)
@@ -365,6 +386,11 @@ def test_a_real_agent_runs_jobs_from_its_own_login_and_loses_it_when_retired(
             p.wait_for(online, 60, "the agent never connected", explain=lambda: log.read_text()[-3000:])
             assert f"consuming w.{worker.address} from amqp" in log.read_text()
             run_one()
+            # Celery's banner and connection messages, and the job's own log, hide the password.
+            password = urlsplit(login).password
+            assert password
+            assert password not in log.read_text()
+            assert not any(password in line for a in Assignment.objects.all() for line in a.log_tail)
 
             # Suspended: its connection is closed at once; resumed, it takes jobs again.
             lost = log.read_text().count("Connection to broker lost")
