@@ -64,8 +64,8 @@ def newcomers_first(candidates: list[Worker], earlier: Collection[tuple[UUID, in
     whose node lost the task, then the nodes that lost it themselves; best first within each.
 
     ``earlier``: (worker, owner) of the task's expired jobs. A node whose job expired or
-    that gave it up (it died, restarted, ran out of memory) may take the task again, each
-    time one more of its attempts, but only when no fresher node can take it now.
+    that gave it up (it died, restarted, ran out of memory) may take the task again once
+    (``supply.RETAKES``), one more of its attempts, and only when no fresher node can take it now.
     """
     nodes = {worker for worker, _ in earlier}
     providers = {owner for _, owner in earlier}
@@ -130,8 +130,8 @@ def schedule(task_id: UUID) -> list[Assignment]:
         if missing <= 0:
             return []
         # A node that holds the task, or whose result on it was rejected, is not offered it
-        # again; one whose job expired may be, after every fresher node (newcomers_first).
-        exclude = {worker for worker, _, state in previous if state != Assignment.State.EXPIRED}
+        # again; one whose job expired may be once, after every fresher node (newcomers_first).
+        exclude = supply.not_offered_again((worker, state) for worker, _, state in previous)
         expired = [(worker, owner) for worker, owner, state in previous if state == Assignment.State.EXPIRED]
         # Replicas are computed by different providers: one that holds a live or accepted
         # replica is not given another (a trained model's result depends only on the spec and
@@ -258,7 +258,7 @@ def _why_waiting(task: Task) -> str:
     if kind is None or not kind.available:
         return f"No provider runs {kind.label if kind else task.kind} tasks."
     previous = Assignment.objects.filter(task=task)
-    exclude = set(previous.exclude(state=Assignment.State.EXPIRED).values_list("worker_id", flat=True))
+    exclude = supply.not_offered_again(previous.values_list("worker_id", "state"))
     owners = set(previous.filter(BARS_PROVIDER).values_list("worker__owner_id", flat=True))
     try:
         return waiting_reason(task, exclude, set(), owners).replace("Waiting for a worker: ", "At the end, ", 1)

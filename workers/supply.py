@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -147,7 +147,10 @@ def _describe(reason: str, count: int, need: Need) -> str:
     if reason == REPUTATION:
         return f"{count} {'has' if one else 'have'} reputation below {need.min_reputation}"
     if reason == TOOK_PART:
-        return f"{count} {'has' if one else 'have'} this task already, or had {'its' if one else 'their'} result for it rejected"
+        return (
+            f"{count} {'has' if one else 'have'} this task already, had {'its' if one else 'their'} result for it"
+            " rejected, or lost it twice"
+        )
     if reason == SAME_PROVIDER:
         return (
             f"{count} {'belongs' if one else 'belong'} to a provider already computing a replica of it"
@@ -227,7 +230,7 @@ def survey(
 ) -> Survey:
     """Sort every online worker: free and fitting, or the first requirement it misses.
 
-    ``exclude``: workers that hold the task or whose result on it was rejected (never
+    ``exclude``: workers that hold the task, whose result on it was rejected or that lost it twice (never
     offered it again; one whose job expired may take it again); ``taken``:
     those just given it, left out (even if the list read earlier missed them); ``owners``:
     providers that hold a replica of it already or fell short of its bar (BARS_PROVIDER:
@@ -293,7 +296,9 @@ class Demand:
                 f" {self.reputation}; verified results raise it."
             )
         if self.short[TOOK_PART]:
-            out.append(f"It already has {self.short[TOOK_PART]} of them, or had its result for them rejected.")
+            out.append(
+                f"It already has {self.short[TOOK_PART]} of them, had its result for them rejected, or lost them twice."
+            )
         if self.short[SAME_PROVIDER]:
             count = self.short[SAME_PROVIDER]
             out.append(
@@ -311,6 +316,22 @@ def _need(count: int) -> str:
     return "needs" if count == 1 else "need"
 
 
+# A node may take back a task it lost once: a crash or a restart is forgiven, but /fail/'s
+# reason is the node's own text, so a node that loses the same task again (on purpose or
+# not) could otherwise spend all of the task's attempts alone.
+RETAKES = 1
+
+
+def not_offered_again(previous: Iterable[tuple[UUID, str]]) -> set[UUID]:
+    """The workers a task is not offered to again, from (worker, state) of its jobs: those
+    that hold it or whose result on it was rejected, and those that lost it (expired or
+    gave it up) more than ``RETAKES`` times."""
+    previous = list(previous)
+    lost = Counter(worker for worker, state in previous if state == Assignment.State.EXPIRED)
+    held = {worker for worker, state in previous if state != Assignment.State.EXPIRED}
+    return held | {worker for worker, times in lost.items() if times > RETAKES}
+
+
 def demand(worker: Worker) -> Demand:
     """The oldest waiting tasks (up to ``DEMAND_SAMPLE``), sorted by the first requirement
     ``worker`` misses; only counts and the worker's own figures, never whose tasks they are
@@ -324,12 +345,13 @@ def demand(worker: Worker) -> Demand:
     )
     result = Demand(more=len(tasks) > DEMAND_SAMPLE)
     tasks = tasks[:DEMAND_SAMPLE]
-    # A task whose job expired in this worker's hands may come back to it (scheduler.newcomers_first).
-    had = set(
-        Assignment.objects.filter(worker=worker, task__in=[t.pk for t in tasks])
-        .exclude(state=Assignment.State.EXPIRED)
-        .values_list("task_id", flat=True)
-    )
+    # A task this worker lost may come back to it once (not_offered_again).
+    mine: dict[UUID, list[tuple[UUID, str]]] = {}
+    for task_id, state in Assignment.objects.filter(worker=worker, task__in=[t.pk for t in tasks]).values_list(
+        "task_id", "state"
+    ):
+        mine.setdefault(task_id, []).append((worker.pk, state))
+    had = {task_id for task_id, jobs in mine.items() if not_offered_again(jobs)}
     # Replicas go to different providers: a task another of the owner's nodes holds a
     # replica of (or fell short of the bar of) is not this node's to take either.
     siblings = set(

@@ -305,7 +305,7 @@ def test_a_workers_page_says_which_waiting_tasks_it_could_take_and_what_the_rest
     assert " 1 of the 5 waiting fits this worker" in body
     assert "2 need an agent supporting poc:aes256ctr: update the agent on the node." in body
     assert "1 needs a reputation above its 50; verified results raise it." in body
-    assert "It already has 1 of them, or had its result for them rejected." in body
+    assert "It already has 1 of them, had its result for them rejected, or lost them twice." in body
     assert "bob" not in body
     # A task whose stored spec the platform can no longer read is left out, not a 500.
     from marketplace.models import Task

@@ -103,11 +103,11 @@ def test_a_waiting_task_says_which_requirement_each_online_worker_misses(alice: 
     Assignment.objects.filter(pk=assignment.pk).update(task=second)
     assert scheduler.schedule(second.pk) == []
     second.refresh_from_db()
-    assert "; 1 has this task already, or had its result for it rejected." in second.status_reason
+    assert "; 1 has this task already, had its result for it rejected, or lost it twice." in second.status_reason
     Assignment.objects.filter(pk=assignment.pk).update(task=task, state=Assignment.State.REJECTED)
     assert scheduler.schedule(task.pk) == []
     task.refresh_from_db()
-    assert "; 1 has this task already, or had its result for it rejected." in task.status_reason
+    assert "; 1 has this task already, had its result for it rejected, or lost it twice." in task.status_reason
     Worker.objects.update(last_heartbeat_at=None)
     assert scheduler.schedule(task.pk) == []
     task.refresh_from_db()
@@ -340,5 +340,5 @@ def test_demand_lines_read_right_for_one_and_for_many() -> None:
     assert many.lines() == [
         "3 are of kinds it does not offer (ASL recognition training, Cube training).",
         "2 need more memory than its 8.0 GiB.",
-        "It already has 4 of them, or had its result for them rejected.",
+        "It already has 4 of them, had its result for them rejected, or lost them twice.",
     ]

@@ -126,7 +126,7 @@ def test_a_node_whose_result_was_rejected_is_not_offered_the_task_again(alice: A
     assert scheduler.schedule(task.pk) == []
     task.refresh_from_db()
     assert task.status_reason.startswith(
-        "Waiting for a worker: of the 1 online, 1 has this task already, or had its result for it rejected."
+        "Waiting for a worker: of the 1 online, 1 has this task already, had its result for it rejected, or lost it twice."
     )
 
 
@@ -181,11 +181,6 @@ def test_coming_back_to_the_same_node_still_uses_up_its_attempts(alice: Any, bob
     assert ledger.balance(bob) == before
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review of issue 22: a node that gives a task up is offered it again at once and may"
-    " use up all of its attempts alone (no per-node cap); see the review report",
-)
 def test_one_node_giving_a_task_up_on_purpose_cannot_use_up_all_its_attempts(alice: Any, bob: Any, carol: Any) -> None:
     """A dishonest (or broken) provider's node, the only free one for a moment, reports
     every job of a task as failed: /fail/ is a reason the node writes, so it cannot be told
@@ -308,7 +303,7 @@ def test_a_task_whose_only_node_had_its_result_rejected_gives_up(alice: Any, bob
     assert Task.objects.get(pk=task.pk).status == TaskStatus.OPEN
     age(task, HOUR + 1)
     schedule_waiting()
-    assert_failed_and_refunded(task, bob, before, "had its result for it rejected")
+    assert_failed_and_refunded(task, bob, before, "had its result for it rejected, or lost it twice")
 
 
 def test_a_task_whose_only_nodes_lost_it_gets_a_node_back(alice: Any, bob: Any) -> None:
