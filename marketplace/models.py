@@ -9,10 +9,10 @@ from typing import Any, ClassVar
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractUser
-from django.core.exceptions import ValidationError
 from django.db import models
 from django.utils import timezone
 
+from config.api.exceptions import StateConflict
 from marketplace.units import format_credits
 
 TOKEN_PREFIX = "pw_"  # noqa: S105 (a public prefix, not a secret)
@@ -126,7 +126,7 @@ class DatasetUpload(models.Model):
         return self.name
 
 
-class IllegalTransition(ValidationError):
+class IllegalTransition(StateConflict):
     """A task was asked to move to a status its current status cannot reach."""
 
     def __init__(self, current: str, target: str, detail: str = "") -> None:

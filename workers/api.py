@@ -12,12 +12,12 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from config.api.viewsets import OwnedViewSet
 from config.serializers import StrictInput, refuse_body
 from ledger.api.serializers import SubmitTransactionSerializer, TransactionSerializer
 from ledger.api.views import refusal_errors
 from ledger.models import TxStatus
 from marketplace.api.serializers import JSONField
-from marketplace.api.views import OwnedViewSet
 from workers import jobs, services, sweep
 from workers.authentication import IsWorker, WorkerTokenAuthentication
 from workers.models import Worker

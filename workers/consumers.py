@@ -45,7 +45,7 @@ from channels.exceptions import ChannelFull
 from django.db import transaction
 from django.utils import timezone
 
-from marketplace.api.parsers import text_error
+from config.api.parsers import text_error
 from marketplace.consumers import LiveConsumer
 from marketplace.events import DashboardTaskEvent, dashboard_group, task_group
 from marketplace.models import Task, TaskStatus

@@ -15,9 +15,9 @@ from rest_framework import mixins, serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from config.api.viewsets import OwnedViewSet
 from marketplace import dataset_uploads
 from marketplace.api import serializers as s
-from marketplace.api.views import OwnedViewSet
 from marketplace.models import DatasetUpload
 from workers.uploads import OutOfOrder
 

@@ -12,8 +12,8 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from config.api.parsers import refuse_unstorable_text
 from config.serializers import StrictInput
-from marketplace.api.parsers import refuse_unstorable_text
 from marketplace.dataset_uploads import received_bytes
 from marketplace.kinds import KIND_NAMES, KINDS
 from marketplace.models import ApiToken, Dataset, DatasetUpload, Task, TaskEvent, User

@@ -1,5 +1,5 @@
-"""REST endpoints: parse, call one service, render. Tenant scoping lives in
-``OwnedViewSet.get_queryset``, the one place that decides whose rows a request sees."""
+"""REST endpoints: parse, call one service, render. Whose rows a request sees is decided
+by ``config.api.viewsets.OwnedViewSet``."""
 
 from __future__ import annotations
 
@@ -20,33 +20,16 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from config.api.parsers import PARSERS, FormParser, JSONParser, MultiPartParser
+from config.api.viewsets import OwnedViewSet
 from config.downloads import download
 from config.serializers import refuse_body
 from marketplace import services
 from marketplace.api import serializers as s
-from marketplace.api.parsers import PARSERS, FormParser, JSONParser, MultiPartParser
 from marketplace.kinds import KINDS, get_kind
 from marketplace.models import ApiToken, Dataset, Task, TaskStatus
 from marketplace.units import format_credits
 from workers import jobs, supply
-
-
-class OwnedViewSet(viewsets.GenericViewSet):
-    """Restrict every queryset to the requesting user's own rows."""
-
-    owner_field = "owner"
-    parser_classes = PARSERS
-
-    def base_queryset(self) -> QuerySet[Any]:
-        raise NotImplementedError
-
-    def get_queryset(self) -> QuerySet[Any]:
-        user = self.request.user
-        # The schema generator calls this with an anonymous user; so could a future
-        # AllowAny action. Nobody anonymous owns rows.
-        if getattr(self, "swagger_fake_view", False) or not user.is_authenticated:
-            return self.base_queryset().none()
-        return self.base_queryset().filter(**{self.owner_field: user})
 
 
 class _UtcIsoDateTimeField(IsoDateTimeField):
