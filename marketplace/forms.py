@@ -14,10 +14,10 @@ from django import forms
 from django.contrib.auth import forms as auth_forms
 from rest_framework import serializers
 
+from ledger.units import UNITS_PER_CREDIT, credits_to_units, format_credits
 from marketplace.kinds import Kind
 from marketplace.models import Dataset, Task, TaskStatus, User
 from marketplace.services import TRAINING_KIND_OF, TaskRequest
-from marketplace.units import UNITS_PER_CREDIT, credits_to_units, format_credits
 
 SPEC_PREFIX = "spec_"
 

@@ -13,7 +13,7 @@ from django.db import models
 from django.utils import timezone
 
 from config.api.exceptions import StateConflict
-from marketplace.units import format_credits
+from ledger.units import format_credits
 
 TOKEN_PREFIX = "pw_"  # noqa: S105 (a public prefix, not a secret)
 

@@ -25,12 +25,12 @@ from django.utils import timezone
 from rest_framework.exceptions import ValidationError
 
 from ledger import services as ledger
+from ledger.units import format_credits
 from marketplace.datasets import clean_name, embeddings_map, embeddings_shape, inspect_upload
 from marketplace.events import DashboardTaskEvent, TaskStatusEvent, dashboard_group, send_event, task_group
 from marketplace.kinds import get_kind
 from marketplace.models import ApiToken, Dataset, Task, TaskEvent, TaskStatus, User, check_transition, hash_token
 from marketplace.signals import task_cancelling
-from marketplace.units import format_credits
 
 # How long a dataset's content checks are remembered (by its content hash).
 CHECKED_FOR = 7 * 24 * 3600

@@ -11,7 +11,7 @@ from django.http import HttpRequest
 from rest_framework.exceptions import ValidationError
 
 from ledger.admin import ReadOnlyAdmin
-from marketplace.units import format_credits
+from ledger.units import format_credits
 from payments import services
 from payments.models import ConnectedAccount, Payment, PayoutRequest, PayoutStatus, WebhookEvent
 

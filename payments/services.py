@@ -32,7 +32,7 @@ from rest_framework.exceptions import APIException, ValidationError
 from ledger import services as ledger
 from ledger.chain import context
 from ledger.gas import fee_for
-from marketplace.units import UNITS_PER_CREDIT, format_credits
+from ledger.units import UNITS_PER_CREDIT, format_credits
 from payments import stripe_client
 from payments.models import ConnectedAccount, Customer, Payment, PaymentStatus, PayoutRequest, PayoutStatus
 from protocol.encoding import PAYOUT

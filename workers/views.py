@@ -25,10 +25,10 @@ from django.views.decorators.http import require_POST
 from rest_framework.exceptions import APIException, NotFound, PermissionDenied, Throttled
 
 from ledger.models import Account, Transaction, TxStatus
+from ledger.units import format_credits
 from marketplace import formnonce
 from marketplace.errors import error_text
 from marketplace.models import Task, User
-from marketplace.units import format_credits
 from workers import services, supply, sweep
 from workers.models import Assignment, Worker
 

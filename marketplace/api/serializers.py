@@ -14,10 +14,10 @@ from rest_framework import serializers
 
 from config.api.parsers import refuse_unstorable_text
 from config.serializers import StrictInput
+from ledger.units import UNITS_PER_CREDIT, credits_to_units, format_credits
 from marketplace.dataset_uploads import received_bytes
 from marketplace.kinds import KIND_NAMES, KINDS
 from marketplace.models import ApiToken, Dataset, DatasetUpload, Task, TaskEvent, User
-from marketplace.units import UNITS_PER_CREDIT, credits_to_units, format_credits
 
 
 class JSONField(serializers.JSONField):

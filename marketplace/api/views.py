@@ -24,11 +24,11 @@ from config.api.parsers import PARSERS, FormParser, JSONParser, MultiPartParser
 from config.api.viewsets import OwnedViewSet
 from config.downloads import download
 from config.serializers import refuse_body
+from ledger.units import format_credits
 from marketplace import services
 from marketplace.api import serializers as s
 from marketplace.kinds import KINDS, get_kind
 from marketplace.models import ApiToken, Dataset, Task, TaskStatus
-from marketplace.units import format_credits
 from workers import jobs, supply
 
 

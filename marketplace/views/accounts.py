@@ -18,10 +18,10 @@ from django.views.decorators.http import require_POST
 from rest_framework.exceptions import NotFound, ValidationError
 
 from ledger import services as ledger
+from ledger.units import format_credits
 from marketplace import formnonce, services
 from marketplace.forms import SignupForm, TokenForm
 from marketplace.models import ApiToken
-from marketplace.units import format_credits
 from marketplace.views.common import current_user
 
 CREATE_FORM = "api-token"

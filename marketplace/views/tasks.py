@@ -21,12 +21,12 @@ from rest_framework.exceptions import NotFound, ValidationError
 from config.downloads import download
 from ledger import services as ledger
 from ledger.models import TxStatus
+from ledger.units import format_credits
 from marketplace import services
 from marketplace.errors import error_text
 from marketplace.forms import StatusFilterForm, TaskForm
 from marketplace.kinds import KINDS, Kind
 from marketplace.models import CANCELLABLE, Task, TaskEvent, TaskStatus, User
-from marketplace.units import format_credits
 from marketplace.views.common import current_user
 from workers import jobs, supply
 from workers.jobs import Conflict

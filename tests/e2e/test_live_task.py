@@ -16,7 +16,7 @@ import pytest
 from websockets import Origin
 from websockets.sync.client import connect
 
-from marketplace.units import UNITS_PER_CREDIT
+from ledger.units import UNITS_PER_CREDIT
 from tests.conftest import funded
 from tests.e2e.browsing import expect, log_in
 from tests.factories import UserFactory, post_task

@@ -7,9 +7,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
+from ledger.units import UNITS_PER_CREDIT
 from marketplace import services
 from marketplace.models import Task, User
-from marketplace.units import UNITS_PER_CREDIT
 
 DEMO_TASKS = [
     ("Proof of compute, 1024²", "synthetic", {"n": 1024}),
