@@ -93,7 +93,7 @@ def begin_dataset_upload(owner: User, size_bytes: int, name: str = "", filename:
     now = timezone.now()
     with transaction.atomic():
         User.objects.select_for_update().filter(pk=owner.pk).first()
-        unfinished = DatasetUpload.objects.filter(owner=owner, dataset__isnull=True, expires_at__gt=now).count()
+        unfinished = DatasetUpload.objects.owned_by(owner).filter(dataset__isnull=True, expires_at__gt=now).count()
         if unfinished >= MAX_OPEN_UPLOADS:
             raise ValidationError(
                 {"non_field_errors": [f"At most {MAX_OPEN_UPLOADS} unfinished uploads; finish or delete one first."]}
@@ -224,8 +224,9 @@ def _declared_length(header: str | None) -> int:
 
 def _live(owner: User, upload_id: UUID) -> DatasetUpload:
     upload = (
-        DatasetUpload.objects.select_related("dataset")
-        .filter(pk=upload_id, owner=owner, expires_at__gt=timezone.now())
+        DatasetUpload.objects.owned_by(owner)
+        .select_related("dataset")
+        .filter(pk=upload_id, expires_at__gt=timezone.now())
         .first()
     )
     if upload is None:

@@ -89,7 +89,7 @@ def check_credits(credits: Any) -> int:
 
 def customer_of(user: Any) -> str:
     """The user's Stripe Customer id, created on their first purchase."""
-    known = Customer.objects.filter(user=user).values_list("customer_id", flat=True).first()
+    known = Customer.objects.owned_by(user).values_list("customer_id", flat=True).first()
     if known:
         return known
     customer_id = stripe_client.create_customer(
@@ -380,7 +380,7 @@ def close_dispute(payment: Payment, *, dispute_id: str, amount: int, status: str
 
 
 def connected_account(user: Any) -> ConnectedAccount | None:
-    return ConnectedAccount.objects.filter(user=user).first()
+    return ConnectedAccount.objects.owned_by(user).first()
 
 
 def link_account(user: Any, *, refresh_url: str, return_url: str) -> str:
@@ -466,7 +466,11 @@ def request_payout(user: Any, units: int) -> PayoutRequest:
     with transaction.atomic():
         # One lock per user serialises two concurrent requests of the same provider.
         get_user_model().objects.select_for_update().filter(pk=user.pk).first()
-        if PayoutRequest.objects.filter(user=user, status__in=[PayoutStatus.REQUESTED, PayoutStatus.APPROVED]).exists():
+        if (
+            PayoutRequest.objects.owned_by(user)
+            .filter(status__in=[PayoutStatus.REQUESTED, PayoutStatus.APPROVED])
+            .exists()
+        ):
             raise ValidationError({"status": ["You already have a payout waiting; wait for it to finish."]})
         needed = units + payout_fee()
         available = ledger.balance(user)

@@ -118,9 +118,10 @@ class DashboardConsumer(SessionConsumer):
 
     @database_sync_to_async
     def _check(self, model: type[Task] | type[Worker], pk: Any) -> bool | None:
-        if not User.objects.filter(pk=self.user_id, is_active=True).exists():
+        user = User.objects.filter(pk=self.user_id, is_active=True).first()
+        if user is None:
             return None
         try:
-            return model.objects.filter(pk=pk, owner_id=self.user_id).exists()
+            return model.objects.owned_by(user).filter(pk=pk).exists()
         except (ValueError, TypeError, ValidationError):  # a malformed id names nothing of ours
             return False

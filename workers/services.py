@@ -70,7 +70,7 @@ def create_registration_token(owner: User) -> tuple[RegistrationToken, str]:
     now = timezone.now()
     with transaction.atomic():
         User.objects.select_for_update().filter(pk=owner.pk).first()
-        unused = RegistrationToken.objects.filter(owner=owner, used_at__isnull=True)
+        unused = RegistrationToken.objects.owned_by(owner).filter(used_at__isnull=True)
         unused.filter(expires_at__lte=now - timedelta(days=1)).delete()
         if unused.filter(expires_at__gt=now).count() >= MAX_OPEN_REGISTRATION_TOKENS:
             raise Throttled(
@@ -318,7 +318,7 @@ def set_worker_state(owner: User, worker_id: UUID, target: str, *, by_platform: 
         Worker.State.RETIRED: set(),
     }
     with transaction.atomic():
-        worker = Worker.objects.select_for_update().filter(pk=worker_id, owner=owner).first()
+        worker = Worker.objects.owned_by(owner).select_for_update().filter(pk=worker_id).first()
         if worker is None:
             raise NotFound("No such worker.")
         if target not in allowed[Worker.State(worker.state)]:
@@ -355,14 +355,12 @@ def on_user_saved(sender: Any, instance: User, **kwargs: Any) -> None:
         # have changed is_active, such as a login's, asks nothing of the broker).
         fields = kwargs.get("update_fields")
         if nodebroker.configured() and (fields is None or "is_active" in fields):
-            for worker_id in Worker.objects.filter(owner=instance, state=Worker.State.ACTIVE).values_list(
-                "pk", flat=True
+            for worker_id in (
+                Worker.objects.owned_by(instance).filter(state=Worker.State.ACTIVE).values_list("pk", flat=True)
             ):
                 transaction.on_commit(partial(nodebroker.sync_node_soon, worker_id))
         return
-    for worker_id in (
-        Worker.objects.filter(owner=instance).exclude(state=Worker.State.RETIRED).values_list("pk", flat=True)
-    ):
+    for worker_id in Worker.objects.owned_by(instance).exclude(state=Worker.State.RETIRED).values_list("pk", flat=True):
         transaction.on_commit(partial(nodebroker.sync_node_soon, worker_id))
         transaction.on_commit(partial(close_worker_sockets, worker_id))
 

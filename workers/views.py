@@ -1,7 +1,7 @@
 """Provider pages: register a node, my workers, one worker, and a task's live state as JSON.
 
-Every view is login-protected and reads workers through ``_own_workers``, the one place
-that restricts rows to the signed-in provider: another user's worker is a 404.
+Every view is login-protected and reads workers through ``Worker.objects.owned_by``:
+another user's worker is a 404.
 """
 
 from __future__ import annotations
@@ -60,10 +60,6 @@ def current_user(request: HttpRequest) -> User:
     user = request.user
     assert isinstance(user, User), "view must be behind login_required"
     return user
-
-
-def _own_workers(request: HttpRequest) -> QuerySet[Worker]:
-    return Worker.objects.filter(owner=current_user(request))
 
 
 def broker_argument() -> str:
@@ -194,7 +190,8 @@ def register(request: HttpRequest) -> HttpResponse:
 def my_workers(request: HttpRequest) -> HttpResponse:
     """The provider's workers, with status, capabilities, benchmark and earnings."""
     balance = Account.objects.filter(address=OuterRef("address")).values("available")[:1]
-    workers = _own_workers(request).annotate(
+    owned: QuerySet[Worker] = Worker.objects.owned_by(current_user(request))
+    workers = owned.annotate(
         live_assignments=Count("assignments", filter=Q(assignments__state__in=LIVE_STATES)),
         unswept=Coalesce(Subquery(balance), 0),
     )
@@ -211,7 +208,7 @@ def current_job(worker: Worker) -> Assignment | None:
 def worker_detail(request: HttpRequest, pk: UUID) -> HttpResponse:
     """One of the provider's workers, its recent assignments, and its unswept earnings
     with the command that sweeps them into the provider's wallet."""
-    worker = get_object_or_404(_own_workers(request), pk=pk)
+    worker = get_object_or_404(Worker.objects.owned_by(current_user(request)), pk=pk)
     assignments = list(
         Assignment.objects.filter(worker=worker).select_related("task").order_by("-created_at")[:RECENT_ASSIGNMENTS]
     )
@@ -296,5 +293,5 @@ def task_live_state(task: Task) -> dict[str, Any]:
 def task_live(request: HttpRequest, pk: UUID) -> JsonResponse:
     """``live.json``: the task's assignments' progress, history and log tail, for its owner only."""
     user: User = current_user(request)
-    task = get_object_or_404(Task.objects.visible_to(user), pk=pk)
+    task = get_object_or_404(Task.objects.owned_by(user), pk=pk)
     return JsonResponse(task_live_state(task))

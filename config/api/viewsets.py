@@ -1,28 +1,31 @@
-"""The base viewset of every API endpoint that lists or changes a user's own rows."""
+"""The base of every API view that lists or changes a user's own rows."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from django.db.models import QuerySet
-from rest_framework import viewsets
+from rest_framework import generics, viewsets
 
 from config.api.parsers import PARSERS
+from config.owned import OwnedQuerySet
 
 
-class OwnedViewSet(viewsets.GenericViewSet):
-    """Restrict every queryset to the requesting user's own rows."""
+class OwnedRowsMixin(generics.GenericAPIView[Any]):
+    """A view's queryset is ``base_queryset()`` narrowed to the requesting user's own rows
+    (``OwnedQuerySet.owned_by``)."""
 
-    owner_field = "owner"
-    parser_classes = PARSERS
-
-    def base_queryset(self) -> QuerySet[Any]:
+    def base_queryset(self) -> OwnedQuerySet[Any]:
         raise NotImplementedError
 
     def get_queryset(self) -> QuerySet[Any]:
-        user = self.request.user
-        # The schema generator calls this with an anonymous user; so could a future
-        # AllowAny action. Nobody anonymous owns rows.
-        if getattr(self, "swagger_fake_view", False) or not user.is_authenticated:
+        # The schema generator calls this with an anonymous user; owned_by gives it nothing.
+        if getattr(self, "swagger_fake_view", False):
             return self.base_queryset().none()
-        return self.base_queryset().filter(**{self.owner_field: user})
+        return self.base_queryset().owned_by(self.request.user)
+
+
+class OwnedViewSet(OwnedRowsMixin, viewsets.GenericViewSet):
+    """A viewset of the requesting user's own rows."""
+
+    parser_classes = PARSERS

@@ -384,7 +384,7 @@ class Wallet(generics.GenericAPIView[Any]):
 def wallet_of(user: Any) -> dict[str, Any]:
     account = services.ensure_user_account(user)
     escrow_addresses = list(
-        Account.objects.filter(user=user, kind=AccountKind.ESCROW).values_list("address", flat=True)
+        Account.objects.owned_by(user).filter(kind=AccountKind.ESCROW).values_list("address", flat=True)
     )
     txs = history(account.address)
     return {

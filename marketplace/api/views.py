@@ -10,7 +10,7 @@ import django_filters
 from django import forms
 from django.conf import settings
 from django.core.files.storage import default_storage
-from django.db.models import Count, QuerySet
+from django.db.models import Count
 from django.http import FileResponse
 from django_filters.fields import IsoDateTimeField
 from drf_spectacular.utils import OpenApiParameter, extend_schema
@@ -28,7 +28,7 @@ from ledger.units import format_credits
 from marketplace import services
 from marketplace.api import serializers as s
 from marketplace.kinds import KINDS, get_kind
-from marketplace.models import ApiToken, Dataset, Task, TaskStatus
+from marketplace.models import ApiToken, ApiTokenQuerySet, Dataset, DatasetQuerySet, Task, TaskQuerySet, TaskStatus
 from workers import jobs, supply
 
 
@@ -70,7 +70,7 @@ class TaskViewSet(OwnedViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixin
     ordering_fields = ["created_at", "budget", "status", "progress"]
     ordering = ["-created_at"]
 
-    def base_queryset(self) -> QuerySet[Task]:
+    def base_queryset(self) -> TaskQuerySet:
         qs = Task.objects.all()
         if self.action == "retrieve":
             qs = qs.prefetch_related("events")
@@ -169,7 +169,7 @@ class DatasetViewSet(OwnedViewSet, mixins.ListModelMixin, mixins.RetrieveModelMi
     ordering_fields = ["created_at", "name", "size_bytes"]
     ordering = ["-created_at"]
 
-    def base_queryset(self) -> QuerySet[Dataset]:
+    def base_queryset(self) -> DatasetQuerySet:
         return Dataset.objects.annotate(task_count=Count("tasks"))
 
     @extend_schema(
@@ -249,13 +249,12 @@ class MeView(APIView):
 class TokenViewSet(OwnedViewSet, mixins.ListModelMixin):
     """Your API tokens: create (shown once), list, revoke."""
 
-    owner_field = "user"
     lookup_value_regex = "[0-9]+"
     serializer_class = s.ApiTokenSerializer
     pagination_class = None
     ordering_fields = ["created_at", "last_used_at", "name"]  # one user's few rows
 
-    def base_queryset(self) -> QuerySet[ApiToken]:
+    def base_queryset(self) -> ApiTokenQuerySet:
         return ApiToken.objects.all()
 
     @extend_schema(request=s.ApiTokenCreateSerializer, responses={201: s.ApiTokenCreatedSerializer})

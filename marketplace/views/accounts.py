@@ -80,7 +80,7 @@ def _account_page(
         "escrowed": format_credits(ledger.escrowed(user)),
         "token_form": form,
         "token_form_nonce": formnonce.issue(request, CREATE_FORM),
-        "tokens": ApiToken.objects.active().filter(user=user),
+        "tokens": ApiToken.objects.owned_by(user).active(),
         "new_token": new_token,
         "new_token_name": new_token_name,
         "max_tokens": services.MAX_TOKENS_PER_USER,

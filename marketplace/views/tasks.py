@@ -53,7 +53,7 @@ def home(request: HttpRequest) -> HttpResponse:
 @login_required
 def my_tasks(request: HttpRequest) -> HttpResponse:
     """The requester's tasks, newest first, filterable by status."""
-    tasks = Task.objects.visible_to(request.user)
+    tasks = Task.objects.owned_by(request.user)
     status_form = StatusFilterForm(request.GET or None)
     status = status_form.cleaned_data["status"] if status_form.is_valid() else ""
     if status:
@@ -158,7 +158,7 @@ def _estimate(form: TaskForm) -> dict[str, Any] | None:
 
 
 def _own_task(request: HttpRequest, pk: UUID) -> Task:
-    return get_object_or_404(Task.objects.visible_to(request.user).select_related("dataset"), pk=pk)
+    return get_object_or_404(Task.objects.owned_by(request.user).select_related("dataset"), pk=pk)
 
 
 @login_required
