@@ -24,10 +24,11 @@ from django.db import transaction
 from django.utils import timezone
 from rest_framework.exceptions import ValidationError
 
+from config.events import send_event
 from ledger import services as ledger
 from ledger.units import format_credits
 from marketplace.datasets import clean_name, embeddings_map, embeddings_shape, inspect_upload
-from marketplace.events import DashboardTaskEvent, TaskStatusEvent, dashboard_group, send_event, task_group
+from marketplace.events import DashboardTaskEvent, TaskStatusEvent, dashboard_group, task_group
 from marketplace.kinds import get_kind
 from marketplace.models import ApiToken, Dataset, Task, TaskEvent, TaskStatus, User, check_transition, hash_token
 from marketplace.signals import task_cancelling

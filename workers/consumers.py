@@ -52,6 +52,7 @@ from marketplace.models import Task, TaskStatus
 from workers.authentication import token_from_header
 from workers.control import ended_by_platform
 from workers.dashboard import worker_changed
+from workers.events import worker_group
 from workers.live import Allowance, Coalescer, Openings, Throttle, WriteBuffer
 from workers.models import Assignment, Worker
 from workers.services import authenticate_worker
@@ -78,10 +79,6 @@ MESSAGE_RATE = 50.0  # per second, sustained, per worker (all its sockets in thi
 MESSAGE_BURST = 250
 MAX_SOCKETS = 4  # open at once per worker in this process
 STOPPED_LINE = "stopped by the platform: {reason}"
-
-
-def worker_group(worker_id: object) -> str:
-    return f"worker.{worker_id}"
 
 
 def number(value: Any, low: float = -math.inf, high: float = math.inf) -> float | None:

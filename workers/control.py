@@ -4,8 +4,8 @@ Whenever a live job (offered or running) ends other than by its node's own submi
 failure report (the task was cancelled or failed, the job's deadline passed or its node
 went silent, the worker was suspended or retired), the platform sends that node a
 ``stop`` naming the assignment and the reason, after commit, over the node's
-authenticated ``/ws/worker/`` socket (the channel-layer group ``worker_group``, which
-only the worker's own sockets join). ``stop_on_commit`` is the one place that sends it.
+authenticated ``/ws/worker/`` socket (the channel-layer group ``workers.events.worker_group``,
+which only the worker's own sockets join). ``stop_on_commit`` is the one place that sends it.
 
 A stop cannot be lost with a socket that was down: the consumer answers the node's next
 heartbeat, progress or log line about an assignment that ended this way with the same
@@ -16,13 +16,15 @@ from __future__ import annotations
 
 import logging
 from functools import partial
-from typing import Any, Literal, TypedDict
+from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
 
+from config.events import send_event
 from workers import uploads
 from workers.dashboard import worker_changed
+from workers.events import StopEvent, worker_group
 from workers.models import Assignment, Worker
 
 log = logging.getLogger(__name__)
@@ -30,14 +32,6 @@ log = logging.getLogger(__name__)
 LIVE_JOB = (Assignment.State.OFFERED, Assignment.State.RUNNING)
 # The reason ``workers.jobs.fail`` records: a job its own node gave up is not stopped.
 GAVE_UP = "The worker gave up: "
-
-
-class StopEvent(TypedDict):
-    """The channel-layer event a worker's sockets turn into ``{"type": "stop", ...}``."""
-
-    type: Literal["worker.stop"]
-    assignment_id: str
-    reason: str
 
 
 def ended_by_platform(state: str, reason: str) -> bool:
@@ -48,19 +42,8 @@ def ended_by_platform(state: str, reason: str) -> bool:
 
 def send_stop(worker_id: Any, assignment_id: Any, reason: str) -> None:
     """Tell the worker's open sockets to stop one job (best effort: see the module docstring)."""
-    from asgiref.sync import async_to_sync
-    from channels.layers import get_channel_layer
-
-    from workers.consumers import worker_group
-
-    layer = get_channel_layer()
-    if layer is None:
-        return
     event = StopEvent(type="worker.stop", assignment_id=str(assignment_id), reason=reason[:300])
-    try:
-        async_to_sync(layer.group_send)(worker_group(worker_id), event)
-    except Exception:  # the node learns it at its next message instead
-        log.exception("could not send stop for assignment %s to worker %s", assignment_id, worker_id)
+    send_event(worker_group(worker_id), event)
 
 
 def stop_on_commit(worker_id: Any, assignment_id: Any, reason: str) -> None:

@@ -10,28 +10,17 @@ is still active and owns the row named.
 
 from __future__ import annotations
 
-import logging
-from typing import Any, Literal, NotRequired, TypedDict
+from typing import Any
 
-from asgiref.sync import async_to_sync
 from channels.db import database_sync_to_async
-from channels.layers import get_channel_layer
 from django.core.exceptions import ValidationError
 
+from config.events import send_event
 from marketplace.consumers import SessionConsumer
 from marketplace.events import DashboardTaskEvent, dashboard_group
 from marketplace.models import Task, User
+from workers.events import DashboardWorkerEvent
 from workers.models import Worker
-
-log = logging.getLogger(__name__)
-
-
-class DashboardWorkerEvent(TypedDict):
-    type: Literal["dashboard.worker"]
-    worker_id: str
-    status: str
-    name: NotRequired[str]
-
 
 DashboardEvent = DashboardTaskEvent | DashboardWorkerEvent
 
@@ -41,13 +30,7 @@ def send_dashboard_event(user_id: Any, payload: DashboardEvent) -> None:
 
     Call it from ``transaction.on_commit`` so a browser never sees a rolled-back change.
     """
-    layer = get_channel_layer()
-    if layer is None:
-        return
-    try:
-        async_to_sync(layer.group_send)(dashboard_group(user_id), dict(payload))
-    except Exception:  # advisory: the page recovers its state on reload
-        log.exception("could not send %s to the dashboard of user %s", payload["type"], user_id)
+    send_event(dashboard_group(user_id), payload)
 
 
 def worker_changed(worker_id: Any) -> None:

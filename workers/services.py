@@ -20,6 +20,7 @@ from django.db import transaction
 from django.utils import timezone
 from rest_framework.exceptions import APIException, NotFound, PermissionDenied, Throttled, ValidationError
 
+from config.events import send_event
 from ledger import gas
 from ledger import services as ledger
 from marketplace.models import User
@@ -30,6 +31,7 @@ from training.poc import spec as poc_spec
 from workers import nodebroker
 from workers.control import end_worker_jobs
 from workers.dashboard import worker_changed
+from workers.events import CloseEvent, worker_group
 from workers.models import RegistrationToken, Worker
 
 REGISTRATION_PREFIX = "pwr_"
@@ -371,15 +373,4 @@ def close_worker_sockets(worker_id: UUID) -> None:
     The REST token is refused from the moment the state is committed; this makes the
     live channel follow at once instead of at the node's next heartbeat.
     """
-    from asgiref.sync import async_to_sync
-    from channels.layers import get_channel_layer
-
-    from workers.consumers import worker_group
-
-    layer = get_channel_layer()
-    if layer is None:
-        return
-    try:
-        async_to_sync(layer.group_send)(worker_group(worker_id), {"type": "worker.close"})
-    except Exception:  # the socket also closes at its next heartbeat; never fail the state change
-        log.exception("could not close the sockets of worker %s", worker_id)
+    send_event(worker_group(worker_id), CloseEvent(type="worker.close"))
