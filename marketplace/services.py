@@ -24,6 +24,7 @@ from django.db import transaction
 from django.utils import timezone
 from rest_framework.exceptions import ValidationError
 
+from config.celery import enqueue
 from config.events import send_event
 from ledger import services as ledger
 from ledger.units import format_credits
@@ -310,13 +311,7 @@ def _open_locked(task: Task) -> None:
     task.opened_at = opened
     task.save(update_fields=["opened_at"])
     if kind.available:
-        transaction.on_commit(partial(_schedule, task.pk))
-
-
-def _schedule(task_id: UUID) -> None:
-    from workers.tasks import schedule_task
-
-    schedule_task.delay(str(task_id))
+        transaction.on_commit(partial(enqueue, "workers.schedule_task", str(task.pk)))
 
 
 def cancel_task(owner: User, task_id: UUID) -> Task:

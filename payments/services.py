@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 from uuid import UUID
 
@@ -29,6 +30,7 @@ from django.db import transaction
 from rest_framework import status
 from rest_framework.exceptions import APIException, ValidationError
 
+from config.celery import enqueue
 from ledger import services as ledger
 from ledger.chain import context
 from ledger.gas import fee_for
@@ -491,7 +493,6 @@ def approve_payout(payout_id: UUID, admin: Any) -> PayoutRequest:
     """Admin approval: a PAYOUT transaction burns the credits, then (after commit) the
     transfer is sent by a Celery task. Raises ValidationError naming ``status`` when the
     request is not waiting for approval, ``amount`` when the credits are gone."""
-    from payments import tasks
 
     with transaction.atomic():
         payout = PayoutRequest.objects.select_for_update().filter(pk=payout_id).first()
@@ -505,7 +506,7 @@ def approve_payout(payout_id: UUID, admin: Any) -> PayoutRequest:
         payout.status = PayoutStatus.APPROVED
         payout.approved_by = admin
         payout.save(update_fields=["payout_tx", "status", "approved_by", "updated_at"])
-        transaction.on_commit(lambda: tasks.send_payout.delay(str(payout.pk)))
+        transaction.on_commit(partial(enqueue, "payments.send_payout", str(payout.pk)))
     return payout
 
 

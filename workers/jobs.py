@@ -23,6 +23,7 @@ from django.db.models import Q
 from django.utils import timezone
 from rest_framework.exceptions import NotFound, ValidationError
 
+from config.celery import enqueue
 from ledger import gas
 from ledger import services as ledger
 from ledger.models import Transaction
@@ -305,9 +306,7 @@ def _check_submit_tx(worker: Worker, tx_body: dict[str, Any], result: Any) -> No
 
 
 def _enqueue_verification(assignment_id: UUID) -> None:
-    from workers.tasks import verify_assignment
-
-    verify_assignment.delay(str(assignment_id))
+    enqueue("workers.verify_assignment", str(assignment_id))
 
 
 def resend_stalled_verifications(now: datetime | None = None) -> int:

@@ -31,6 +31,8 @@ from django.conf import settings
 from kombu import Exchange, Queue
 from kombu.exceptions import OperationalError
 
+from config.celery import enqueue
+
 log = logging.getLogger(__name__)
 
 JOB_TASK = "agent.run_assignment"
@@ -231,9 +233,7 @@ def sync_node_soon(worker_id: UUID | str) -> None:
         sync_node(worker_id)
     except NodeBrokerError as exc:
         log.error("node broker access of worker %s not updated (%s); retrying in the background", worker_id, exc)
-        from workers.tasks import sync_node_broker
-
-        sync_node_broker.delay(str(worker_id))
+        enqueue("workers.sync_node_broker", str(worker_id))
 
 
 # --- Publishing jobs ----------------------------------------------------------------

@@ -22,6 +22,7 @@ from django.db.models import Count, F, Q, QuerySet
 from django.db.models.functions import Greatest
 from django.utils import timezone
 
+from config.celery import enqueue
 from marketplace.models import ACTIVE, IllegalTransition, Task, TaskStatus
 from marketplace.services import set_reason_locked, transition_locked
 from workers import uploads
@@ -104,9 +105,7 @@ def fully_accepted() -> QuerySet[Task]:
 
 def schedule_later(task_id: Any) -> None:
     """Queue a scheduling pass for the task (on the control queue); call it on commit."""
-    from workers.tasks import schedule_task
-
-    schedule_task.delay(str(task_id))
+    enqueue("workers.schedule_task", str(task_id))
 
 
 def penalise(worker_id: Any, points: int) -> None:
