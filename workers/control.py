@@ -14,20 +14,14 @@ heartbeat, progress or log line about an assignment that ended this way with the
 
 from __future__ import annotations
 
-import logging
 from functools import partial
 from typing import Any
 
 from django.db import transaction
-from django.utils import timezone
 
 from config.events import send_event
-from workers import uploads
-from workers.dashboard import worker_changed
 from workers.events import StopEvent, worker_group
-from workers.models import Assignment, Worker
-
-log = logging.getLogger(__name__)
+from workers.models import Assignment
 
 LIVE_JOB = (Assignment.State.OFFERED, Assignment.State.RUNNING)
 # The reason ``workers.jobs.fail`` records: a job its own node gave up is not stopped.
@@ -49,56 +43,3 @@ def send_stop(worker_id: Any, assignment_id: Any, reason: str) -> None:
 def stop_on_commit(worker_id: Any, assignment_id: Any, reason: str) -> None:
     """Send the job's node its ``stop`` once the transaction that ended the job commits."""
     transaction.on_commit(partial(send_stop, worker_id, assignment_id, reason))
-
-
-def end_worker_jobs(worker: Worker, target: str, *, by_platform: bool) -> int:
-    """End a just suspended or retired worker's live jobs at once, and stop them on its node.
-
-    An operator's action (``by_platform``) costs the worker nothing, and the requester's
-    timeline says an operator did it. The owner's own suspension or retirement is the
-    owner giving the job up: it costs the reported give-up's ``FAIL_PENALTY``, not the
-    heavier penalty of a node that went silent. Each job ends in its own transaction,
-    under its task's and its own row lock (taskstate's lock order); the worker's row is
-    not held, so this runs after the state change committed. One that fails is left to
-    the scheduler's periodic expiry (which also ends a suspended worker's jobs).
-    Returns how many jobs ended.
-    """
-    from workers.jobs import FAIL_PENALTY  # jobs and taskstate import this module
-
-    verb = "retired" if target == Worker.State.RETIRED else "suspended"
-    if by_platform:
-        reason = f"An operator {verb} the worker."
-        message = f"An operator {verb} the worker running this job; reassigning."
-        penalty = 0
-    else:
-        reason = f"The worker's owner {verb} it."
-        message = f"The owner of {worker.name} {verb} it; reassigning."
-        penalty = FAIL_PENALTY
-    ended = 0
-    for pk in Assignment.objects.filter(worker=worker, state__in=LIVE_JOB).values_list("pk", flat=True):
-        try:
-            ended += _end(pk, worker, reason, message, penalty)
-        except Exception:
-            log.exception("could not end assignment %s of %s now; the periodic expiry will", pk, worker.pk)
-    return ended
-
-
-def _end(assignment_id: Any, worker: Worker, reason: str, message: str, penalty: int) -> int:
-    from workers import taskstate
-
-    with transaction.atomic():
-        assignment, task = taskstate.lock(assignment_id, worker=worker)
-        if assignment.state not in LIVE_JOB:
-            return 0
-        assignment.state = Assignment.State.EXPIRED
-        assignment.settled_at = timezone.now()
-        assignment.reason = reason
-        assignment.save(update_fields=["state", "settled_at", "reason"])
-        if penalty:
-            taskstate.penalise(worker.pk, penalty)
-        taskstate.sync_status(task, message)
-        stop_on_commit(worker.pk, assignment.pk, reason)
-        transaction.on_commit(partial(taskstate.schedule_later, task.pk))
-        transaction.on_commit(partial(worker_changed, worker.pk))
-        transaction.on_commit(partial(uploads.discard, assignment.pk))
-    return 1

@@ -20,7 +20,7 @@ from marketplace.consumers import SessionConsumer
 from marketplace.events import DashboardTaskEvent, dashboard_group
 from marketplace.models import Task, User
 from workers.events import DashboardWorkerEvent
-from workers.models import Worker
+from workers.models import Assignment, Worker
 
 DashboardEvent = DashboardTaskEvent | DashboardWorkerEvent
 
@@ -35,9 +35,6 @@ def send_dashboard_event(user_id: Any, payload: DashboardEvent) -> None:
 
 def worker_changed(worker_id: Any) -> None:
     """Send a worker's current status to its owner's dashboards (call it on commit)."""
-    from workers.models import Assignment
-    from workers.views import worker_status
-
     worker = Worker.objects.filter(pk=worker_id).only("pk", "owner_id", "name", "state", "last_heartbeat_at").first()
     if worker is None:
         return
@@ -47,7 +44,7 @@ def worker_changed(worker_id: Any) -> None:
     send_dashboard_event(
         worker.owner_id,
         DashboardWorkerEvent(
-            type="dashboard.worker", worker_id=str(worker.pk), status=worker_status(worker, busy), name=worker.name
+            type="dashboard.worker", worker_id=str(worker.pk), status=worker.status(busy), name=worker.name
         ),
     )
 

@@ -36,10 +36,10 @@ from workers import heldout, taskstate, uploads
 from workers.control import GAVE_UP
 from workers.dashboard import worker_changed
 from workers.models import Assignment, Worker
+from workers.taskstate import FAIL_PENALTY
 
 log = logging.getLogger(__name__)
 
-FAIL_PENALTY = 3  # reputation points; going silent costs more (scheduler.EXPIRE_PENALTY)
 _ARTIFACT_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
 

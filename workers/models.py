@@ -105,6 +105,14 @@ class Worker(models.Model):
             return False
         return timezone.now() - self.last_heartbeat_at <= timedelta(seconds=settings.WORKER_HEARTBEAT_TIMEOUT)
 
+    def status(self, busy: bool = False) -> str:
+        """online / busy / offline from heartbeats, or the provider's suspended / retired."""
+        if self.state != self.State.ACTIVE:
+            return str(self.state)
+        if not self.is_online:
+            return "offline"
+        return "busy" if busy else "online"
+
 
 class AssignmentState(models.TextChoices):
     OFFERED = "offered", "Offered"

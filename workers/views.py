@@ -72,15 +72,6 @@ def broker_argument() -> str:
     return f" --broker filesystem:// --broker-folder {folder}"
 
 
-def worker_status(worker: Worker, busy: bool = False) -> str:
-    """online / busy / offline from heartbeats, or the provider's suspended / retired."""
-    if worker.state != Worker.State.ACTIVE:
-        return str(worker.state)
-    if not worker.is_online:
-        return "offline"
-    return "busy" if busy else "online"
-
-
 def capability_rows(caps: Any) -> list[tuple[str, str]]:
     """Human rows for a worker's reported capabilities; absent fields are left out."""
     if not isinstance(caps, dict):
@@ -130,7 +121,7 @@ def _worker_row(worker: Worker, unswept: int) -> dict[str, Any]:
     busy = bool(getattr(worker, "live_assignments", 0))
     return {
         "worker": worker,
-        "status": worker_status(worker, busy),
+        "status": worker.status(busy),
         "heartbeat": heartbeat_age(worker.last_heartbeat_at),
         "capabilities": capability_rows(worker.capabilities),
         "earnings": format_credits(worker.earnings),
@@ -220,7 +211,7 @@ def worker_detail(request: HttpRequest, pk: UUID) -> HttpResponse:
         .exclude(status=TxStatus.REFUSED)
         .aggregate(total=Coalesce(Sum("fee"), 0))["total"]
     )
-    row["status"] = worker_status(worker, busy=any(a.state in LIVE_STATES for a in assignments))
+    row["status"] = worker.status(busy=any(a.state in LIVE_STATES for a in assignments))
     server_url = request.build_absolute_uri("/").rstrip("/")
     context = {
         "row": row,
