@@ -8,8 +8,8 @@ the size checked against the limit at once) and then PUTs the file in parts of a
 
     Content-Range: bytes START-END/TOTAL
 
-as workers send large artifacts (``workers/uploads.py``, whose header parser and 409 this
-module shares). Parts go in order: START must be what has been received so far, and a part
+as workers send large artifacts (``workers/uploads.py``; both parse the header and refuse a
+part out of order with ``config/api/uploads.py``). Parts go in order: START must be what has been received so far, and a part
 that does not follow is refused with 409 naming ``received``, so a client whose answer got
 lost continues from there; START 0 begins again. The bytes collect in
 ``dataset-uploads/<id>.part``, outside the datasets folder: no Dataset row or file exists
@@ -46,10 +46,10 @@ from django.utils import timezone
 from rest_framework import status
 from rest_framework.exceptions import APIException, NotFound, ValidationError
 
+from config.api.uploads import OutOfOrder, parse_content_range
 from marketplace import services
 from marketplace.datasets import SNIFF_BYTES, check_size, clean_name, sniff_format
 from marketplace.models import Dataset, DatasetUpload, User
-from workers.uploads import OutOfOrder, parse_content_range
 
 UPLOADS_DIR = "dataset-uploads"
 # Unfinished uploads one user may hold at a time: each may reserve DATASET_MAX_BYTES of disk.

@@ -23,6 +23,7 @@ from django.db.models import Q
 from django.utils import timezone
 from rest_framework.exceptions import NotFound, ValidationError
 
+from config.api.uploads import parse_content_range
 from config.celery import enqueue
 from ledger import gas
 from ledger import services as ledger
@@ -196,7 +197,7 @@ def store_artifact(
             raise ValidationError({"name": [f"Expected one of: {', '.join(allowed)}."]})
         if upload is None or not upload.size:
             raise ValidationError({"file": ["The artifact is empty."]})
-        part = uploads.parse_content_range(content_range)
+        part = parse_content_range(content_range)
         uploads.check_size(upload.size if part is None else part[2])
         path = artifact_path(assignment, name)
         with uploads.exclusive(assignment.pk):

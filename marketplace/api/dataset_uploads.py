@@ -14,11 +14,11 @@ from rest_framework import mixins, serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from config.api.uploads import OutOfOrder
 from config.api.viewsets import OwnedViewSet
 from marketplace import dataset_uploads
 from marketplace.api import serializers as s
 from marketplace.models import DatasetUpload, DatasetUploadQuerySet
-from workers.uploads import OutOfOrder
 
 _ERRORS = inline_serializer(
     "DatasetUploadPartError",
