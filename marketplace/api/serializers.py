@@ -18,6 +18,7 @@ from ledger.units import UNITS_PER_CREDIT, credits_to_units, format_credits
 from marketplace.dataset_uploads import received_bytes
 from marketplace.kinds import KIND_NAMES, KINDS
 from marketplace.models import ApiToken, Dataset, DatasetUpload, Task, TaskEvent, User
+from marketplace.work import work
 
 
 class JSONField(serializers.JSONField):
@@ -138,9 +139,7 @@ class TaskDetailSerializer(TaskSerializer):
         read_only_fields = fields
 
     def get_result_files(self, task: Task) -> list[str]:
-        from workers.jobs import result_files
-
-        return result_files(task)
+        return work().result_files(task)
 
 
 class TaskCreateSerializer(StrictInput, serializers.Serializer):

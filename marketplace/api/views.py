@@ -8,7 +8,6 @@ from typing import Any
 
 import django_filters
 from django import forms
-from django.conf import settings
 from django.core.files.storage import default_storage
 from django.db.models import Count
 from django.http import FileResponse
@@ -29,7 +28,8 @@ from marketplace import services
 from marketplace.api import serializers as s
 from marketplace.kinds import KINDS, get_kind
 from marketplace.models import ApiToken, ApiTokenQuerySet, Dataset, DatasetQuerySet, Task, TaskQuerySet, TaskStatus
-from workers import jobs, supply
+from marketplace.quotes import quote_task
+from marketplace.work import work
 
 
 class _UtcIsoDateTimeField(IsoDateTimeField):
@@ -106,22 +106,20 @@ class TaskViewSet(OwnedViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixin
         data = dict(form.validated_data)
         budget = data.pop("budget")
         task_request = services.TaskRequest(budget=budget or 0, **data)
-        spec, _, price = services.check_task_request(request.user, task_request, check_budget=budget is not None)  # type: ignore[arg-type]
-        kind = KINDS[task_request.kind]
-        resources = kind.resources(spec)
-        need = supply.Need.of(kind.name, spec, task_request.min_reputation)
-        survey = supply.survey(need, max_age=settings.SUPPLY_SNAPSHOT_SECONDS)
-        quote = {
-            "kind": kind.name,
+        spec, _, _ = services.check_task_request(request.user, task_request, check_budget=budget is not None)  # type: ignore[arg-type]
+        quote = quote_task(KINDS[task_request.kind], spec, task_request.min_reputation, task_request.replication)
+        supply = quote.supply
+        body = {
+            "kind": quote.kind.name,
             "spec": spec,
-            "price_estimate": price,
-            "budget_needed": price * task_request.replication,
-            "memory_bytes": resources.memory_bytes,
-            "gpu_preferred": resources.gpu_preferred,
-            "workers": {"online": survey.online, "fitting": survey.fitting, "free": len(survey.free)},
-            "waiting_reason": survey.posting_warning(task_request.replication),
+            "price_estimate": quote.price,
+            "budget_needed": quote.budget_needed,
+            "memory_bytes": quote.resources.memory_bytes,
+            "gpu_preferred": quote.resources.gpu_preferred,
+            "workers": {"online": supply.online, "fitting": supply.fitting, "free": len(supply.free)},
+            "waiting_reason": quote.warning,
         }
-        return Response(s.TaskQuoteResultSerializer(quote).data)
+        return Response(s.TaskQuoteResultSerializer(body).data)
 
     @extend_schema(request=None, responses={200: s.TaskDetailSerializer})
     @action(detail=True, methods=["post"])
@@ -145,7 +143,7 @@ class TaskViewSet(OwnedViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixin
     )
     @action(detail=True, methods=["get"], url_path=r"results/(?P<name>[A-Za-z0-9_.-]+)")
     def results(self, request: Request, pk: str | None = None, name: str = "") -> FileResponse:
-        path = jobs.result_file(self.get_object(), name)
+        path = work().result_file(self.get_object(), name)
         return download(request, default_storage.open(path, "rb"), name)
 
 
