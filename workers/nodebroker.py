@@ -32,6 +32,7 @@ from kombu import Exchange, Queue
 from kombu.exceptions import OperationalError
 
 from config.celery import enqueue
+from workers.models import Worker
 
 log = logging.getLogger(__name__)
 
@@ -208,8 +209,6 @@ def _close_connections(http: httpx.Client, address: str) -> None:
 def sync_node(worker_id: UUID | str) -> None:
     """Make the node's broker access match its worker row: retired → removed; suspended,
     or of a deactivated account → revoked; active → restored. Raises NodeBrokerError."""
-    from workers.models import Worker
-
     if not configured():
         return
     worker = Worker.objects.select_related("owner").filter(pk=worker_id).first()
