@@ -68,9 +68,9 @@ def measure_dispatch(url: str, owner: Any, tasks: int) -> list[float]:
     """Post tasks one by one; seconds from post to the agent's /start/ for each."""
     from django.utils import timezone
 
+    from ledger.units import UNITS_PER_CREDIT
     from marketplace.models import Task, TaskStatus
     from marketplace.services import TaskRequest, post_task
-    from marketplace.units import UNITS_PER_CREDIT
     from tests.workers import processes as p
     from workers.models import Assignment
 
@@ -114,8 +114,8 @@ def running_assignment(owner: Any, worker: Any) -> Any:
     from django.conf import settings
     from django.utils import timezone
 
+    from ledger.units import UNITS_PER_CREDIT
     from marketplace.services import TaskRequest, post_task
-    from marketplace.units import UNITS_PER_CREDIT
     from workers.models import Assignment
 
     task = post_task(owner, TaskRequest(kind="synthetic", spec={"n": 64}, budget=UNITS_PER_CREDIT, min_reputation=100))
@@ -227,8 +227,8 @@ def main() -> int:
         from django.conf import settings
 
         from ledger import services as ledger
+        from ledger.units import UNITS_PER_CREDIT
         from marketplace.models import User
-        from marketplace.units import UNITS_PER_CREDIT
         from tests.workers import processes as p
         from workers.agent.identity import Credentials, credentials_path
         from workers.models import Worker

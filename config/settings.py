@@ -331,9 +331,9 @@ REST_FRAMEWORK = {
     # Every API's parsers answer absurdly nested bodies, and strings no column can hold
     # (U+0000, unpaired surrogates), with a 400 naming the field, not a 500.
     "DEFAULT_PARSER_CLASSES": [
-        "marketplace.api.parsers.JSONParser",
-        "marketplace.api.parsers.FormParser",
-        "marketplace.api.parsers.MultiPartParser",
+        "config.api.parsers.JSONParser",
+        "config.api.parsers.FormParser",
+        "config.api.parsers.MultiPartParser",
     ],
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
     "PAGE_SIZE": 20,
@@ -344,7 +344,7 @@ REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"]
     + ([] if PRODUCTION else ["rest_framework.renderers.BrowsableAPIRenderer"]),
-    "EXCEPTION_HANDLER": "marketplace.api.errors.exception_handler",
+    "EXCEPTION_HANDLER": "config.api.errors.exception_handler",
     # NaN and Infinity are not JSON; the parser refuses them with a 400.
     "STRICT_JSON": True,
     "COERCE_DECIMAL_TO_STRING": True,

@@ -23,6 +23,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from config.celery import enqueue
 from ledger import hooks
 from ledger.bulk import insert_transactions, taken, update_accounts
 from ledger.chain import context
@@ -327,9 +328,7 @@ def _maybe_trigger_sealer() -> None:
     pending = Transaction.objects.filter(status=TxStatus.PENDING).count()
     if pending < settings.LEDGER_MEMPOOL_SEAL_TRIGGER:
         return
-    from ledger.tasks import seal_pending
-
     try:
-        seal_pending.delay()
+        enqueue("ledger.tasks.seal_pending")
     except Exception:  # the periodic beat seals anyway; a broker hiccup must not fail admission
         log.exception("could not queue an early sealer run")

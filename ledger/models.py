@@ -11,11 +11,14 @@ was admissible stays valid when it is sealed.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
+from config.owned import OwnedQuerySet
 from protocol import encoding
 
 HASH_LENGTH = 64  # hex of 32 bytes
@@ -28,6 +31,10 @@ class AccountKind(models.TextChoices):
     ESCROW = "escrow", "Escrow"
     WORKER = "worker", "Worker"
     PLATFORM = "platform", "Platform"
+
+
+class AccountQuerySet(OwnedQuerySet["Account"]):
+    owner_field = "user"
 
 
 class Account(models.Model):
@@ -51,6 +58,8 @@ class Account(models.Model):
     # The task an escrow account holds money for. A plain UUID: the ledger knows nothing of tasks.
     reference = models.UUIDField(null=True, blank=True, db_index=True)
     created_at = models.DateTimeField(default=timezone.now)
+
+    objects: ClassVar[AccountQuerySet] = AccountQuerySet.as_manager()  # type: ignore[assignment]
 
     class Meta:
         ordering = ["address"]

@@ -136,7 +136,7 @@ def lock_task_accounts(task_id: uuid.UUID, *addresses: str) -> None:
 def ensure_user_account(user: Any) -> Account:
     """The user's custodial account, created with a fresh key pair on first call.
     Call at sign-up; every other service calls it too, so it is never missing."""
-    account = Account.objects.filter(user=user, kind=AccountKind.USER).first()
+    account = Account.objects.owned_by(user).filter(kind=AccountKind.USER).first()
     if account is not None:
         return account
     pair = keys.generate()
@@ -382,12 +382,12 @@ def address_balance(address: str) -> int:
 
 def balance(user: Any) -> int:
     """What the user can spend now, in base units (pending transactions included)."""
-    return Account.objects.filter(user=user, kind=AccountKind.USER).values_list("available", flat=True).first() or 0
+    return Account.objects.owned_by(user).filter(kind=AccountKind.USER).values_list("available", flat=True).first() or 0
 
 
 def escrowed(user: Any) -> int:
     """Units the user has locked in the escrow of their tasks, not yet released."""
-    total = Account.objects.filter(user=user, kind=AccountKind.ESCROW).aggregate(s=Sum("available"))["s"]
+    total = Account.objects.owned_by(user).filter(kind=AccountKind.ESCROW).aggregate(s=Sum("available"))["s"]
     return int(total or 0)
 
 

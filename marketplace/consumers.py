@@ -159,7 +159,7 @@ class TaskAccess:
 
 
 def _may_see(user: Any, task_id: str) -> bool:
-    return Task.objects.visible_to(user).filter(pk=task_id, owner__is_active=True).exists()
+    return Task.objects.owned_by(user).filter(pk=task_id, owner__is_active=True).exists()
 
 
 task_access = TaskAccess()

@@ -8,8 +8,8 @@ the size checked against the limit at once) and then PUTs the file in parts of a
 
     Content-Range: bytes START-END/TOTAL
 
-as workers send large artifacts (``workers/uploads.py``, whose header parser and 409 this
-module shares). Parts go in order: START must be what has been received so far, and a part
+as workers send large artifacts (``workers/uploads.py``; both parse the header and refuse a
+part out of order with ``config/api/uploads.py``). Parts go in order: START must be what has been received so far, and a part
 that does not follow is refused with 409 naming ``received``, so a client whose answer got
 lost continues from there; START 0 begins again. The bytes collect in
 ``dataset-uploads/<id>.part``, outside the datasets folder: no Dataset row or file exists
@@ -46,10 +46,10 @@ from django.utils import timezone
 from rest_framework import status
 from rest_framework.exceptions import APIException, NotFound, ValidationError
 
+from config.api.uploads import OutOfOrder, parse_content_range
 from marketplace import services
 from marketplace.datasets import SNIFF_BYTES, check_size, clean_name, sniff_format
 from marketplace.models import Dataset, DatasetUpload, User
-from workers.uploads import OutOfOrder, parse_content_range
 
 UPLOADS_DIR = "dataset-uploads"
 # Unfinished uploads one user may hold at a time: each may reserve DATASET_MAX_BYTES of disk.
@@ -93,7 +93,7 @@ def begin_dataset_upload(owner: User, size_bytes: int, name: str = "", filename:
     now = timezone.now()
     with transaction.atomic():
         User.objects.select_for_update().filter(pk=owner.pk).first()
-        unfinished = DatasetUpload.objects.filter(owner=owner, dataset__isnull=True, expires_at__gt=now).count()
+        unfinished = DatasetUpload.objects.owned_by(owner).filter(dataset__isnull=True, expires_at__gt=now).count()
         if unfinished >= MAX_OPEN_UPLOADS:
             raise ValidationError(
                 {"non_field_errors": [f"At most {MAX_OPEN_UPLOADS} unfinished uploads; finish or delete one first."]}
@@ -224,8 +224,9 @@ def _declared_length(header: str | None) -> int:
 
 def _live(owner: User, upload_id: UUID) -> DatasetUpload:
     upload = (
-        DatasetUpload.objects.select_related("dataset")
-        .filter(pk=upload_id, owner=owner, expires_at__gt=timezone.now())
+        DatasetUpload.objects.owned_by(owner)
+        .select_related("dataset")
+        .filter(pk=upload_id, expires_at__gt=timezone.now())
         .first()
     )
     if upload is None:

@@ -1,19 +1,18 @@
-"""The one helper that talks to the channel layer, and the typed events it carries."""
+"""The marketplace's channel-layer events (typed payloads and their groups), sent with
+``config.events.send_event``, and the receivers that close a browser's sockets when its
+session ends."""
 
 from __future__ import annotations
 
 import hashlib
-import logging
 from typing import Any, Literal, TypedDict
 from uuid import UUID
 
-from asgiref.sync import async_to_sync
-from channels.layers import get_channel_layer
 from django.conf import settings
 from django.db import transaction
 from django.http import HttpRequest
 
-log = logging.getLogger(__name__)
+from config.events import send_event
 
 
 class TaskStatusEvent(TypedDict):
@@ -47,9 +46,6 @@ class PasswordChangedEvent(TypedDict):
     type: Literal["session.password_changed"]
 
 
-Event = TaskStatusEvent | DashboardTaskEvent | SessionEndedEvent | PasswordChangedEvent
-
-
 def task_group(task_id: UUID | str) -> str:
     return f"task.{task_id}"
 
@@ -71,17 +67,6 @@ def session_group(session_key: str) -> str:
 def signins_group(user_id: object) -> str:
     """Every browser socket of one user, whichever session it signed in with."""
     return f"signins.{user_id}"
-
-
-def send_event(group: str, payload: Event) -> None:
-    """Fan an event out to a group. Best effort: a broken layer never fails the caller."""
-    layer = get_channel_layer()
-    if layer is None:
-        return
-    try:
-        async_to_sync(layer.group_send)(group, dict(payload))
-    except Exception:  # the event is advisory; the page recovers state over REST
-        log.exception("could not send %s to %s", payload["type"], group)
 
 
 def end_session_sockets(groups: list[str]) -> None:

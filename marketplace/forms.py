@@ -14,10 +14,10 @@ from django import forms
 from django.contrib.auth import forms as auth_forms
 from rest_framework import serializers
 
+from ledger.units import UNITS_PER_CREDIT, credits_to_units, format_credits
 from marketplace.kinds import Kind
 from marketplace.models import Dataset, Task, TaskStatus, User
 from marketplace.services import TRAINING_KIND_OF, TaskRequest
-from marketplace.units import UNITS_PER_CREDIT, credits_to_units, format_credits
 
 SPEC_PREFIX = "spec_"
 
@@ -164,7 +164,8 @@ def spec_form_field(field: serializers.Field, owner: User, kind: Kind) -> forms.
         # The only UUIDs in specs are source tasks: offer the owner's finished training runs.
         source_kind = TRAINING_KIND_OF.get(kind.name, "")
         sources = (
-            Task.objects.filter(owner=owner, kind=source_kind, status=TaskStatus.COMPLETED)
+            Task.objects.owned_by(owner)
+            .filter(kind=source_kind, status=TaskStatus.COMPLETED)
             .only("pk", "title", "finished_at")
             .order_by("-finished_at", "-pk")
         )
@@ -227,7 +228,7 @@ class TaskForm(ServiceErrorsMixin, forms.Form):
             self.fields[SPEC_PREFIX + name] = spec_form_field(field, owner, kind)
         if kind.dataset_formats:
             dataset_field: forms.ModelChoiceField = self.fields["dataset"]  # type: ignore[assignment]
-            dataset_field.queryset = Dataset.objects.filter(owner=owner, format__in=kind.dataset_formats)
+            dataset_field.queryset = Dataset.objects.owned_by(owner).filter(format__in=kind.dataset_formats)
             dataset_field.help_text = f"One of your datasets of format {', '.join(kind.dataset_formats)}."
         else:
             del self.fields["dataset"]

@@ -22,6 +22,14 @@ from training.poc import spec as poc_spec
 GIB = 1024**3
 
 
+def memory(size: int) -> str:
+    """A memory size as a requester reads it, rounded up (a need is never understated):
+    GiB to one decimal, MiB below 1 GiB."""
+    if size >= 2**30:
+        return f"{-(-size * 10 // 2**30) / 10:.1f} GiB"
+    return f"{-(-size // 2**20)} MiB"
+
+
 @dataclass(frozen=True)
 class Resources:
     """What a worker must offer to take a task."""

@@ -5,15 +5,16 @@ from __future__ import annotations
 import hashlib
 import secrets
 import uuid
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractUser
-from django.core.exceptions import ValidationError
 from django.db import models
 from django.utils import timezone
 
-from marketplace.units import format_credits
+from config.api.exceptions import StateConflict
+from config.owned import OwnedQuerySet
+from ledger.units import format_credits
 
 TOKEN_PREFIX = "pw_"  # noqa: S105 (a public prefix, not a secret)
 
@@ -33,7 +34,9 @@ def hash_token(raw: str) -> str:
     return hashlib.sha256(raw.encode()).hexdigest()
 
 
-class ApiTokenQuerySet(models.QuerySet["ApiToken"]):
+class ApiTokenQuerySet(OwnedQuerySet["ApiToken"]):
+    owner_field = "user"
+
     def active(self) -> ApiTokenQuerySet:
         return self.filter(revoked_at__isnull=True)
 
@@ -71,6 +74,10 @@ def dataset_upload_to(instance: Dataset, filename: str) -> str:
     return f"datasets/{instance.owner_id}/{uuid.uuid4().hex}"
 
 
+class DatasetQuerySet(OwnedQuerySet["Dataset"]):
+    pass
+
+
 class Dataset(models.Model):
     """An uploaded file a task can use. Stored as bytes, never executed or unpickled."""
 
@@ -92,12 +99,18 @@ class Dataset(models.Model):
     sha256 = models.CharField(max_length=64)
     created_at = models.DateTimeField(default=timezone.now)
 
+    objects: ClassVar[DatasetQuerySet] = DatasetQuerySet.as_manager()  # type: ignore[assignment]
+
     class Meta:
         ordering = ["-created_at"]
         indexes = [models.Index(fields=["owner", "-created_at"])]
 
     def __str__(self) -> str:
         return self.name
+
+
+class DatasetUploadQuerySet(OwnedQuerySet["DatasetUpload"]):
+    pass
 
 
 class DatasetUpload(models.Model):
@@ -118,6 +131,8 @@ class DatasetUpload(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
     expires_at = models.DateTimeField(db_index=True)
 
+    objects: ClassVar[DatasetUploadQuerySet] = DatasetUploadQuerySet.as_manager()  # type: ignore[assignment]
+
     class Meta:
         ordering = ["-created_at"]
         indexes = [models.Index(fields=["owner", "-created_at"])]
@@ -126,7 +141,7 @@ class DatasetUpload(models.Model):
         return self.name
 
 
-class IllegalTransition(ValidationError):
+class IllegalTransition(StateConflict):
     """A task was asked to move to a status its current status cannot reach."""
 
     def __init__(self, current: str, target: str, detail: str = "") -> None:
@@ -178,13 +193,7 @@ def check_transition(current: str, target: str) -> None:
         raise IllegalTransition(current, target)
 
 
-class TaskQuerySet(models.QuerySet["Task"]):
-    def visible_to(self, user: Any) -> TaskQuerySet:
-        """Tasks a user may see in full: their own. The one place this rule lives."""
-        if not getattr(user, "is_authenticated", False):
-            return self.none()
-        return self.filter(owner=user)
-
+class TaskQuerySet(OwnedQuerySet["Task"]):
     def public(self) -> TaskQuerySet:
         """The public marketplace listing: open tasks only."""
         return self.filter(status=TaskStatus.OPEN)

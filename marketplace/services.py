@@ -24,13 +24,15 @@ from django.db import transaction
 from django.utils import timezone
 from rest_framework.exceptions import ValidationError
 
+from config.celery import enqueue
+from config.events import send_event
 from ledger import services as ledger
+from ledger.units import format_credits
 from marketplace.datasets import clean_name, embeddings_map, embeddings_shape, inspect_upload
-from marketplace.events import DashboardTaskEvent, TaskStatusEvent, dashboard_group, send_event, task_group
+from marketplace.events import DashboardTaskEvent, TaskStatusEvent, dashboard_group, task_group
 from marketplace.kinds import get_kind
 from marketplace.models import ApiToken, Dataset, Task, TaskEvent, TaskStatus, User, check_transition, hash_token
 from marketplace.signals import task_cancelling
-from marketplace.units import format_credits
 
 # How long a dataset's content checks are remembered (by its content hash).
 CHECKED_FOR = 7 * 24 * 3600
@@ -67,7 +69,7 @@ def check_task_request(
 
     dataset = None
     if request.dataset is not None:
-        dataset = Dataset.objects.filter(pk=request.dataset, owner=owner).first()
+        dataset = Dataset.objects.owned_by(owner).filter(pk=request.dataset).first()
         if dataset is None:
             raise ValidationError({"dataset": ["No such dataset among yours."]})
         if dataset.format not in kind.dataset_formats:
@@ -80,7 +82,7 @@ def check_task_request(
 
     source_kind = TRAINING_KIND_OF.get(kind.name)
     if source_kind is not None:
-        source = Task.objects.filter(pk=spec["source_task"], owner=owner).only("kind", "status", "spec").first()
+        source = Task.objects.owned_by(owner).filter(pk=spec["source_task"]).only("kind", "status", "spec").first()
         if source is None:
             raise ValidationError({"spec": {"source_task": [f"No {source_kind} task of yours with this id."]}})
         if source.kind != source_kind:
@@ -309,13 +311,7 @@ def _open_locked(task: Task) -> None:
     task.opened_at = opened
     task.save(update_fields=["opened_at"])
     if kind.available:
-        transaction.on_commit(partial(_schedule, task.pk))
-
-
-def _schedule(task_id: UUID) -> None:
-    from workers.tasks import schedule_task
-
-    schedule_task.delay(str(task_id))
+        transaction.on_commit(partial(enqueue, "workers.schedule_task", str(task.pk)))
 
 
 def cancel_task(owner: User, task_id: UUID) -> Task:
@@ -400,7 +396,7 @@ def set_reason_locked(task: Task, reason: str) -> None:
 def _lock_own(owner: User, task_id: UUID) -> Task:
     """Lock and return one of owner's tasks; another user's task is reported missing."""
     try:
-        return Task.objects.select_for_update().get(pk=task_id, owner=owner)
+        return Task.objects.owned_by(owner).select_for_update().get(pk=task_id)
     except Task.DoesNotExist:
         from rest_framework.exceptions import NotFound
 
@@ -448,7 +444,7 @@ def store_dataset(
 def delete_dataset(owner: User, dataset_id: UUID) -> None:
     """Delete an unused dataset and, after commit, its file."""
     with transaction.atomic():
-        dataset = Dataset.objects.select_for_update().filter(pk=dataset_id, owner=owner).first()
+        dataset = Dataset.objects.owned_by(owner).select_for_update().filter(pk=dataset_id).first()
         if dataset is None:
             from rest_framework.exceptions import NotFound
 
@@ -475,7 +471,7 @@ def create_api_token(user: User, name: str) -> tuple[ApiToken, str]:
         raise ValidationError({"name": ["At most 64 characters."]})
     with transaction.atomic():
         User.objects.select_for_update().filter(pk=user.pk).first()
-        if ApiToken.objects.active().filter(user=user).count() >= MAX_TOKENS_PER_USER:
+        if ApiToken.objects.owned_by(user).active().count() >= MAX_TOKENS_PER_USER:
             raise ValidationError({"name": [f"At most {MAX_TOKENS_PER_USER} active tokens; revoke one first."]})
         raw = ApiToken.generate()
         token = ApiToken.objects.create(user=user, name=name, prefix=raw[:10], token_hash=hash_token(raw))

@@ -10,8 +10,9 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from rest_framework.exceptions import ValidationError
 
+from config.celery import enqueue
 from ledger.admin import ReadOnlyAdmin
-from marketplace.units import format_credits
+from ledger.units import format_credits
 from payments import services
 from payments.models import ConnectedAccount, Payment, PayoutRequest, PayoutStatus, WebhookEvent
 
@@ -78,10 +79,8 @@ class PayoutRequestAdmin(ReadOnlyAdmin):
 
     @admin.action(description="Send again: approved payouts whose transfer has not gone out", permissions=["manage"])
     def retry_sending(self, request: HttpRequest, queryset: QuerySet[PayoutRequest]) -> None:
-        from payments import tasks
-
         for payout in queryset.filter(status=PayoutStatus.APPROVED, transfer_id=""):
-            tasks.send_payout.delay(str(payout.pk))
+            enqueue("payments.send_payout", str(payout.pk))
             self.message_user(request, f"Payout {payout.pk}: sending again.")
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db.models import QuerySet
 from django.http import Http404
 from django.urls import reverse
 from drf_spectacular.utils import extend_schema
@@ -13,23 +12,10 @@ from rest_framework import generics, permissions, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from config.api.viewsets import OwnedRowsMixin
 from payments import serializers as s
 from payments import services
-from payments.models import Payment, PayoutRequest
-
-
-class OwnRowsMixin:
-    """Restricts a view's queryset to the requesting user's rows, in one place."""
-
-    model: Any
-
-    def get_queryset(self) -> QuerySet[Any]:
-        if getattr(self, "swagger_fake_view", False):  # schema generation: no user
-            return self.model.objects.none()
-        request: Request = self.request  # type: ignore[attr-defined]
-        return self.model.objects.filter(user=request.user).select_related(*self.related)
-
-    related: tuple[str, ...] = ()
+from payments.models import Payment, PaymentQuerySet, PayoutRequest, PayoutRequestQuerySet
 
 
 class PaymentsConfig(generics.GenericAPIView[Any]):
@@ -42,15 +28,16 @@ class PaymentsConfig(generics.GenericAPIView[Any]):
         return Response(s.ConfigSerializer(s.config_data()).data)
 
 
-class PaymentList(OwnRowsMixin, generics.ListAPIView[Payment]):
+class PaymentList(OwnedRowsMixin, generics.ListAPIView[Payment]):
     """Your purchases of credits, newest first. POST starts one: a PaymentIntent whose
     client_secret Stripe.js confirms (or a Checkout URL). Credits arrive when Stripe's
     webhook confirms the payment, not before. 503 when payments are not configured."""
 
-    model = Payment
-    related = ("deposit",)
     serializer_class = s.PaymentSerializer
     ordering_fields = ["created_at", "amount"]  # one user's rows
+
+    def base_queryset(self) -> PaymentQuerySet:
+        return Payment.objects.select_related("deposit")
 
     @extend_schema(request=s.PurchaseRequestSerializer, responses={201: s.PurchaseSerializer})
     def post(self, request: Request) -> Response:
@@ -73,12 +60,13 @@ class PaymentList(OwnRowsMixin, generics.ListAPIView[Payment]):
         return Response(s.PurchaseSerializer(body).data, status=status.HTTP_201_CREATED)
 
 
-class PaymentDetail(OwnRowsMixin, generics.RetrieveAPIView[Payment]):
+class PaymentDetail(OwnedRowsMixin, generics.RetrieveAPIView[Payment]):
     """One of your purchases and its state."""
 
-    model = Payment
-    related = ("deposit",)
     serializer_class = s.PaymentSerializer
+
+    def base_queryset(self) -> PaymentQuerySet:
+        return Payment.objects.select_related("deposit")
 
 
 class ConnectedAccountView(generics.GenericAPIView[Any]):
@@ -106,14 +94,15 @@ class ConnectedAccountView(generics.GenericAPIView[Any]):
         return Response({"url": url}, status=status.HTTP_201_CREATED)
 
 
-class PayoutList(OwnRowsMixin, generics.ListAPIView[PayoutRequest]):
+class PayoutList(OwnedRowsMixin, generics.ListAPIView[PayoutRequest]):
     """Your payout requests. POST asks for one: at least the minimum, to your linked
     Stripe account, within your balance (plus the PAYOUT fee). An admin approves it."""
 
-    model = PayoutRequest
-    related = ("payout_tx", "restore_tx")
     serializer_class = s.PayoutSerializer
     ordering_fields = ["created_at", "amount"]  # one user's rows
+
+    def base_queryset(self) -> PayoutRequestQuerySet:
+        return PayoutRequest.objects.select_related("payout_tx", "restore_tx")
 
     @extend_schema(request=s.PayoutRequestSerializer, responses={201: s.PayoutSerializer})
     def post(self, request: Request) -> Response:

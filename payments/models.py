@@ -9,11 +9,14 @@ ledger base units (1 credit = 10^9).
 from __future__ import annotations
 
 import uuid
+from typing import ClassVar
 
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
+
+from config.owned import OwnedQuerySet
 
 
 class PaymentStatus(models.TextChoices):
@@ -23,6 +26,10 @@ class PaymentStatus(models.TextChoices):
     SUCCEEDED = "succeeded", "Credited"
     REFUNDED = "refunded", "Refunded"
     DISPUTED = "disputed", "Disputed"
+
+
+class PaymentQuerySet(OwnedQuerySet["Payment"]):
+    owner_field = "user"
 
 
 class Payment(models.Model):
@@ -63,6 +70,8 @@ class Payment(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(auto_now=True)
 
+    objects: ClassVar[PaymentQuerySet] = PaymentQuerySet.as_manager()  # type: ignore[assignment]
+
     class Meta:
         ordering = ["-created_at"]
         constraints = [
@@ -73,12 +82,18 @@ class Payment(models.Model):
         return f"payment {self.id} ({self.status})"
 
 
+class CustomerQuerySet(OwnedQuerySet["Customer"]):
+    owner_field = "user"
+
+
 class Customer(models.Model):
     """The Stripe Customer a user's payments are made as (receipts, Stripe's dashboard)."""
 
     user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="stripe_customer")
     customer_id = models.CharField(max_length=255, unique=True)
     created_at = models.DateTimeField(default=timezone.now)
+
+    objects: ClassVar[CustomerQuerySet] = CustomerQuerySet.as_manager()  # type: ignore[assignment]
 
     def __str__(self) -> str:
         return f"{self.customer_id} of {self.user}"
@@ -120,6 +135,10 @@ class WebhookEvent(models.Model):
         return f"{self.type} {self.event_id}"
 
 
+class ConnectedAccountQuerySet(OwnedQuerySet["ConnectedAccount"]):
+    owner_field = "user"
+
+
 class ConnectedAccount(models.Model):
     """A provider's Stripe Connect account, where payouts are transferred."""
 
@@ -129,6 +148,8 @@ class ConnectedAccount(models.Model):
     details_submitted = models.BooleanField(default=False)
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(auto_now=True)
+
+    objects: ClassVar[ConnectedAccountQuerySet] = ConnectedAccountQuerySet.as_manager()  # type: ignore[assignment]
 
     def __str__(self) -> str:
         return f"{self.account_id} of {self.user}"
@@ -140,6 +161,10 @@ class PayoutStatus(models.TextChoices):
     PAID = "paid", "Paid"
     FAILED = "failed", "Failed, credits restored"
     REJECTED = "rejected", "Rejected"
+
+
+class PayoutRequestQuerySet(OwnedQuerySet["PayoutRequest"]):
+    owner_field = "user"
 
 
 class PayoutRequest(models.Model):
@@ -169,6 +194,8 @@ class PayoutRequest(models.Model):
     )
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(auto_now=True)
+
+    objects: ClassVar[PayoutRequestQuerySet] = PayoutRequestQuerySet.as_manager()  # type: ignore[assignment]
 
     class Meta:
         ordering = ["-created_at"]

@@ -10,7 +10,7 @@ from django.conf import settings
 from rest_framework import serializers
 
 from config.serializers import StrictInput
-from marketplace.units import credits_to_units, units_to_credits
+from ledger.units import credits_to_units, units_to_credits
 from payments.models import ConnectedAccount, Payment, PayoutRequest
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 from uuid import UUID
 
@@ -29,10 +30,11 @@ from django.db import transaction
 from rest_framework import status
 from rest_framework.exceptions import APIException, ValidationError
 
+from config.celery import enqueue
 from ledger import services as ledger
 from ledger.chain import context
 from ledger.gas import fee_for
-from marketplace.units import UNITS_PER_CREDIT, format_credits
+from ledger.units import UNITS_PER_CREDIT, format_credits
 from payments import stripe_client
 from payments.models import ConnectedAccount, Customer, Payment, PaymentStatus, PayoutRequest, PayoutStatus
 from protocol.encoding import PAYOUT
@@ -89,7 +91,7 @@ def check_credits(credits: Any) -> int:
 
 def customer_of(user: Any) -> str:
     """The user's Stripe Customer id, created on their first purchase."""
-    known = Customer.objects.filter(user=user).values_list("customer_id", flat=True).first()
+    known = Customer.objects.owned_by(user).values_list("customer_id", flat=True).first()
     if known:
         return known
     customer_id = stripe_client.create_customer(
@@ -380,7 +382,7 @@ def close_dispute(payment: Payment, *, dispute_id: str, amount: int, status: str
 
 
 def connected_account(user: Any) -> ConnectedAccount | None:
-    return ConnectedAccount.objects.filter(user=user).first()
+    return ConnectedAccount.objects.owned_by(user).first()
 
 
 def link_account(user: Any, *, refresh_url: str, return_url: str) -> str:
@@ -466,7 +468,11 @@ def request_payout(user: Any, units: int) -> PayoutRequest:
     with transaction.atomic():
         # One lock per user serialises two concurrent requests of the same provider.
         get_user_model().objects.select_for_update().filter(pk=user.pk).first()
-        if PayoutRequest.objects.filter(user=user, status__in=[PayoutStatus.REQUESTED, PayoutStatus.APPROVED]).exists():
+        if (
+            PayoutRequest.objects.owned_by(user)
+            .filter(status__in=[PayoutStatus.REQUESTED, PayoutStatus.APPROVED])
+            .exists()
+        ):
             raise ValidationError({"status": ["You already have a payout waiting; wait for it to finish."]})
         needed = units + payout_fee()
         available = ledger.balance(user)
@@ -487,7 +493,6 @@ def approve_payout(payout_id: UUID, admin: Any) -> PayoutRequest:
     """Admin approval: a PAYOUT transaction burns the credits, then (after commit) the
     transfer is sent by a Celery task. Raises ValidationError naming ``status`` when the
     request is not waiting for approval, ``amount`` when the credits are gone."""
-    from payments import tasks
 
     with transaction.atomic():
         payout = PayoutRequest.objects.select_for_update().filter(pk=payout_id).first()
@@ -501,7 +506,7 @@ def approve_payout(payout_id: UUID, admin: Any) -> PayoutRequest:
         payout.status = PayoutStatus.APPROVED
         payout.approved_by = admin
         payout.save(update_fields=["payout_tx", "status", "approved_by", "updated_at"])
-        transaction.on_commit(lambda: tasks.send_payout.delay(str(payout.pk)))
+        transaction.on_commit(partial(enqueue, "payments.send_payout", str(payout.pk)))
     return payout
 
 

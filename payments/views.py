@@ -12,7 +12,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 from rest_framework.exceptions import APIException, ValidationError
 
-from marketplace.units import credits_to_units, format_credits
+from ledger.units import credits_to_units, format_credits
 from payments import services
 
 

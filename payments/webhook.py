@@ -47,7 +47,7 @@ from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
-from marketplace.api.parsers import text_error
+from config.api.parsers import text_error
 from payments import services, stripe_client
 from payments.models import PayoutRequest, WebhookEvent
 

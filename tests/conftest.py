@@ -30,7 +30,7 @@ def carol(db: Any) -> Any:
 def funded(user: Any, credits: int = 1000) -> Any:
     """Give a persona credits through the ledger's real deposit service."""
     from ledger import services as ledger
-    from marketplace.units import UNITS_PER_CREDIT
+    from ledger.units import UNITS_PER_CREDIT
 
     ledger.deposit(user, credits * UNITS_PER_CREDIT, reference=f"test-funds:{user.pk}")
     return user

@@ -6,9 +6,9 @@ from typing import Any
 
 import factory
 
+from ledger.units import UNITS_PER_CREDIT
 from marketplace import services
 from marketplace.models import User
-from marketplace.units import UNITS_PER_CREDIT
 
 PASSWORD = "correct-horse-battery-staple"
 

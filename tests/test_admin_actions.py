@@ -53,8 +53,8 @@ def test_no_one_deletes_a_task_in_the_admin(bob: Any) -> None:
     would strand the money and the tasks built on it. Cancelling refunds it instead."""
     from django.test import Client
 
+    from ledger.units import UNITS_PER_CREDIT
     from marketplace.models import Task
-    from marketplace.units import UNITS_PER_CREDIT
     from tests.factories import post_task
 
     task = post_task(bob, "synthetic", {"n": 64}, budget=UNITS_PER_CREDIT)

@@ -16,7 +16,7 @@ from django.http import HttpRequest
 from rest_framework.exceptions import ValidationError
 
 from ledger.admin import ReadOnlyAdmin
-from marketplace.units import format_credits
+from ledger.units import format_credits
 from workers import services
 from workers.control import LIVE_JOB
 from workers.models import Assignment, RegistrationToken, Worker

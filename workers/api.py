@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db.models import QuerySet
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, permissions, serializers, status, throttling
 from rest_framework.decorators import action
@@ -12,15 +11,15 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from config.api.viewsets import OwnedViewSet
 from config.serializers import StrictInput, refuse_body
 from ledger.api.serializers import SubmitTransactionSerializer, TransactionSerializer
 from ledger.api.views import refusal_errors
 from ledger.models import TxStatus
 from marketplace.api.serializers import JSONField
-from marketplace.api.views import OwnedViewSet
 from workers import jobs, services, sweep
 from workers.authentication import IsWorker, WorkerTokenAuthentication
-from workers.models import Worker
+from workers.models import Worker, WorkerQuerySet
 
 
 class WorkerSerializer(serializers.ModelSerializer):
@@ -232,7 +231,7 @@ class WorkerViewSet(OwnedViewSet, mixins.ListModelMixin, mixins.RetrieveModelMix
     ordering_fields = ["created_at", "reputation", "jobs_done"]
     ordering = ["-created_at"]
 
-    def base_queryset(self) -> QuerySet[Worker]:
+    def base_queryset(self) -> WorkerQuerySet:
         return Worker.objects.all()
 
     def _set(self, target: str) -> Response:

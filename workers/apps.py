@@ -11,6 +11,11 @@ class WorkersConfig(AppConfig):
 
         register_assignment_checker(check_assignment)
 
+        from marketplace import work
+        from workers import work as workers_work
+
+        work.install(workers_work)
+
         from marketplace.signals import task_cancelling
         from workers.taskstate import on_task_cancelling
 

@@ -18,9 +18,10 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from config.api.uploads import OutOfOrder
 from config.downloads import download
 from config.serializers import refuse_body
-from workers import heldout, jobs, uploads
+from workers import heldout, jobs
 from workers.authentication import IsWorker, WorkerTokenAuthentication
 from workers.models import Assignment, Worker
 
@@ -130,7 +131,7 @@ class ArtifactUploadView(WorkerAPIView):
             info = jobs.store_artifact(
                 self.worker, self.assignment(assignment_id).pk, filename, upload, request.headers.get("Content-Range")
             )
-        except uploads.OutOfOrder as exc:
+        except OutOfOrder as exc:
             return Response(exc.body(), status=status.HTTP_409_CONFLICT)
         return Response(info, status=status.HTTP_201_CREATED if info["complete"] else status.HTTP_202_ACCEPTED)
 

@@ -45,13 +45,14 @@ from channels.exceptions import ChannelFull
 from django.db import transaction
 from django.utils import timezone
 
-from marketplace.api.parsers import text_error
+from config.api.parsers import text_error
 from marketplace.consumers import LiveConsumer
 from marketplace.events import DashboardTaskEvent, dashboard_group, task_group
 from marketplace.models import Task, TaskStatus
 from workers.authentication import token_from_header
 from workers.control import ended_by_platform
 from workers.dashboard import worker_changed
+from workers.events import worker_group
 from workers.live import Allowance, Coalescer, Openings, Throttle, WriteBuffer
 from workers.models import Assignment, Worker
 from workers.services import authenticate_worker
@@ -80,10 +81,6 @@ MAX_SOCKETS = 4  # open at once per worker in this process
 STOPPED_LINE = "stopped by the platform: {reason}"
 # The platform's own line: a node's log line may not begin like it (see ``_log``).
 PLATFORM_PREFIX = STOPPED_LINE.split("{", 1)[0]
-
-
-def worker_group(worker_id: object) -> str:
-    return f"worker.{worker_id}"
 
 
 def number(value: Any, low: float = -math.inf, high: float = math.inf) -> float | None:

@@ -10,28 +10,17 @@ is still active and owns the row named.
 
 from __future__ import annotations
 
-import logging
-from typing import Any, Literal, NotRequired, TypedDict
+from typing import Any
 
-from asgiref.sync import async_to_sync
 from channels.db import database_sync_to_async
-from channels.layers import get_channel_layer
 from django.core.exceptions import ValidationError
 
+from config.events import send_event
 from marketplace.consumers import SessionConsumer
 from marketplace.events import DashboardTaskEvent, dashboard_group
 from marketplace.models import Task, User
-from workers.models import Worker
-
-log = logging.getLogger(__name__)
-
-
-class DashboardWorkerEvent(TypedDict):
-    type: Literal["dashboard.worker"]
-    worker_id: str
-    status: str
-    name: NotRequired[str]
-
+from workers.events import DashboardWorkerEvent
+from workers.models import Assignment, Worker
 
 DashboardEvent = DashboardTaskEvent | DashboardWorkerEvent
 
@@ -41,20 +30,11 @@ def send_dashboard_event(user_id: Any, payload: DashboardEvent) -> None:
 
     Call it from ``transaction.on_commit`` so a browser never sees a rolled-back change.
     """
-    layer = get_channel_layer()
-    if layer is None:
-        return
-    try:
-        async_to_sync(layer.group_send)(dashboard_group(user_id), dict(payload))
-    except Exception:  # advisory: the page recovers its state on reload
-        log.exception("could not send %s to the dashboard of user %s", payload["type"], user_id)
+    send_event(dashboard_group(user_id), payload)
 
 
 def worker_changed(worker_id: Any) -> None:
     """Send a worker's current status to its owner's dashboards (call it on commit)."""
-    from workers.models import Assignment
-    from workers.views import worker_status
-
     worker = Worker.objects.filter(pk=worker_id).only("pk", "owner_id", "name", "state", "last_heartbeat_at").first()
     if worker is None:
         return
@@ -64,7 +44,7 @@ def worker_changed(worker_id: Any) -> None:
     send_dashboard_event(
         worker.owner_id,
         DashboardWorkerEvent(
-            type="dashboard.worker", worker_id=str(worker.pk), status=worker_status(worker, busy), name=worker.name
+            type="dashboard.worker", worker_id=str(worker.pk), status=worker.status(busy), name=worker.name
         ),
     )
 
@@ -118,9 +98,10 @@ class DashboardConsumer(SessionConsumer):
 
     @database_sync_to_async
     def _check(self, model: type[Task] | type[Worker], pk: Any) -> bool | None:
-        if not User.objects.filter(pk=self.user_id, is_active=True).exists():
+        user = User.objects.filter(pk=self.user_id, is_active=True).first()
+        if user is None:
             return None
         try:
-            return model.objects.filter(pk=pk, owner_id=self.user_id).exists()
+            return model.objects.owned_by(user).filter(pk=pk).exists()
         except (ValueError, TypeError, ValidationError):  # a malformed id names nothing of ours
             return False

@@ -23,6 +23,8 @@ from django.db.models import Q
 from django.utils import timezone
 from rest_framework.exceptions import NotFound, ValidationError
 
+from config.api.uploads import parse_content_range
+from config.celery import enqueue
 from ledger import gas
 from ledger import services as ledger
 from ledger.models import Transaction
@@ -35,10 +37,10 @@ from workers import heldout, taskstate, uploads
 from workers.control import GAVE_UP
 from workers.dashboard import worker_changed
 from workers.models import Assignment, Worker
+from workers.taskstate import FAIL_PENALTY
 
 log = logging.getLogger(__name__)
 
-FAIL_PENALTY = 3  # reputation points; going silent costs more (scheduler.EXPIRE_PENALTY)
 _ARTIFACT_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
 
@@ -195,7 +197,7 @@ def store_artifact(
             raise ValidationError({"name": [f"Expected one of: {', '.join(allowed)}."]})
         if upload is None or not upload.size:
             raise ValidationError({"file": ["The artifact is empty."]})
-        part = uploads.parse_content_range(content_range)
+        part = parse_content_range(content_range)
         uploads.check_size(upload.size if part is None else part[2])
         path = artifact_path(assignment, name)
         with uploads.exclusive(assignment.pk):
@@ -305,9 +307,7 @@ def _check_submit_tx(worker: Worker, tx_body: dict[str, Any], result: Any) -> No
 
 
 def _enqueue_verification(assignment_id: UUID) -> None:
-    from workers.tasks import verify_assignment
-
-    verify_assignment.delay(str(assignment_id))
+    enqueue("workers.verify_assignment", str(assignment_id))
 
 
 def resend_stalled_verifications(now: datetime | None = None) -> int:

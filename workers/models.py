@@ -11,6 +11,12 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
+from config.owned import OwnedQuerySet
+
+
+class RegistrationTokenQuerySet(OwnedQuerySet["RegistrationToken"]):
+    pass
+
 
 class RegistrationToken(models.Model):
     """A one-time token a provider creates on the registration page and gives to a node.
@@ -27,6 +33,8 @@ class RegistrationToken(models.Model):
     challenge = models.CharField(max_length=64, blank=True, help_text="The nonce the node must sign.")
     worker = models.ForeignKey("Worker", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
 
+    objects: ClassVar[RegistrationTokenQuerySet] = RegistrationTokenQuerySet.as_manager()  # type: ignore[assignment]
+
     class Meta:
         ordering = ["-created_at"]
 
@@ -38,7 +46,7 @@ class RegistrationToken(models.Model):
         return self.used_at is None and self.expires_at > timezone.now()
 
 
-class WorkerQuerySet(models.QuerySet["Worker"]):
+class WorkerQuerySet(OwnedQuerySet["Worker"]):
     def usable(self) -> WorkerQuerySet:
         """Workers that may act: active, of an owner whose account is active (a
         deactivated account's nodes are refused as a suspended node is)."""
@@ -96,6 +104,14 @@ class Worker(models.Model):
         if self.state != self.State.ACTIVE or self.last_heartbeat_at is None:
             return False
         return timezone.now() - self.last_heartbeat_at <= timedelta(seconds=settings.WORKER_HEARTBEAT_TIMEOUT)
+
+    def status(self, busy: bool = False) -> str:
+        """online / busy / offline from heartbeats, or the provider's suspended / retired."""
+        if self.state != self.State.ACTIVE:
+            return str(self.state)
+        if not self.is_online:
+            return "offline"
+        return "busy" if busy else "online"
 
 
 class AssignmentState(models.TextChoices):

@@ -31,6 +31,9 @@ from django.conf import settings
 from kombu import Exchange, Queue
 from kombu.exceptions import OperationalError
 
+from config.celery import enqueue
+from workers.models import Worker
+
 log = logging.getLogger(__name__)
 
 JOB_TASK = "agent.run_assignment"
@@ -213,8 +216,6 @@ def _close_connections(http: httpx.Client, address: str) -> None:
 def sync_node(worker_id: UUID | str) -> None:
     """Make the node's broker access match its worker row: retired → removed; suspended,
     or of a deactivated account → revoked; active → restored. Raises NodeBrokerError."""
-    from workers.models import Worker
-
     if not configured():
         return
     worker = Worker.objects.select_related("owner").filter(pk=worker_id).first()
@@ -238,9 +239,7 @@ def sync_node_soon(worker_id: UUID | str) -> None:
         sync_node(worker_id)
     except NodeBrokerError as exc:
         log.error("node broker access of worker %s not updated (%s); retrying in the background", worker_id, exc)
-        from workers.tasks import sync_node_broker
-
-        sync_node_broker.delay(str(worker_id))
+        enqueue("workers.sync_node_broker", str(worker_id))
 
 
 # --- Publishing jobs ----------------------------------------------------------------

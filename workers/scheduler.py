@@ -18,13 +18,15 @@ from django.db import transaction
 from django.db.models import Max, Q
 from django.utils import timezone
 
+from ledger.models import Block
 from marketplace.kinds import KINDS
 from marketplace.models import ACTIVE, Task, TaskStatus
 from marketplace.services import set_reason_locked, transition_locked
 from workers import heldout, nodebroker, supply, taskstate, uploads
-from workers.control import stop_on_commit, suspension_terms
+from workers.control import stop_on_commit
 from workers.dashboard import worker_changed
 from workers.models import BARS_PROVIDER, REPLICA_HELD, UNSETTLED, Assignment, Shortfall, Worker
+from workers.settlement import refund_task
 
 log = logging.getLogger(__name__)
 
@@ -34,8 +36,6 @@ EXPIRE_PENALTY = 5  # reputation points lost when a job expires in a worker's ha
 
 def latest_block_hash() -> str:
     """Seed material: the newest sealed block's hash (unknowable before it was sealed)."""
-    from ledger.models import Block
-
     return Block.objects.order_by("-height").values_list("hash", flat=True).first() or GENESIS_SEED
 
 
@@ -316,8 +316,6 @@ def _waited_out(shortfall: Assignment) -> bool:
 
 def _after_failure(task: Task) -> None:
     """Refund a failed task's escrow (wired to ledger.services.refund)."""
-    from workers.settlement import refund_task
-
     refund_task(task)
 
 
@@ -383,7 +381,7 @@ def _expire(assignment_id: UUID, now: datetime, silent: datetime) -> int:
         )
         if worker.state in ("suspended", "retired"):
             # Its suspension or retirement ends the job, on its terms (an operator's is free).
-            reason, message, penalty = suspension_terms(worker)
+            reason, message, penalty = taskstate.suspension_terms(worker)
         assignment.state = Assignment.State.EXPIRED
         assignment.settled_at = now
         assignment.reason = reason

@@ -20,6 +20,7 @@ from django.db import transaction
 from django.utils import timezone
 from rest_framework.exceptions import APIException, NotFound, PermissionDenied, Throttled, ValidationError
 
+from config.events import send_event
 from ledger import gas
 from ledger import services as ledger
 from marketplace.models import User
@@ -28,9 +29,10 @@ from protocol.bech32 import address_from_public_key
 from protocol.wire import registration_message
 from training.poc import spec as poc_spec
 from workers import nodebroker
-from workers.control import end_worker_jobs
 from workers.dashboard import worker_changed
+from workers.events import CloseEvent, worker_group
 from workers.models import RegistrationToken, Worker
+from workers.taskstate import end_worker_jobs
 
 REGISTRATION_PREFIX = "pwr_"
 WORKER_TOKEN_PREFIX = "pww_"  # noqa: S105 (a public prefix, not a secret)
@@ -70,7 +72,7 @@ def create_registration_token(owner: User) -> tuple[RegistrationToken, str]:
     now = timezone.now()
     with transaction.atomic():
         User.objects.select_for_update().filter(pk=owner.pk).first()
-        unused = RegistrationToken.objects.filter(owner=owner, used_at__isnull=True)
+        unused = RegistrationToken.objects.owned_by(owner).filter(used_at__isnull=True)
         unused.filter(expires_at__lte=now - timedelta(days=1)).delete()
         if unused.filter(expires_at__gt=now).count() >= MAX_OPEN_REGISTRATION_TOKENS:
             raise Throttled(
@@ -309,7 +311,7 @@ def set_worker_state(owner: User, worker_id: UUID, target: str, *, by_platform: 
     ``by_platform``: the platform's operators act (the admin panel). Their suspension
     holds: the owner cannot resume the worker until an operator does (the owner may still
     retire it). Suspending or retiring ends the worker's live jobs at once and stops them
-    on its node (``workers.control.end_worker_jobs``: free when an operator acts, the
+    on its node (``workers.taskstate.end_worker_jobs``: free when an operator acts, the
     reported give-up's penalty when the owner does).
     """
     allowed = {
@@ -318,7 +320,7 @@ def set_worker_state(owner: User, worker_id: UUID, target: str, *, by_platform: 
         Worker.State.RETIRED: set(),
     }
     with transaction.atomic():
-        worker = Worker.objects.select_for_update().filter(pk=worker_id, owner=owner).first()
+        worker = Worker.objects.owned_by(owner).select_for_update().filter(pk=worker_id).first()
         if worker is None:
             raise NotFound("No such worker.")
         if target not in allowed[Worker.State(worker.state)]:
@@ -355,14 +357,12 @@ def on_user_saved(sender: Any, instance: User, **kwargs: Any) -> None:
         # have changed is_active, such as a login's, asks nothing of the broker).
         fields = kwargs.get("update_fields")
         if nodebroker.configured() and (fields is None or "is_active" in fields):
-            for worker_id in Worker.objects.filter(owner=instance, state=Worker.State.ACTIVE).values_list(
-                "pk", flat=True
+            for worker_id in (
+                Worker.objects.owned_by(instance).filter(state=Worker.State.ACTIVE).values_list("pk", flat=True)
             ):
                 transaction.on_commit(partial(nodebroker.sync_node_soon, worker_id))
         return
-    for worker_id in (
-        Worker.objects.filter(owner=instance).exclude(state=Worker.State.RETIRED).values_list("pk", flat=True)
-    ):
+    for worker_id in Worker.objects.owned_by(instance).exclude(state=Worker.State.RETIRED).values_list("pk", flat=True):
         transaction.on_commit(partial(nodebroker.sync_node_soon, worker_id))
         transaction.on_commit(partial(close_worker_sockets, worker_id))
 
@@ -373,15 +373,4 @@ def close_worker_sockets(worker_id: UUID) -> None:
     The REST token is refused from the moment the state is committed; this makes the
     live channel follow at once instead of at the node's next heartbeat.
     """
-    from asgiref.sync import async_to_sync
-    from channels.layers import get_channel_layer
-
-    from workers.consumers import worker_group
-
-    layer = get_channel_layer()
-    if layer is None:
-        return
-    try:
-        async_to_sync(layer.group_send)(worker_group(worker_id), {"type": "worker.close"})
-    except Exception:  # the socket also closes at its next heartbeat; never fail the state change
-        log.exception("could not close the sockets of worker %s", worker_id)
+    send_event(worker_group(worker_id), CloseEvent(type="worker.close"))

@@ -26,6 +26,7 @@ from marketplace.models import ACTIVE, Task, TaskStatus
 from marketplace.services import transition_locked
 from workers import taskstate
 from workers.dashboard import worker_changed
+from workers.jobs import tx_from_json
 from workers.models import Assignment, Shortfall, Worker
 
 log = logging.getLogger(__name__)
@@ -67,8 +68,6 @@ def accept(assignment_id: UUID, metrics: dict[str, object]) -> Assignment | None
             # waits for it, so this is a backstop: nothing is left in escrow to pay from.
             _close(assignment, Assignment.State.EXPIRED, f"The task was {task.status} before the result was verified.")
             return assignment
-        from workers.jobs import tx_from_json
-
         tx, signature = tx_from_json(assignment.result["transaction"])
         # The rows of the workers whose short results this acceptance penalises, before any
         # account: a sweep locks its worker's row, then accounts (workers/sweep.py).

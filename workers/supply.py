@@ -20,7 +20,7 @@ from uuid import UUID
 
 from django.db.models import Exists, OuterRef
 
-from marketplace.kinds import KINDS, Kind
+from marketplace.kinds import KINDS, Kind, memory
 from workers import taskstate
 from workers.models import BARS_PROVIDER, UNSETTLED, Assignment, Worker
 
@@ -54,14 +54,6 @@ class Need:
             f"It needs a worker that offers {self.kind.label}{supporting}"
             f" with {memory(self.memory_bytes)} of memory{reputation}."
         )
-
-
-def memory(size: int) -> str:
-    """A memory size as a requester reads it, rounded up (a need is never understated):
-    GiB to one decimal, MiB below 1 GiB."""
-    if size >= 2**30:
-        return f"{-(-size * 10 // 2**30) / 10:.1f} GiB"
-    return f"{-(-size // 2**20)} MiB"
 
 
 def misfit(worker: _Candidate, need: Need) -> str | None:

@@ -14,6 +14,7 @@ cancellation or an expiry racing a node's call cannot deadlock with it.
 
 from __future__ import annotations
 
+import logging
 from functools import partial
 from typing import Any
 
@@ -22,16 +23,20 @@ from django.db.models import Count, F, Q, QuerySet
 from django.db.models.functions import Greatest
 from django.utils import timezone
 
+from config.celery import enqueue
 from marketplace.models import ACTIVE, IllegalTransition, Task, TaskStatus
 from marketplace.services import set_reason_locked, transition_locked
 from workers import uploads
-from workers.control import stop_on_commit
+from workers.control import LIVE_JOB, stop_on_commit
 from workers.dashboard import worker_changed
 from workers.models import UNSETTLED, Assignment, Worker
+
+log = logging.getLogger(__name__)
 
 LIVE = UNSETTLED
 # Replicas that count toward the task's replication: live or already paid.
 HELD = (*LIVE, Assignment.State.ACCEPTED)
+FAIL_PENALTY = 3  # reputation points; going silent costs more (scheduler.EXPIRE_PENALTY)
 
 
 def lock(assignment_id: Any, **match: Any) -> tuple[Assignment, Task]:
@@ -104,9 +109,7 @@ def fully_accepted() -> QuerySet[Task]:
 
 def schedule_later(task_id: Any) -> None:
     """Queue a scheduling pass for the task (on the control queue); call it on commit."""
-    from workers.tasks import schedule_task
-
-    schedule_task.delay(str(task_id))
+    enqueue("workers.schedule_task", str(task_id))
 
 
 def penalise(worker_id: Any, points: int) -> None:
@@ -145,3 +148,67 @@ def end_live_assignments(task: Task, reason: str) -> int:
 def on_task_cancelling(sender: Any, task: Task, **kwargs: Any) -> None:
     """marketplace.signals.task_cancelling: the requester cancels; end the jobs first."""
     end_live_assignments(task, "The requester cancelled the task.")
+
+
+def end_worker_jobs(worker: Worker, target: str, *, by_platform: bool) -> int:
+    """End a just suspended or retired worker's live jobs at once, and stop them on its node.
+
+    An operator's action (``by_platform``) costs the worker nothing, and the requester's
+    timeline says an operator did it. The owner's own suspension or retirement is the
+    owner giving the job up: it costs the reported give-up's ``FAIL_PENALTY``, not the
+    heavier penalty of a node that went silent. Each job ends in its own transaction,
+    under its task's and its own row lock (taskstate's lock order); the worker's row is
+    not held, so this runs after the state change committed. One that fails is left to
+    the scheduler's periodic expiry, which ends it on the same terms (``suspension_terms``).
+    Returns how many jobs ended.
+    """
+    reason, message, penalty = _terms(worker, target, by_platform=by_platform)
+    ended = 0
+    for pk in Assignment.objects.filter(worker=worker, state__in=LIVE_JOB).values_list("pk", flat=True):
+        try:
+            ended += _end(pk, worker, reason, message, penalty)
+        except Exception:
+            log.exception("could not end assignment %s of %s now; the periodic expiry will", pk, worker.pk)
+    return ended
+
+
+def _terms(worker: Worker, target: str, *, by_platform: bool) -> tuple[str, str, int]:
+    """(the job's reason, the task timeline's message, the reputation it costs) for a job
+    ended because its worker was suspended or retired (see ``end_worker_jobs``)."""
+    verb = "retired" if target == Worker.State.RETIRED else "suspended"
+    if by_platform:
+        return (
+            f"An operator {verb} the worker.",
+            f"An operator {verb} the worker running this job; reassigning.",
+            0,
+        )
+    return f"The worker's owner {verb} it.", f"The owner of {worker.name} {verb} it; reassigning.", FAIL_PENALTY
+
+
+def suspension_terms(worker: Worker) -> tuple[str, str, int]:
+    """``end_worker_jobs``'s terms for a job of a suspended or retired worker that the
+    periodic expiry reaches first (between the state's commit and the jobs' end, or after
+    that end failed): an operator's suspension (``held_by_platform``) still costs nothing.
+    A retirement does not record who made it, and costs nothing here."""
+    if worker.state == Worker.State.RETIRED:
+        return "The worker was retired.", f"{worker.name} was retired; reassigning.", 0
+    return _terms(worker, worker.state, by_platform=worker.held_by_platform)
+
+
+def _end(assignment_id: Any, worker: Worker, reason: str, message: str, penalty: int) -> int:
+    with transaction.atomic():
+        assignment, task = lock(assignment_id, worker=worker)
+        if assignment.state not in LIVE_JOB:
+            return 0
+        assignment.state = Assignment.State.EXPIRED
+        assignment.settled_at = timezone.now()
+        assignment.reason = reason
+        assignment.save(update_fields=["state", "settled_at", "reason"])
+        if penalty:
+            penalise(worker.pk, penalty)
+        sync_status(task, message)
+        stop_on_commit(worker.pk, assignment.pk, reason)
+        transaction.on_commit(partial(schedule_later, task.pk))
+        transaction.on_commit(partial(worker_changed, worker.pk))
+        transaction.on_commit(partial(uploads.discard, assignment.pk))
+    return 1

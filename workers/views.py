@@ -1,7 +1,7 @@
 """Provider pages: register a node, my workers, one worker, and a task's live state as JSON.
 
-Every view is login-protected and reads workers through ``_own_workers``, the one place
-that restricts rows to the signed-in provider: another user's worker is a 404.
+Every view is login-protected and reads workers through ``Worker.objects.owned_by``:
+another user's worker is a 404.
 """
 
 from __future__ import annotations
@@ -25,11 +25,12 @@ from django.views.decorators.http import require_POST
 from rest_framework.exceptions import APIException, NotFound, PermissionDenied, Throttled
 
 from ledger.models import Account, Transaction, TxStatus
+from ledger.units import format_credits
 from marketplace import formnonce
 from marketplace.errors import error_text
 from marketplace.models import Task, User
-from marketplace.units import format_credits
 from workers import services, supply, sweep
+from workers.livestate import task_live_state
 from workers.models import Assignment, Worker
 
 RECENT_ASSIGNMENTS = 20
@@ -46,9 +47,6 @@ REGISTRATION_FORM = "registration-token"
 # package, so ``workers`` imports only with the checkout's root as the working folder,
 # and its dependencies are in the checkout's .venv (``make install``).
 AGENT = ".venv/bin/python -m workers.agent"
-# A healthy node beats every 10 s and its beat is stored at most every 5 s: older than
-# this, the task page says when the worker was last heard from.
-SILENT_AFTER_SECONDS = 25
 
 
 def current_user(request: HttpRequest) -> User:
@@ -62,10 +60,6 @@ def current_user(request: HttpRequest) -> User:
     return user
 
 
-def _own_workers(request: HttpRequest) -> QuerySet[Worker]:
-    return Worker.objects.filter(owner=current_user(request))
-
-
 def broker_argument() -> str:
     """What ``run`` needs to be told about the broker on this platform: nothing with a
     node broker (registration gave the node its own login), else the folder of the
@@ -74,15 +68,6 @@ def broker_argument() -> str:
         return ""
     folder = Path(settings.NODE_QUEUE_DIR).resolve()
     return f" --broker filesystem:// --broker-folder {folder}"
-
-
-def worker_status(worker: Worker, busy: bool = False) -> str:
-    """online / busy / offline from heartbeats, or the provider's suspended / retired."""
-    if worker.state != Worker.State.ACTIVE:
-        return str(worker.state)
-    if not worker.is_online:
-        return "offline"
-    return "busy" if busy else "online"
 
 
 def capability_rows(caps: Any) -> list[tuple[str, str]]:
@@ -134,7 +119,7 @@ def _worker_row(worker: Worker, unswept: int) -> dict[str, Any]:
     busy = bool(getattr(worker, "live_assignments", 0))
     return {
         "worker": worker,
-        "status": worker_status(worker, busy),
+        "status": worker.status(busy),
         "heartbeat": heartbeat_age(worker.last_heartbeat_at),
         "capabilities": capability_rows(worker.capabilities),
         "earnings": format_credits(worker.earnings),
@@ -194,7 +179,8 @@ def register(request: HttpRequest) -> HttpResponse:
 def my_workers(request: HttpRequest) -> HttpResponse:
     """The provider's workers, with status, capabilities, benchmark and earnings."""
     balance = Account.objects.filter(address=OuterRef("address")).values("available")[:1]
-    workers = _own_workers(request).annotate(
+    owned: QuerySet[Worker] = Worker.objects.owned_by(current_user(request))
+    workers = owned.annotate(
         live_assignments=Count("assignments", filter=Q(assignments__state__in=LIVE_STATES)),
         unswept=Coalesce(Subquery(balance), 0),
     )
@@ -211,7 +197,7 @@ def current_job(worker: Worker) -> Assignment | None:
 def worker_detail(request: HttpRequest, pk: UUID) -> HttpResponse:
     """One of the provider's workers, its recent assignments, and its unswept earnings
     with the command that sweeps them into the provider's wallet."""
-    worker = get_object_or_404(_own_workers(request), pk=pk)
+    worker = get_object_or_404(Worker.objects.owned_by(current_user(request)), pk=pk)
     assignments = list(
         Assignment.objects.filter(worker=worker).select_related("task").order_by("-created_at")[:RECENT_ASSIGNMENTS]
     )
@@ -223,7 +209,7 @@ def worker_detail(request: HttpRequest, pk: UUID) -> HttpResponse:
         .exclude(status=TxStatus.REFUSED)
         .aggregate(total=Coalesce(Sum("fee"), 0))["total"]
     )
-    row["status"] = worker_status(worker, busy=any(a.state in LIVE_STATES for a in assignments))
+    row["status"] = worker.status(busy=any(a.state in LIVE_STATES for a in assignments))
     server_url = request.build_absolute_uri("/").rstrip("/")
     context = {
         "row": row,
@@ -258,43 +244,9 @@ def worker_action(request: HttpRequest, pk: UUID, action: str) -> HttpResponse:
     return redirect("my-workers")
 
 
-def assignment_live_state(assignment: Assignment) -> dict[str, Any]:
-    """What the task page needs to draw one assignment: progress, chart history, log tail,
-    and when its worker was last heard from (a heartbeat or a progress report)."""
-    heard = [at for at in (assignment.worker.last_heartbeat_at, assignment.last_progress_at) if at is not None]
-    return {
-        "id": str(assignment.pk),
-        "worker": assignment.worker.name,
-        "attempt": assignment.attempt,
-        "state": assignment.state,
-        "state_label": assignment.get_state_display(),
-        "progress": assignment.progress,
-        "metrics": assignment.metrics if isinstance(assignment.metrics, dict) else {},
-        "history": assignment.history if isinstance(assignment.history, list) else [],
-        "log_tail": assignment.log_tail if isinstance(assignment.log_tail, list) else [],
-        "heard_at": max(heard).isoformat(timespec="milliseconds") if heard else None,
-    }
-
-
-def task_live_state(task: Task) -> dict[str, Any]:
-    """The live part of a task page, the same on first render and on every reconnect."""
-    assignments = Assignment.objects.filter(task=task).select_related("worker").order_by("created_at")
-    return {
-        "task_id": str(task.pk),
-        "status": task.status,
-        "progress": task.progress,
-        "assignments": [assignment_live_state(a) for a in assignments],
-        # The page counts a worker's silence on the server's clock, not the browser's.
-        "now": timezone.now().isoformat(timespec="milliseconds"),
-        # A live worker is heard from at least every heartbeat (the agent's 10 s, stored at
-        # most every 5 s): past this the page says how long it has been silent.
-        "silent_after": SILENT_AFTER_SECONDS,
-    }
-
-
 @login_required
 def task_live(request: HttpRequest, pk: UUID) -> JsonResponse:
     """``live.json``: the task's assignments' progress, history and log tail, for its owner only."""
     user: User = current_user(request)
-    task = get_object_or_404(Task.objects.visible_to(user), pk=pk)
+    task = get_object_or_404(Task.objects.owned_by(user), pk=pk)
     return JsonResponse(task_live_state(task))

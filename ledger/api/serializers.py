@@ -11,7 +11,7 @@ from rest_framework import serializers
 
 from config.serializers import StrictInput
 from ledger.models import Account, Block, Transaction
-from marketplace.units import format_credits
+from ledger.units import format_credits
 from protocol import encoding
 from protocol.bech32 import AddressError, decode_address
 

@@ -16,12 +16,12 @@ from rest_framework.pagination import Cursor, CursorPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from config.api.parsers import JSONParser  # the project's, as in DEFAULT_PARSER_CLASSES
 from config.filters import StrictOrderingFilter
 from ledger import custody, services
 from ledger.api import serializers as s
 from ledger.models import Account, AccountKind, Block, Transaction, TxStatus
 from ledger.proofs import build_proof, is_verified, verify_proof
-from marketplace.api.parsers import JSONParser  # the project's, as in DEFAULT_PARSER_CLASSES
 from protocol.bech32 import AddressError, decode_address
 
 BLOCK_TX_LIMIT = 200
@@ -384,7 +384,7 @@ class Wallet(generics.GenericAPIView[Any]):
 def wallet_of(user: Any) -> dict[str, Any]:
     account = services.ensure_user_account(user)
     escrow_addresses = list(
-        Account.objects.filter(user=user, kind=AccountKind.ESCROW).values_list("address", flat=True)
+        Account.objects.owned_by(user).filter(kind=AccountKind.ESCROW).values_list("address", flat=True)
     )
     txs = history(account.address)
     return {

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django import template
 
-from marketplace.units import format_credits
+from ledger.units import format_credits
 
 register = template.Library()
 

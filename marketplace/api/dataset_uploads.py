@@ -8,18 +8,17 @@ that does not follow. Whose uploads a request sees is decided by ``OwnedViewSet`
 
 from __future__ import annotations
 
-from django.db.models import QuerySet
 from django.utils import timezone
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, inline_serializer
 from rest_framework import mixins, serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from config.api.uploads import OutOfOrder
+from config.api.viewsets import OwnedViewSet
 from marketplace import dataset_uploads
 from marketplace.api import serializers as s
-from marketplace.api.views import OwnedViewSet
-from marketplace.models import DatasetUpload
-from workers.uploads import OutOfOrder
+from marketplace.models import DatasetUpload, DatasetUploadQuerySet
 
 _ERRORS = inline_serializer(
     "DatasetUploadPartError",
@@ -41,7 +40,7 @@ class DatasetUploadViewSet(OwnedViewSet, mixins.RetrieveModelMixin):
     lookup_value_regex = "[0-9a-fA-F-]{32,36}"
     pagination_class = None
 
-    def base_queryset(self) -> QuerySet[DatasetUpload]:
+    def base_queryset(self) -> DatasetUploadQuerySet:
         # An expired upload is gone for its owner too, before the periodic task deletes it.
         return DatasetUpload.objects.filter(expires_at__gt=timezone.now())
 

@@ -12,12 +12,13 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from config.api.parsers import refuse_unstorable_text
 from config.serializers import StrictInput
-from marketplace.api.parsers import refuse_unstorable_text
+from ledger.units import UNITS_PER_CREDIT, credits_to_units, format_credits
 from marketplace.dataset_uploads import received_bytes
 from marketplace.kinds import KIND_NAMES, KINDS
 from marketplace.models import ApiToken, Dataset, DatasetUpload, Task, TaskEvent, User
-from marketplace.units import UNITS_PER_CREDIT, credits_to_units, format_credits
+from marketplace.work import work
 
 
 class JSONField(serializers.JSONField):
@@ -138,9 +139,7 @@ class TaskDetailSerializer(TaskSerializer):
         read_only_fields = fields
 
     def get_result_files(self, task: Task) -> list[str]:
-        from workers.jobs import result_files
-
-        return result_files(task)
+        return work().result_files(task)
 
 
 class TaskCreateSerializer(StrictInput, serializers.Serializer):

@@ -1,5 +1,5 @@
-"""REST endpoints: parse, call one service, render. Tenant scoping lives in
-``OwnedViewSet.get_queryset``, the one place that decides whose rows a request sees."""
+"""REST endpoints: parse, call one service, render. Whose rows a request sees is decided
+by ``config.api.viewsets.OwnedViewSet``."""
 
 from __future__ import annotations
 
@@ -8,9 +8,8 @@ from typing import Any
 
 import django_filters
 from django import forms
-from django.conf import settings
 from django.core.files.storage import default_storage
-from django.db.models import Count, QuerySet
+from django.db.models import Count
 from django.http import FileResponse
 from django_filters.fields import IsoDateTimeField
 from drf_spectacular.utils import OpenApiParameter, extend_schema
@@ -20,33 +19,17 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from config.api.parsers import PARSERS, FormParser, JSONParser, MultiPartParser
+from config.api.viewsets import OwnedViewSet
 from config.downloads import download
 from config.serializers import refuse_body
+from ledger.units import format_credits
 from marketplace import services
 from marketplace.api import serializers as s
-from marketplace.api.parsers import PARSERS, FormParser, JSONParser, MultiPartParser
 from marketplace.kinds import KINDS, get_kind
-from marketplace.models import ApiToken, Dataset, Task, TaskStatus
-from marketplace.units import format_credits
-from workers import jobs, supply
-
-
-class OwnedViewSet(viewsets.GenericViewSet):
-    """Restrict every queryset to the requesting user's own rows."""
-
-    owner_field = "owner"
-    parser_classes = PARSERS
-
-    def base_queryset(self) -> QuerySet[Any]:
-        raise NotImplementedError
-
-    def get_queryset(self) -> QuerySet[Any]:
-        user = self.request.user
-        # The schema generator calls this with an anonymous user; so could a future
-        # AllowAny action. Nobody anonymous owns rows.
-        if getattr(self, "swagger_fake_view", False) or not user.is_authenticated:
-            return self.base_queryset().none()
-        return self.base_queryset().filter(**{self.owner_field: user})
+from marketplace.models import ApiToken, ApiTokenQuerySet, Dataset, DatasetQuerySet, Task, TaskQuerySet, TaskStatus
+from marketplace.quotes import quote_task
+from marketplace.work import work
 
 
 class _UtcIsoDateTimeField(IsoDateTimeField):
@@ -87,7 +70,7 @@ class TaskViewSet(OwnedViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixin
     ordering_fields = ["created_at", "budget", "status", "progress"]
     ordering = ["-created_at"]
 
-    def base_queryset(self) -> QuerySet[Task]:
+    def base_queryset(self) -> TaskQuerySet:
         qs = Task.objects.all()
         if self.action == "retrieve":
             qs = qs.prefetch_related("events")
@@ -123,22 +106,20 @@ class TaskViewSet(OwnedViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixin
         data = dict(form.validated_data)
         budget = data.pop("budget")
         task_request = services.TaskRequest(budget=budget or 0, **data)
-        spec, _, price = services.check_task_request(request.user, task_request, check_budget=budget is not None)  # type: ignore[arg-type]
-        kind = KINDS[task_request.kind]
-        resources = kind.resources(spec)
-        need = supply.Need.of(kind.name, spec, task_request.min_reputation)
-        survey = supply.survey(need, max_age=settings.SUPPLY_SNAPSHOT_SECONDS)
-        quote = {
-            "kind": kind.name,
+        spec, _, _ = services.check_task_request(request.user, task_request, check_budget=budget is not None)  # type: ignore[arg-type]
+        quote = quote_task(KINDS[task_request.kind], spec, task_request.min_reputation, task_request.replication)
+        supply = quote.supply
+        body = {
+            "kind": quote.kind.name,
             "spec": spec,
-            "price_estimate": price,
-            "budget_needed": price * task_request.replication,
-            "memory_bytes": resources.memory_bytes,
-            "gpu_preferred": resources.gpu_preferred,
-            "workers": {"online": survey.online, "fitting": survey.fitting, "free": len(survey.free)},
-            "waiting_reason": survey.posting_warning(task_request.replication),
+            "price_estimate": quote.price,
+            "budget_needed": quote.budget_needed,
+            "memory_bytes": quote.resources.memory_bytes,
+            "gpu_preferred": quote.resources.gpu_preferred,
+            "workers": {"online": supply.online, "fitting": supply.fitting, "free": len(supply.free)},
+            "waiting_reason": quote.warning,
         }
-        return Response(s.TaskQuoteResultSerializer(quote).data)
+        return Response(s.TaskQuoteResultSerializer(body).data)
 
     @extend_schema(request=None, responses={200: s.TaskDetailSerializer})
     @action(detail=True, methods=["post"])
@@ -162,7 +143,7 @@ class TaskViewSet(OwnedViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixin
     )
     @action(detail=True, methods=["get"], url_path=r"results/(?P<name>[A-Za-z0-9_.-]+)")
     def results(self, request: Request, pk: str | None = None, name: str = "") -> FileResponse:
-        path = jobs.result_file(self.get_object(), name)
+        path = work().result_file(self.get_object(), name)
         return download(request, default_storage.open(path, "rb"), name)
 
 
@@ -186,7 +167,7 @@ class DatasetViewSet(OwnedViewSet, mixins.ListModelMixin, mixins.RetrieveModelMi
     ordering_fields = ["created_at", "name", "size_bytes"]
     ordering = ["-created_at"]
 
-    def base_queryset(self) -> QuerySet[Dataset]:
+    def base_queryset(self) -> DatasetQuerySet:
         return Dataset.objects.annotate(task_count=Count("tasks"))
 
     @extend_schema(
@@ -266,13 +247,12 @@ class MeView(APIView):
 class TokenViewSet(OwnedViewSet, mixins.ListModelMixin):
     """Your API tokens: create (shown once), list, revoke."""
 
-    owner_field = "user"
     lookup_value_regex = "[0-9]+"
     serializer_class = s.ApiTokenSerializer
     pagination_class = None
     ordering_fields = ["created_at", "last_used_at", "name"]  # one user's few rows
 
-    def base_queryset(self) -> QuerySet[ApiToken]:
+    def base_queryset(self) -> ApiTokenQuerySet:
         return ApiToken.objects.all()
 
     @extend_schema(request=s.ApiTokenCreateSerializer, responses={201: s.ApiTokenCreatedSerializer})

@@ -18,10 +18,10 @@ from django.views.decorators.http import require_POST
 from rest_framework.exceptions import NotFound, ValidationError
 
 from ledger import services as ledger
+from ledger.units import format_credits
 from marketplace import formnonce, services
 from marketplace.forms import SignupForm, TokenForm
 from marketplace.models import ApiToken
-from marketplace.units import format_credits
 from marketplace.views.common import current_user
 
 CREATE_FORM = "api-token"
@@ -80,7 +80,7 @@ def _account_page(
         "escrowed": format_credits(ledger.escrowed(user)),
         "token_form": form,
         "token_form_nonce": formnonce.issue(request, CREATE_FORM),
-        "tokens": ApiToken.objects.active().filter(user=user),
+        "tokens": ApiToken.objects.owned_by(user).active(),
         "new_token": new_token,
         "new_token_name": new_token_name,
         "max_tokens": services.MAX_TOKENS_PER_USER,

@@ -41,7 +41,7 @@ def datasets(request: HttpRequest) -> HttpResponse:
                 _say_uploaded(request, dataset)
                 return redirect("datasets")
         status = 400
-    rows = Dataset.objects.filter(owner=user).annotate(task_count=Count("tasks"))
+    rows = Dataset.objects.owned_by(user).annotate(task_count=Count("tasks"))
     context = {
         "form": form,
         "datasets": rows,
@@ -64,12 +64,12 @@ def _own_dataset(request: HttpRequest, raw_id: str | None) -> Dataset | None:
         pk = UUID(raw_id)
     except ValueError:
         return None
-    return Dataset.objects.filter(owner=current_user(request), pk=pk).first()
+    return Dataset.objects.owned_by(current_user(request)).filter(pk=pk).first()
 
 
 @login_required
 def dataset_detail(request: HttpRequest, pk: UUID) -> HttpResponse:
-    dataset = get_object_or_404(Dataset.objects.filter(owner=current_user(request)), pk=pk)
+    dataset = get_object_or_404(Dataset.objects.owned_by(current_user(request)), pk=pk)
     tasks = dataset.tasks.only("pk", "title", "status", "created_at")
     return render(request, "marketplace/dataset_detail.html", {"dataset": dataset, "tasks": tasks})
 

@@ -16,22 +16,20 @@ from django.db.models import Count, Q
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
-from rest_framework.exceptions import NotFound, ValidationError
+from rest_framework.exceptions import APIException, NotFound, ValidationError
 
 from config.downloads import download
 from ledger import services as ledger
 from ledger.models import TxStatus
+from ledger.units import format_credits
 from marketplace import services
 from marketplace.errors import error_text
 from marketplace.forms import StatusFilterForm, TaskForm
-from marketplace.kinds import KINDS, Kind
+from marketplace.kinds import KINDS, Kind, memory
 from marketplace.models import CANCELLABLE, Task, TaskEvent, TaskStatus, User
-from marketplace.units import format_credits
+from marketplace.quotes import quote_task
 from marketplace.views.common import current_user
-from workers import jobs, supply
-from workers.jobs import Conflict
-from workers.models import Assignment
-from workers.views import task_live_state
+from marketplace.work import work
 
 PAGE_SIZE = 20
 # "Running" on the home page means a worker holds the task, whatever stage it is at.
@@ -53,7 +51,7 @@ def home(request: HttpRequest) -> HttpResponse:
 @login_required
 def my_tasks(request: HttpRequest) -> HttpResponse:
     """The requester's tasks, newest first, filterable by status."""
-    tasks = Task.objects.visible_to(request.user)
+    tasks = Task.objects.owned_by(request.user)
     status_form = StatusFilterForm(request.GET or None)
     status = status_form.cleaned_data["status"] if status_form.is_valid() else ""
     if status:
@@ -139,26 +137,22 @@ def _estimate(form: TaskForm) -> dict[str, Any] | None:
     min_reputation = data.get("min_reputation", form.fields["min_reputation"].initial) or 0
     # None while the field does not parse: the price per replica is all that is known then.
     replication = data.get("replication") if form.is_bound else form.fields["replication"].initial
-    resources = form.kind.resources(clean)
-    need = supply.Need.of(form.kind.name, clean, min_reputation)
-    survey = supply.survey(need, max_age=settings.SUPPLY_SNAPSHOT_SECONDS)
-    price = form.kind.estimate_price(clean)
+    quote = quote_task(form.kind, clean, min_reputation, replication)
     return {
-        "price": format_credits(price),
+        "price": format_credits(quote.price),
         "replication": replication,
-        # What services.check_task_request asks the budget to cover: every replica is paid.
-        "budget_needed": format_credits(price * replication) if replication else None,
-        "resources": resources,
-        "memory": supply.memory(resources.memory_bytes),  # as the waiting reasons write it
-        "supply": survey,
+        "budget_needed": format_credits(quote.budget_needed) if quote.budget_needed is not None else None,
+        "resources": quote.resources,
+        "memory": memory(quote.resources.memory_bytes),  # as the waiting reasons write it
+        "supply": quote.supply,
         # With no worker (or too few providers) able to take it, the post page says why
         # before the money is held.
-        "warning": survey.posting_warning(replication or 1),
+        "warning": quote.warning,
     }
 
 
 def _own_task(request: HttpRequest, pk: UUID) -> Task:
-    return get_object_or_404(Task.objects.visible_to(request.user).select_related("dataset"), pk=pk)
+    return get_object_or_404(Task.objects.owned_by(request.user).select_related("dataset"), pk=pk)
 
 
 @login_required
@@ -170,7 +164,7 @@ def task_detail(request: HttpRequest, pk: UUID) -> HttpResponse:
     # The kind's field order, not the stored one: PostgreSQL's jsonb reorders keys.
     keys = [key for key in fields if key in task.spec] + [key for key in task.spec if key not in fields]
     spec_rows = [(key, task.spec[key], str(getattr(fields.get(key), "help_text", "") or "")) for key in keys]
-    ledger_txs = jobs.ledger_trail(task)
+    ledger_txs = work().ledger_trail(task)
     context = {
         "task": task,
         "kind": kind,
@@ -186,9 +180,9 @@ def task_detail(request: HttpRequest, pk: UUID) -> HttpResponse:
         "status_labels": dict(TaskStatus.choices),
         "cancellable_statuses": sorted(CANCELLABLE),
         # The same JSON live.json serves on reconnect: the first paint and a recovery draw alike.
-        "live": task_live_state(task),
+        "live": work().live_state(task),
         "result_rows": _result_rows(task.result_summary),
-        "result_files": jobs.result_files(task),
+        "result_files": work().result_files(task),
         "ledger_txs": ledger_txs,
         # While a row waits for its block the page re-reads this section (task.js), about
         # once a block time: a sealing sends the task's socket nothing.
@@ -239,8 +233,7 @@ def _start_rows(task: Task) -> list[tuple[str, datetime]]:
     first = task.started_at
     if first is None:
         return []
-    starts = Assignment.objects.filter(task=task, started_at__isnull=False).values_list("started_at", flat=True)
-    latest = max((at for at in starts if at is not None), default=first)
+    latest = max(work().start_times(task), default=first)
     if task.status in (TaskStatus.OPEN, TaskStatus.ASSIGNED):
         return [("First started", first)]
     if latest > first:
@@ -276,8 +269,8 @@ def task_result_file(request: HttpRequest, pk: UUID, name: str) -> FileResponse:
     """Download one file of the requester's completed task's verified result."""
     task = _own_task(request, pk)
     try:
-        path = jobs.result_file(task, name)
-    except (NotFound, Conflict):
+        path = work().result_file(task, name)
+    except APIException:  # none of that name (404), or the task is not completed (409)
         raise Http404("No such result file.") from None
     return download(request, default_storage.open(path, "rb"), name)
 

@@ -29,8 +29,8 @@ def payments_panel(context: dict[str, Any]) -> dict[str, Any]:
         "price": services.price_of(1),
         "stripe_js_url": settings.STRIPE_JS_URL,
         "debug": settings.DEBUG,
-        "payments": list(Payment.objects.filter(user=user).select_related("deposit")[:LISTED]),
-        "payouts": list(PayoutRequest.objects.filter(user=user).select_related("payout_tx", "restore_tx")[:LISTED]),
+        "payments": list(Payment.objects.owned_by(user).select_related("deposit")[:LISTED]),
+        "payouts": list(PayoutRequest.objects.owned_by(user).select_related("payout_tx", "restore_tx")[:LISTED]),
         "account": services.connected_account(user),
         "payout_fee": services.payout_fee() if config["connect"] else 0,
     }

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
+from ledger.units import format_credits
 from marketplace.kinds import KINDS
 from marketplace.models import ApiToken, Dataset, Task, User, hash_token
-from marketplace.units import format_credits
 from tests.e2e.browsing import expect, log_in
 from tests.factories import PASSWORD, UserFactory
 

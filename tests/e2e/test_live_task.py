@@ -17,7 +17,7 @@ from django.conf import settings
 from websockets import Origin
 from websockets.sync.client import connect
 
-from marketplace.units import UNITS_PER_CREDIT
+from ledger.units import UNITS_PER_CREDIT
 from tests.conftest import funded
 from tests.e2e.browsing import expect, log_in
 from tests.factories import UserFactory, post_task

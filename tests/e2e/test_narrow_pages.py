@@ -16,7 +16,7 @@ import pytest
 from ledger import hooks, services
 from ledger.models import Block, Transaction
 from ledger.sealer import seal_all
-from marketplace.units import UNITS_PER_CREDIT
+from ledger.units import UNITS_PER_CREDIT
 from tests.e2e.browsing import expect, log_in
 from tests.factories import post_task
 from tests.ledger.chain import build_chain

@@ -26,9 +26,9 @@ from websockets.sync.client import ClientConnection, connect
 
 from ledger.models import Transaction
 from ledger.sealer import seal_all
+from ledger.units import UNITS_PER_CREDIT
 from marketplace import services
 from marketplace.models import Task, TaskStatus
-from marketplace.units import UNITS_PER_CREDIT
 from protocol import encoding
 from tests.conftest import funded
 from tests.e2e.browsing import expect, log_in

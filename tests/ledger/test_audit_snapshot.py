@@ -14,7 +14,7 @@ from django.db import connection, connections
 from ledger import services as ledger
 from ledger.replay import verify_chain
 from ledger.sealer import seal_block
-from marketplace.units import UNITS_PER_CREDIT
+from ledger.units import UNITS_PER_CREDIT
 from tests.factories import UserFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)

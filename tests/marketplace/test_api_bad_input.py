@@ -11,8 +11,8 @@ from urllib.parse import quote
 import pytest
 from rest_framework.test import APIClient
 
+from config.api.parsers import NUL_IN_FORM_FIELD
 from marketplace import services
-from marketplace.api.parsers import NUL_IN_FORM_FIELD
 from marketplace.models import Dataset, Task, TaskEvent
 from tests.factories import make_dataset, post_task
 

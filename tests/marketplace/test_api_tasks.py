@@ -10,8 +10,8 @@ import pytest
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from ledger.units import UNITS_PER_CREDIT
 from marketplace.models import Task, TaskEvent
-from marketplace.units import UNITS_PER_CREDIT
 from tests.factories import islr_zip_bytes, make_dataset, post_task, zip_bytes
 
 pytestmark = pytest.mark.django_db
@@ -249,8 +249,8 @@ def test_token_authentication_can_post(alice: Any, alice_token_client: APIClient
 def test_quote_prices_a_task_and_says_who_could_take_it_without_posting(
     alice: Any, bob: Any, alice_client: APIClient
 ) -> None:
+    from ledger.units import format_credits
     from marketplace.kinds import KINDS
-    from marketplace.units import format_credits
     from tests.workers.processes import make_worker
 
     quote = alice_client.post(

@@ -11,9 +11,9 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
+from ledger.units import format_credits
 from marketplace.kinds import KINDS
 from marketplace.models import Task
-from marketplace.units import format_credits
 
 pytestmark = pytest.mark.django_db
 

@@ -9,8 +9,8 @@ import pytest
 from rest_framework import serializers
 from rest_framework.test import APIClient
 
+from ledger.units import format_credits
 from marketplace.kinds import KINDS, get_kind, minimum_reward
-from marketplace.units import format_credits
 
 pytestmark = pytest.mark.django_db
 

@@ -26,9 +26,9 @@ from django.test import Client, RequestFactory
 from django.urls import reverse
 
 from config.asgi import application
+from ledger.units import UNITS_PER_CREDIT
 from marketplace import services
 from marketplace.events import session_group
-from marketplace.units import UNITS_PER_CREDIT
 from tests.factories import PASSWORD, post_task
 from tests.marketplace.test_consumers import ORIGIN, session_cookie
 from tests.sockets import open_or_refused

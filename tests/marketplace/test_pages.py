@@ -15,9 +15,9 @@ from django.test import Client
 from django.urls import reverse
 
 from ledger import services as ledger
+from ledger.units import UNITS_PER_CREDIT, format_credits
 from marketplace.kinds import KINDS
 from marketplace.models import ApiToken, Dataset, Task, TaskEvent, User, hash_token
-from marketplace.units import UNITS_PER_CREDIT, format_credits
 from tests.factories import PASSWORD, npy_bytes, post_task
 from tests.form_nonces import submit
 

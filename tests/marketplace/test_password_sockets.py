@@ -19,7 +19,7 @@ from channels.layers import get_channel_layer
 from django.conf import settings
 from django.urls import reverse
 
-from marketplace.units import UNITS_PER_CREDIT
+from ledger.units import UNITS_PER_CREDIT
 from tests.factories import PASSWORD, post_task
 from tests.marketplace.test_consumers import session_cookie
 from tests.marketplace.test_logout_sockets import browser, browser_socket

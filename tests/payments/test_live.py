@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from ledger import services as ledger
-from marketplace.units import UNITS_PER_CREDIT
+from ledger.units import UNITS_PER_CREDIT
 from payments import services
 from payments.models import Payment, WebhookEvent
 from tests.e2e.browsing import expect

@@ -10,7 +10,7 @@ import pytest
 
 from ledger import services as ledger
 from ledger.models import Transaction
-from marketplace.units import UNITS_PER_CREDIT
+from ledger.units import UNITS_PER_CREDIT
 from payments import services
 from payments.models import ConnectedAccount, PayoutRequest
 from tests.factories import UserFactory

@@ -14,7 +14,7 @@ from django.core.management import call_command
 
 from ledger import services as ledger
 from ledger.models import Transaction
-from marketplace.units import UNITS_PER_CREDIT
+from ledger.units import UNITS_PER_CREDIT
 from payments.models import Customer, Payment, WebhookEvent
 from tests.payments.conftest import WEBHOOK_PATH, event, sign
 from tests.payments.helpers import (

@@ -20,7 +20,7 @@ from django.utils import timezone
 
 from ledger import services as ledger
 from ledger.models import Transaction
-from marketplace.units import UNITS_PER_CREDIT
+from ledger.units import UNITS_PER_CREDIT
 from payments.models import Payment, WebhookEvent
 from payments.webhook import PARK_EXPIRED, PARK_FOR, PARKED, handle_event
 from tests.payments.conftest import event

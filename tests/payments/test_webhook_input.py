@@ -15,7 +15,7 @@ import pytest
 
 from ledger import services as ledger
 from ledger.models import Transaction
-from marketplace.units import UNITS_PER_CREDIT
+from ledger.units import UNITS_PER_CREDIT
 from payments.models import Payment, WebhookEvent
 from payments.webhook import PARKED
 from tests.payments.conftest import event

@@ -11,7 +11,7 @@ from django.contrib.auth.models import Permission
 from django.test import Client
 from rest_framework.test import APIClient
 
-from marketplace.units import UNITS_PER_CREDIT
+from ledger.units import UNITS_PER_CREDIT
 from tests.factories import UserFactory, post_task
 from tests.workers.processes import make_worker
 from workers import scheduler, services

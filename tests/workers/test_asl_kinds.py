@@ -17,8 +17,8 @@ import torch
 from rest_framework.exceptions import ValidationError
 
 from ledger import services as ledger
+from ledger.units import UNITS_PER_CREDIT
 from marketplace.models import Task, TaskStatus
-from marketplace.units import UNITS_PER_CREDIT
 from tests.factories import make_dataset, post_task
 from tests.workers.processes import CAPS
 from tests.workers.test_cube_kinds import Provider, assign, completed_training, submitted

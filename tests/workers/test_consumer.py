@@ -17,9 +17,9 @@ from channels.testing import WebsocketCommunicator
 from django.utils import timezone
 
 from config.asgi import application
+from ledger.units import UNITS_PER_CREDIT
 from marketplace.events import task_group
 from marketplace.models import Task
-from marketplace.units import UNITS_PER_CREDIT
 from tests.factories import post_task
 from tests.sockets import open_or_refused
 from tests.workers.processes import make_worker

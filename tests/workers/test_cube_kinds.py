@@ -19,8 +19,8 @@ from rest_framework.test import APIClient
 from safetensors.numpy import load, save_file
 
 from ledger import services as ledger
+from ledger.units import UNITS_PER_CREDIT
 from marketplace.models import Task, TaskStatus
-from marketplace.units import UNITS_PER_CREDIT
 from tests.factories import make_dataset, post_task
 from tests.workers.processes import CAPS, make_worker
 from training.cube.data import synthetic_embeddings

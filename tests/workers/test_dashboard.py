@@ -17,7 +17,7 @@ from channels.layers import get_channel_layer
 from channels.testing import WebsocketCommunicator
 
 from config.asgi import application
-from marketplace.units import UNITS_PER_CREDIT
+from ledger.units import UNITS_PER_CREDIT
 from tests.factories import post_task
 from tests.marketplace.test_consumers import ORIGIN, session_cookie
 from tests.sockets import open_or_refused

@@ -16,9 +16,9 @@ from django.conf import settings
 
 from ledger import services as ledger
 from ledger.sealer import seal_all
+from ledger.units import UNITS_PER_CREDIT
 from marketplace import services as marketplace
 from marketplace.models import Task, TaskStatus
-from marketplace.units import UNITS_PER_CREDIT
 from tests.factories import post_task
 from tests.workers import processes as p
 from workers.agent.identity import Credentials, credentials_path

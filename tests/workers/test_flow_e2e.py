@@ -12,8 +12,8 @@ import pytest
 from ledger import services as ledger
 from ledger.models import Transaction
 from ledger.sealer import seal_all
+from ledger.units import UNITS_PER_CREDIT
 from marketplace.models import Task, TaskStatus
-from marketplace.units import UNITS_PER_CREDIT
 from tests.factories import post_task
 from tests.workers import processes as p
 from workers import scheduler, services

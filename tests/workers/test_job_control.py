@@ -13,9 +13,9 @@ from channels.testing import WebsocketCommunicator
 from django.test import Client
 from django.utils import timezone
 
+from ledger.units import UNITS_PER_CREDIT
 from marketplace import services as marketplace
 from marketplace.models import TaskEvent
-from marketplace.units import UNITS_PER_CREDIT
 from tests.factories import UserFactory, post_task
 from tests.workers.processes import make_worker
 from tests.workers.test_consumer import barrier, run, socket

@@ -13,8 +13,8 @@ from rest_framework.test import APIClient
 
 from ledger import services as ledger
 from ledger.models import Account, Transaction
+from ledger.units import UNITS_PER_CREDIT
 from marketplace.models import Task, TaskStatus
-from marketplace.units import UNITS_PER_CREDIT
 from protocol import keys
 from protocol.encoding import ComputeResult
 from protocol.signing import sign_compute_result

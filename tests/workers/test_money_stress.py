@@ -34,10 +34,10 @@ from ledger import services as ledger
 from ledger.models import Account, AccountKind, Transaction, TxStatus
 from ledger.replay import verify_chain
 from ledger.sealer import seal_all, seal_block
+from ledger.units import UNITS_PER_CREDIT
 from marketplace import services as marketplace
 from marketplace.kinds import get_kind
 from marketplace.models import ACTIVE, TERMINAL, IllegalTransition, Task, TaskStatus
-from marketplace.units import UNITS_PER_CREDIT
 from protocol import encoding
 from protocol.signing import sign_tx
 from protocol.wire import template_tx

@@ -347,8 +347,8 @@ def test_a_real_agent_runs_jobs_from_its_own_login_and_loses_it_when_retired(
     alice: Any, bob: Any, tmp_path: Path
 ) -> None:
     from ledger import services as ledger
+    from ledger.units import UNITS_PER_CREDIT
     from marketplace.models import Task, TaskStatus
-    from marketplace.units import UNITS_PER_CREDIT
     from tests.factories import post_task
     from tests.workers import processes as p
     from workers import scheduler

@@ -19,9 +19,9 @@ import httpx
 import pytest
 
 from ledger import services as ledger
+from ledger.units import UNITS_PER_CREDIT
 from marketplace import services as marketplace
 from marketplace.models import Task, TaskStatus
-from marketplace.units import UNITS_PER_CREDIT
 from tests.workers import processes as p
 from workers import services
 from workers.models import Assignment, Worker

@@ -13,7 +13,7 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from marketplace.units import UNITS_PER_CREDIT
+from ledger.units import UNITS_PER_CREDIT
 from protocol import keys
 from protocol.bech32 import address_from_public_key
 from tests.factories import PASSWORD, post_task

@@ -12,7 +12,7 @@ import pytest
 from ledger import services as ledger
 from ledger.models import Block, Transaction, TxStatus
 from ledger.tasks import seal_pending
-from marketplace.units import UNITS_PER_CREDIT
+from ledger.units import UNITS_PER_CREDIT
 from tests.factories import post_task
 from tests.workers import processes as p
 from workers.models import Assignment

@@ -27,7 +27,7 @@ def alpha(alice: Any) -> Provider:
 @pytest.fixture
 def submitted(alpha: Provider, bob: Any, tmp_path: Path) -> tuple[Task, Assignment, bytes]:
     """Bob's synthetic task, computed and submitted by alice's worker, not yet verified."""
-    from marketplace.units import UNITS_PER_CREDIT
+    from ledger.units import UNITS_PER_CREDIT
     from tests.factories import post_task
 
     task = post_task(bob, "synthetic", {"n": 64}, budget=UNITS_PER_CREDIT)

@@ -12,7 +12,7 @@ from django.conf import settings
 from django.core.files.storage import default_storage
 from django.utils import timezone
 
-from marketplace.units import UNITS_PER_CREDIT
+from ledger.units import UNITS_PER_CREDIT
 from tests.factories import post_task
 from tests.workers.processes import make_worker
 from workers import scheduler, uploads

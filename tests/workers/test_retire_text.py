@@ -19,7 +19,7 @@ from django.test import Client
 from django.utils import timezone
 
 from ledger import services as ledger
-from marketplace.units import UNITS_PER_CREDIT, format_credits
+from ledger.units import UNITS_PER_CREDIT, format_credits
 from tests.form_nonces import submit
 from tests.workers.test_pages import make_worker
 from workers import sweep

@@ -10,9 +10,9 @@ import pytest
 from django.utils import timezone
 
 from ledger import services as ledger
+from ledger.units import UNITS_PER_CREDIT
 from marketplace.kinds import KINDS
 from marketplace.models import Task, TaskStatus
-from marketplace.units import UNITS_PER_CREDIT
 from tests.factories import post_task
 from tests.workers.processes import CAPS, make_worker
 from workers import jobs, scheduler, services

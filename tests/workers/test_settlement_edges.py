@@ -14,9 +14,9 @@ from rest_framework.test import APIClient
 
 from ledger import gas
 from ledger import services as ledger
+from ledger.units import UNITS_PER_CREDIT
 from marketplace import services as marketplace
 from marketplace.models import Task, TaskStatus
-from marketplace.units import UNITS_PER_CREDIT
 from protocol import encoding
 from protocol.wire import sign_template
 from tests.factories import post_task

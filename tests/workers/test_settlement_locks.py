@@ -14,8 +14,8 @@ from django.db import connection, connections, transaction
 
 from ledger import services as ledger
 from ledger.models import Account, AccountKind
+from ledger.units import UNITS_PER_CREDIT
 from marketplace.models import Task, TaskStatus
-from marketplace.units import UNITS_PER_CREDIT
 from tests.factories import post_task
 from tests.workers.test_jobs import Provider
 from workers import scheduler, settlement

@@ -21,8 +21,8 @@ from ledger import services as ledger
 from ledger.models import Account, Transaction
 from ledger.replay import verify_chain
 from ledger.sealer import seal_all
+from ledger.units import UNITS_PER_CREDIT, format_credits
 from marketplace.models import TaskStatus
-from marketplace.units import UNITS_PER_CREDIT, format_credits
 from protocol import encoding, keys
 from protocol.wire import sign_template, template_tx
 from tests.factories import post_task

@@ -13,8 +13,8 @@ import pytest
 from django.core.files.storage import default_storage
 from rest_framework.test import APIClient
 
+from ledger.units import UNITS_PER_CREDIT
 from marketplace.models import Task
-from marketplace.units import UNITS_PER_CREDIT
 from tests.factories import post_task
 from tests.workers.test_jobs import Provider
 from workers import jobs, scheduler

@@ -14,8 +14,8 @@ import pytest
 from django.conf import settings
 
 from ledger import services as ledger
+from ledger.units import UNITS_PER_CREDIT
 from marketplace.models import TaskStatus
-from marketplace.units import UNITS_PER_CREDIT
 from tests.factories import post_task
 from tests.workers import test_asl_kinds, test_cube_kinds, test_jobs
 from tests.workers.test_asl_kinds import AslProvider

@@ -11,7 +11,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from ledger import services
 from ledger.sealer import seal_all
-from marketplace.units import credits_to_units, format_credits
+from ledger.units import credits_to_units, format_credits
 
 
 class Command(BaseCommand):

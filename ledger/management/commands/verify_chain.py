@@ -7,7 +7,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 
 from ledger.replay import Divergence, verify_chain
-from marketplace.units import format_credits
+from ledger.units import format_credits
 
 
 class Command(BaseCommand):

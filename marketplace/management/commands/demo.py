@@ -7,9 +7,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
+from ledger.units import UNITS_PER_CREDIT
 from marketplace import services
 from marketplace.models import Task, User
-from marketplace.units import UNITS_PER_CREDIT
 
 DEMO_TASKS = [
     ("Proof of compute, 1024²", "synthetic", {"n": 1024}),
@@ -37,7 +37,7 @@ class Command(BaseCommand):
                 services.post_task(
                     user, services.TaskRequest(kind=kind, spec=spec, title=title, budget=5 * UNITS_PER_CREDIT)
                 )
-        count = Task.objects.filter(owner=user).count()
+        count = Task.objects.owned_by(user).count()
         self.stdout.write(
             self.style.SUCCESS(
                 f"Demo requester: username {username!r}, password {password!r} ({count} demo tasks)"

@@ -1,4 +1,4 @@
-"""Request parsers for the marketplace API (and, through DEFAULT_PARSER_CLASSES, every API)."""
+"""Request parsers of every API (the DEFAULT_PARSER_CLASSES of REST_FRAMEWORK)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,10 @@
 """One JSON error shape for the whole API.
 
 DRF's own errors already name the field (``{"spec": {"n": ["…"]}}``). This handler adds
-the cases DRF leaves to Django: an illegal state transition becomes 409 naming
-``status``, any other Django ValidationError becomes a 400 instead of a 500, and a body
-over Django's upload limits becomes a JSON 413 instead of Django's HTML 400 page.
+the cases DRF leaves to Django: a ``StateConflict`` (a row's state refuses the request,
+such as an illegal task transition) becomes 409 naming its field, any other Django
+ValidationError becomes a 400 instead of a 500, and a body over Django's upload limits
+becomes a JSON 413 instead of Django's HTML 400 page.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from rest_framework import status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from marketplace.models import IllegalTransition
+from config.api.exceptions import StateConflict
 
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
@@ -30,9 +31,9 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         )
     if isinstance(exc, TooManyFieldsSent):
         return Response({"detail": "Too many form fields."}, status=status.HTTP_400_BAD_REQUEST)
-    if isinstance(exc, IllegalTransition):
+    if isinstance(exc, StateConflict):
         return Response(
-            {"status": [exc.messages[0]], "code": "illegal_transition"},
+            {exc.field: [exc.messages[0]], "code": exc.code},
             status=status.HTTP_409_CONFLICT,
         )
     if isinstance(exc, DjangoValidationError):

@@ -1,0 +1,82 @@
+"""What the marketplace asks of the app that runs its tasks.
+
+The workers app sits above the marketplace: it imports the marketplace, never the other
+way. The pages and endpoints of a task still show what only the workers app knows (who
+could take a task now, the live state of its jobs, its result files, its ledger trail), so
+the marketplace names the questions here, as a ``TaskWork`` protocol, and the workers app
+answers them with ``install(...)`` from its ``AppConfig.ready()`` (``workers/work.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sized
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Protocol
+
+from django.core.exceptions import ImproperlyConfigured
+
+if TYPE_CHECKING:
+    from ledger.models import Transaction
+    from marketplace.models import Task
+
+
+class Supply(Protocol):
+    """The online workers, by whether they could take a task now."""
+
+    @property
+    def online(self) -> int: ...
+
+    @property
+    def fitting(self) -> int: ...
+
+    @property
+    def free(self) -> Sized: ...
+
+    def posting_warning(self, replication: int) -> str:
+        """Why a task not posted yet would wait, or "" when enough workers fit."""
+        ...
+
+
+class TaskWork(Protocol):
+    """The questions about a task's work that the marketplace asks the workers app."""
+
+    def survey(self, kind: str, spec: dict[str, Any], min_reputation: int) -> Supply:
+        """Which online workers could take a task of ``kind`` and ``spec`` now."""
+        ...
+
+    def live_state(self, task: Task) -> dict[str, Any]:
+        """The live part of the task page (its jobs' progress, history and log tail)."""
+        ...
+
+    def start_times(self, task: Task) -> list[datetime]:
+        """When each of the task's jobs started."""
+        ...
+
+    def ledger_trail(self, task: Task) -> list[Transaction]:
+        """The task's transactions on the ledger."""
+        ...
+
+    def result_files(self, task: Task) -> list[str]:
+        """Names of the verified result's files (none until the task completed)."""
+        ...
+
+    def result_file(self, task: Task, name: str) -> str:
+        """Storage name of one result file: DRF's NotFound when there is none of that
+        name, a 409 APIException while the task is not completed."""
+        ...
+
+
+_installed: TaskWork | None = None
+
+
+def install(work: TaskWork) -> None:
+    """Answer the marketplace's questions with ``work`` (the workers app, at ready())."""
+    global _installed
+    _installed = work
+
+
+def work() -> TaskWork:
+    """The installed answers; the platform cannot run without them."""
+    if _installed is None:
+        raise ImproperlyConfigured("No app answers marketplace.work: add the workers app to INSTALLED_APPS.")
+    return _installed
