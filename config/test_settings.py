@@ -7,6 +7,11 @@ platform's), the channel-layer spool and the media directory. Child processes th
 suite starts inherit the variable, so they share the suite's directory, not the
 developer's. (With ``REDIS_URL`` set, give the suite its own Redis database for the same
 reason.) ``PROOFWORK_VAR_DIR`` still wins when set.
+
+Under pytest-xdist (``make test-fast``) each worker process gets a directory of its own,
+``var/test/<worker id>``: its SQLite test database, broker folders, channel-layer spool and
+media, and the processes it starts, are not the other workers'. An explicit
+``PROOFWORK_VAR_DIR`` is one directory for the whole run: use it without ``-n``.
 """
 
 import os
@@ -14,7 +19,10 @@ from pathlib import Path
 
 from django.conf import global_settings
 
-os.environ.setdefault("PROOFWORK_VAR_DIR", str(Path(__file__).resolve().parent.parent / "var" / "test"))
+os.environ.setdefault(
+    "PROOFWORK_VAR_DIR",
+    str(Path(__file__).resolve().parent.parent / "var" / "test" / os.environ.get("PYTEST_XDIST_WORKER", "")),
+)
 
 from config.settings import *  # noqa: F403
 
