@@ -31,7 +31,7 @@ SUPPLY_SNAPSHOT_SECONDS = 0
 
 # PostgreSQL: the suite's process runs consumers and services from many threads (the
 # channels test communicators' executors, threaded tests), and a thread that ends without
-# closing its connection keeps it checked out of the pool. Ten (the default) ran out late
+# closing its connection keeps it checked out of the pool. The default ten run out late
 # in the suite ("couldn't get a connection after 10.00 sec"); the server allows 100.
 if DATABASES["default"]["ENGINE"].endswith("postgresql"):  # noqa: F405
     DATABASES["default"]["OPTIONS"]["pool"]["max_size"] = 40  # noqa: F405

@@ -259,8 +259,8 @@ def run_node(
         worker_ready.disconnect(on_ready)
         worker_init.disconnect(on_init)
         node.reporter.stop()
-    # worker_main drops the worker's exit status: an unrecoverable error exited 0, so a
-    # process manager saw a clean stop and did not restart the node.
+    # worker_main drops the worker's exit status: the worker's own is returned, so a process
+    # manager sees an unrecoverable error as a failure (and restarts the node), not as 0.
     return int(workers[0].exitcode or 0) if workers else 1
 
 
@@ -274,8 +274,8 @@ def broker_secrets(broker: str) -> list[str]:
 
 
 def broker_problem(broker: str, broker_folder: str | None, broker_ca: str | None = None) -> str | None:
-    """Why ``run`` cannot use this broker, said before Celery starts (it printed a
-    traceback instead). The URL itself is not repeated: it may hold a password."""
+    """Why ``run`` cannot use this broker, said in one line before Celery starts (Celery
+    would print a traceback). The URL itself is not repeated: it may hold a password."""
     scheme = broker.split("://", 1)[0] if "://" in broker else ""
     if not scheme:
         return "--broker is not a broker URL (amqps://user:password@host/vhost, or filesystem:// in embedded mode)"

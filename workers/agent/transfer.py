@@ -116,12 +116,12 @@ class PlatformClient:
         """PUT one file, streamed from disk; in UPLOAD_PART parts when it is larger.
 
         Each request streams UPLOAD_CHUNK pieces with its Content-Length, never the file as
-        one bytes object: that cost its size in memory, and httpx re-slices the unsent rest
-        of such a buffer after every socket write (a 1.6 GB product took two minutes on
-        loopback). Parts (``workers/uploads.py``) bound what one request costs the platform's
-        web process, which holds a whole body in memory; a part the platform says it did not
-        expect (409) is resent from where it says it is. Returns the last response: 201
-        once the whole file is in.
+        one bytes object, which would cost its size in memory and whose unsent rest httpx
+        re-slices after every socket write (two minutes for a 1.6 GB product on loopback).
+        Parts (``workers/uploads.py``) bound what one request costs the platform's web
+        process, which holds a whole body in memory; a part the platform says it did not
+        expect (409) is resent from where it says it is. Returns the last response: 201 once
+        the whole file is in.
         """
         size = path.stat().st_size
         headers = {"Content-Disposition": f'attachment; filename="{name}"'}
