@@ -11,7 +11,9 @@ reason.) ``PROOFWORK_VAR_DIR`` still wins when set.
 Under pytest-xdist (``make test-fast``) each worker process gets a directory of its own,
 ``var/test/<worker id>``: its SQLite test database, broker folders, channel-layer spool and
 media, and the processes it starts, are not the other workers'. An explicit
-``PROOFWORK_VAR_DIR`` is one directory for the whole run: use it without ``-n``.
+``PROOFWORK_VAR_DIR`` is one directory for the whole run: use it without ``-n``. So is the
+Redis of ``REDIS_URL`` (the broker's queues, the cache a test clears): ``-n`` runs on the
+embedded broker and cache.
 """
 
 import os
