@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-stamp
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install run test check format migrate demo clean
+.PHONY: install run test test-fast check format migrate demo clean
 
 $(STAMP): pyproject.toml training/poc/_simd.c $(wildcard training/poc/simd/*)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -32,6 +32,12 @@ run: demo
 # Lint, types, import contracts and migrations first, then the whole suite (exit 5 = nothing collected fails too).
 test: check
 	$(BIN)/python -m pytest
+
+# The quick loop while working: the suite without the browser (e2e) and slow tests, one
+# process per core (pytest-xdist; each gets its own var/test/<worker>, config/test_settings.py).
+# No `check` first: run `make check` before a commit.
+test-fast: install
+	$(BIN)/python -m pytest -m "not e2e and not slow" -n auto
 
 check: install
 	$(BIN)/ruff check .

@@ -7,6 +7,13 @@ platform's), the channel-layer spool and the media directory. Child processes th
 suite starts inherit the variable, so they share the suite's directory, not the
 developer's. (With ``REDIS_URL`` set, give the suite its own Redis database for the same
 reason.) ``PROOFWORK_VAR_DIR`` still wins when set.
+
+Under pytest-xdist (``make test-fast``) each worker process gets a directory of its own,
+``var/test/<worker id>``: its SQLite test database, broker folders, channel-layer spool and
+media, and the processes it starts, are not the other workers'. An explicit
+``PROOFWORK_VAR_DIR`` is one directory for the whole run: use it without ``-n``. So is the
+Redis of ``REDIS_URL`` (the broker's queues, the cache a test clears): ``-n`` runs on the
+embedded broker and cache.
 """
 
 import os
@@ -14,7 +21,10 @@ from pathlib import Path
 
 from django.conf import global_settings
 
-os.environ.setdefault("PROOFWORK_VAR_DIR", str(Path(__file__).resolve().parent.parent / "var" / "test"))
+os.environ.setdefault(
+    "PROOFWORK_VAR_DIR",
+    str(Path(__file__).resolve().parent.parent / "var" / "test" / os.environ.get("PYTEST_XDIST_WORKER", "")),
+)
 
 from config.settings import *  # noqa: F403
 
@@ -23,7 +33,7 @@ SUPPLY_SNAPSHOT_SECONDS = 0
 
 # PostgreSQL: the suite's process runs consumers and services from many threads (the
 # channels test communicators' executors, threaded tests), and a thread that ends without
-# closing its connection keeps it checked out of the pool. Ten (the default) ran out late
+# closing its connection keeps it checked out of the pool. The default ten run out late
 # in the suite ("couldn't get a connection after 10.00 sec"); the server allows 100.
 if DATABASES["default"]["ENGINE"].endswith("postgresql"):  # noqa: F405
     DATABASES["default"]["OPTIONS"]["pool"]["max_size"] = 40  # noqa: F405

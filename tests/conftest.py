@@ -66,8 +66,8 @@ def _fresh_channel_layer() -> Iterator[None]:
     runs on a new event loop, and channels_redis keeps per-instance receive state (a receive
     count, a lock per channel) that a loop ending with a receive in flight leaves behind: the
     next loop's receive then fails ("bound to a different event loop", or "two event loops
-    are trying to receive()"). Seen in CI, in tests that ran after such a conversation; the
-    daphne server runs one loop, so the platform itself never shares an instance this way."""
+    are trying to receive()") in a test that runs after such a conversation. The daphne
+    server runs one loop, so the platform itself never shares an instance this way."""
     from channels.layers import channel_layers
 
     channel_layers.backends.clear()

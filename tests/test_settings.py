@@ -342,3 +342,17 @@ def test_a_bad_variable_stops_start_up_naming_it(tmp_path: Path, env: dict[str, 
 def test_dataset_limit_comes_from_the_environment(tmp_path: Path) -> None:
     got = probe({"PROOFWORK_VAR_DIR": str(tmp_path), "PROOFWORK_DATASET_MAX_BYTES": "1_048_576"})
     assert got["max_bytes"] == 1_048_576
+
+
+# --- config/test_settings.py --------------------------------------------------------------
+
+
+def test_each_xdist_worker_of_the_suite_gets_a_var_directory_and_database_of_its_own() -> None:
+    """``make test-fast`` runs the suite in several processes at once: two of them sharing
+    the SQLite test database or the broker folder would take each other's rows and messages."""
+    test_settings = {"DJANGO_SETTINGS_MODULE": "config.test_settings"}
+    workers = {name: probe({**test_settings, "PYTEST_XDIST_WORKER": name}) for name in ("gw0", "gw1")}
+    for name, got in workers.items():
+        assert got["var_dir"] == str(ROOT / "var" / "test" / name)
+        assert got["transport_options"]["data_folder_in"] == str(ROOT / "var" / "test" / name / "celery" / "out")
+    assert probe(test_settings)["var_dir"] == str(ROOT / "var" / "test")  # without xdist: var/test itself

@@ -283,6 +283,250 @@ def _summary(train: Mapping[str, float], val: Mapping[str, float]) -> str:
     return " ".join(f"{name}={value:.4g}" for name, value in list(figures.items())[:12])
 
 
+@dataclass
+class _LoopState:
+    """One ``fit`` run: what it trains with, and the counters and best figures that a
+    checkpoint keeps (``next_epoch`` is where the run goes on)."""
+
+    model: nn.Module
+    runner: nn.Module  # what step_fn and eval_fn call: the model, or its torch.compile wrapper
+    config: LoopConfig
+    device: torch.device
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LambdaLR
+    scaler: torch.amp.GradScaler | None
+    steps_per_epoch: int
+    total_steps: int
+    progress: Progress | None
+    checkpoint_dir: Path | None
+    next_epoch: int = 1
+    global_step: int = 0
+    best_value: float | None = None
+    best_epoch: int = 0
+    bad_epochs: int = 0
+    best_metrics: dict[str, float] = field(default_factory=dict)
+    best_state: dict[str, torch.Tensor] | None = None
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+    @classmethod
+    def start(
+        cls,
+        model: nn.Module,
+        train_loader: Iterable[Any],
+        config: LoopConfig,
+        progress: Progress | None,
+        checkpoint_dir: Path | None,
+    ) -> _LoopState:
+        """Seed, move ``model`` to its device, and build its optimizer, schedule and scaler."""
+        device = select_device(config.device)
+        if device.type == "cpu":
+            keep_freed_memory()
+        seed_everything(config.seed)
+        model.to(device)
+        optimizer = build_optimizer(model, config)
+        steps_per_epoch = _steps_per_epoch(train_loader, config)
+        total_steps = steps_per_epoch * config.epochs
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_factor(s, total_steps, config))
+        scaler = make_grad_scaler(device, config.mixed_precision)
+        runner: nn.Module = model
+        if config.compile and hasattr(torch, "compile"):
+            runner = torch.compile(model)  # type: ignore[assignment]
+        return cls(
+            model=model,
+            runner=runner,
+            config=config,
+            device=device,
+            optimizer=optimizer,
+            scheduler=scheduler,
+            scaler=scaler,
+            steps_per_epoch=steps_per_epoch,
+            total_steps=total_steps,
+            progress=progress,
+            checkpoint_dir=Path(checkpoint_dir) if checkpoint_dir is not None else None,
+        )
+
+    def resume(self) -> None:
+        """Go on from the checkpoint in ``checkpoint_dir``; without one, start fresh."""
+        ckpt = self.checkpoint_dir
+        if ckpt is None or not state_exists(ckpt / CHECKPOINT_STEM):
+            return
+        state = load_state(ckpt / CHECKPOINT_STEM, device=self.device)
+        load_model_tensors(self.model, state["model"], source=str(ckpt / CHECKPOINT_STEM))
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        if self.scaler is not None and state.get("scaler"):
+            self.scaler.load_state_dict(state["scaler"])
+        loop = state["loop"]
+        self.next_epoch, self.global_step = int(loop["epoch"]) + 1, int(loop["global_step"])
+        self.best_value, self.best_epoch = loop["best_value"], int(loop["best_epoch"])
+        self.bad_epochs = int(loop["bad_epochs"])
+        self.best_metrics, self.history = dict(loop["best_metrics"]), list(loop["history"])
+        if state_exists(ckpt / BEST_STEM):
+            self.best_state = load_state(ckpt / BEST_STEM, device=self.device)["model"]
+
+    def train_epoch(self, epoch: int, loader: Iterable[Any], step_fn: StepFn) -> dict[str, float]:
+        """Up to ``steps_per_epoch`` optimizer steps; the epoch's mean figures (``train_<name>``)."""
+        config = self.config
+        seed_everything(_epoch_seed(config.seed, epoch))
+        self.model.train()
+        sums: dict[str, float] = {}
+        count = 0
+        micro = 0
+        step_loss = 0.0
+        step_metrics: dict[str, float] = {}
+        steps_this_epoch = 0
+        self.optimizer.zero_grad(set_to_none=True)
+        batches = iter(loader)
+        while steps_this_epoch < self.steps_per_epoch:
+            stop.check()
+            batch = next(batches, None)
+            if batch is None:
+                if micro == 0:
+                    break
+            else:
+                loss_value, floats = self._backward(epoch, step_fn, batch)
+                micro += 1
+                step_loss += loss_value
+                for k, v in floats.items():
+                    step_metrics[k] = step_metrics.get(k, 0.0) + v
+                    sums[k] = sums.get(k, 0.0) + v
+                sums["loss"] = sums.get("loss", 0.0) + loss_value
+                count += 1
+                if micro < config.grad_accumulation:
+                    continue
+            lr = self._optimizer_step(micro)
+            steps_this_epoch += 1
+            if self.progress is not None:
+                self.progress(
+                    {
+                        "event": "step",
+                        "epoch": epoch,
+                        "step": self.global_step,
+                        "total_steps": self.total_steps,
+                        "loss": step_loss / micro,
+                        "lr": lr,
+                        "metrics": {k: v / micro for k, v in step_metrics.items()},
+                    }
+                )
+            micro, step_loss, step_metrics = 0, 0.0, {}
+            if batch is None:
+                break
+        return {f"train_{k}": v / max(1, count) for k, v in sums.items()}
+
+    def _backward(self, epoch: int, step_fn: StepFn, batch: Any) -> tuple[float, dict[str, float]]:
+        """Forward and backward one micro-batch; its loss and metrics as floats."""
+        with autocast(self.device, self.config.mixed_precision):
+            loss, metrics = step_fn(self.runner, to_device(batch, self.device))
+        loss_value = _as_float(loss)
+        if not math.isfinite(loss_value):
+            raise NonFiniteLossError(
+                f"Training loss became {loss_value} at epoch {epoch}, step {self.global_step + 1}; "
+                "lower the learning rate or turn off mixed precision."
+            )
+        scaled = loss / self.config.grad_accumulation
+        (self.scaler.scale(scaled) if self.scaler is not None else scaled).backward()
+        return loss_value, {k: _as_float(v) for k, v in metrics.items()}
+
+    def _optimizer_step(self, micro: int) -> float:
+        """One optimizer step over the ``micro`` micro-batches gathered (fewer at the epoch's
+        end); returns the learning rate it stepped with."""
+        config, optimizer, scaler = self.config, self.optimizer, self.scaler
+        if micro < config.grad_accumulation:
+            for p in self.model.parameters():
+                if p.grad is not None:
+                    p.grad.mul_(config.grad_accumulation / micro)
+        if scaler is not None:
+            scaler.unscale_(optimizer)
+        if config.grad_clip > 0:
+            nn.utils.clip_grad_norm_(self.model.parameters(), config.grad_clip)
+        if scaler is not None:
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            optimizer.step()
+        lr = float(optimizer.param_groups[0]["lr"])
+        self.scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        self.global_step += 1
+        return lr
+
+    def validate(self, epoch: int, loader: Iterable[Any], eval_fn: EvalFn) -> tuple[dict[str, float], bool]:
+        """Evaluate, and keep the weights when the monitored figure improved: (metrics, improved)."""
+        config = self.config
+        self.model.eval()
+        # Evaluation stays in full precision so the reported figure can be recomputed exactly.
+        with torch.no_grad():
+            val_metrics = {k: float(v) for k, v in eval_fn(self.runner, _Stoppable(loader)).items()}
+        if config.monitor not in val_metrics:
+            raise KeyError(f"eval_fn returned {sorted(val_metrics)} but the monitored metric is {config.monitor!r}.")
+        monitored = val_metrics[config.monitor]
+        if not math.isfinite(monitored):
+            raise NonFiniteLossError(f"Validation {config.monitor} became {monitored} at epoch {epoch}.")
+        improved = _improved(monitored, self.best_value, config.monitor_mode)
+        if improved:
+            self.best_value, self.best_epoch, self.bad_epochs = monitored, epoch, 0
+            self.best_metrics = dict(val_metrics)
+            self.best_state = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+            if self.checkpoint_dir is not None:
+                save_state(self.checkpoint_dir / BEST_STEM, {"model": self.best_state})
+        else:
+            self.bad_epochs += 1
+        return val_metrics, improved
+
+    def end_epoch(
+        self, epoch: int, train_metrics: dict[str, float], val_metrics: dict[str, float], improved: bool
+    ) -> None:
+        """Record the epoch, checkpoint when one is due, log it and report it."""
+        config = self.config
+        self.history.append({"epoch": epoch, "step": self.global_step, "train": train_metrics, "val": val_metrics})
+        if self.checkpoint_dir is not None and (epoch % config.checkpoint_every == 0 or epoch == config.epochs):
+            self._save_checkpoint(self.checkpoint_dir, epoch)
+        log.info(
+            "epoch %d/%d, step %d/%d: %s",
+            epoch,
+            config.epochs,
+            self.global_step,
+            self.total_steps,
+            _summary(train_metrics, val_metrics),
+        )
+        if self.progress is not None:
+            self.progress(
+                {
+                    "event": "epoch",
+                    "epoch": epoch,
+                    "epochs": config.epochs,
+                    "step": self.global_step,
+                    "total_steps": self.total_steps,
+                    "train": train_metrics,
+                    "val": val_metrics,
+                    "best": self.best_value,
+                    "improved": improved,
+                }
+            )
+
+    def _save_checkpoint(self, ckpt: Path, epoch: int) -> None:
+        """Everything ``resume`` needs to go on after ``epoch``."""
+        save_state(
+            ckpt / CHECKPOINT_STEM,
+            {
+                "model": self.model.state_dict(),
+                "optimizer": self.optimizer.state_dict(),
+                "scheduler": self.scheduler.state_dict(),
+                "scaler": self.scaler.state_dict() if self.scaler is not None else {},
+                "loop": {
+                    "epoch": epoch,
+                    "global_step": self.global_step,
+                    "best_value": self.best_value,
+                    "best_epoch": self.best_epoch,
+                    "bad_epochs": self.bad_epochs,
+                    "best_metrics": self.best_metrics,
+                    "history": self.history,
+                    "config": copy.deepcopy(asdict(self.config)),
+                },
+            },
+        )
+
+
 def fit(
     model: nn.Module,
     train_loader: Iterable[Any],
@@ -301,188 +545,28 @@ def fit(
     the run continues after the checkpoint's epoch; without one it starts fresh.
     """
     started = time.perf_counter()
-    device = select_device(config.device)
-    if device.type == "cpu":
-        keep_freed_memory()
-    seed_everything(config.seed)
-    model.to(device)
-    optimizer = build_optimizer(model, config)
-    steps_per_epoch = _steps_per_epoch(train_loader, config)
-    total_steps = steps_per_epoch * config.epochs
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_factor(s, total_steps, config))
-    scaler = make_grad_scaler(device, config.mixed_precision)
-    runner: nn.Module = model
-    if config.compile and hasattr(torch, "compile"):
-        runner = torch.compile(model)  # type: ignore[assignment]
-
-    start_epoch, global_step, best_value, best_epoch, bad_epochs = 1, 0, None, 0, 0
-    best_metrics: dict[str, float] = {}
-    history: list[dict[str, Any]] = []
-    best_state: dict[str, torch.Tensor] | None = None
-    ckpt = Path(checkpoint_dir) if checkpoint_dir is not None else None
-    if resume and ckpt is not None and state_exists(ckpt / CHECKPOINT_STEM):
-        state = load_state(ckpt / CHECKPOINT_STEM, device=device)
-        load_model_tensors(model, state["model"], source=str(ckpt / CHECKPOINT_STEM))
-        optimizer.load_state_dict(state["optimizer"])
-        scheduler.load_state_dict(state["scheduler"])
-        if scaler is not None and state.get("scaler"):
-            scaler.load_state_dict(state["scaler"])
-        loop = state["loop"]
-        start_epoch, global_step = int(loop["epoch"]) + 1, int(loop["global_step"])
-        best_value, best_epoch, bad_epochs = loop["best_value"], int(loop["best_epoch"]), int(loop["bad_epochs"])
-        best_metrics, history = dict(loop["best_metrics"]), list(loop["history"])
-        if state_exists(ckpt / BEST_STEM):
-            best_state = load_state(ckpt / BEST_STEM, device=device)["model"]
-
+    run = _LoopState.start(model, train_loader, config, progress, checkpoint_dir)
+    if resume:
+        run.resume()
     stopped_early = False
-    val_metrics: dict[str, float] = dict(history[-1]["val"]) if history else {}
-    for epoch in range(start_epoch, config.epochs + 1):
-        if config.early_stopping_patience and bad_epochs >= config.early_stopping_patience:
+    val_metrics: dict[str, float] = dict(run.history[-1]["val"]) if run.history else {}
+    for epoch in range(run.next_epoch, config.epochs + 1):
+        if config.early_stopping_patience and run.bad_epochs >= config.early_stopping_patience:
             stopped_early = True
             break
-        seed_everything(_epoch_seed(config.seed, epoch))
-        model.train()
-        sums: dict[str, float] = {}
-        count = 0
-        micro = 0
-        step_loss = 0.0
-        step_metrics: dict[str, float] = {}
-        steps_this_epoch = 0
-        optimizer.zero_grad(set_to_none=True)
-        batches = iter(train_loader)
-        while steps_this_epoch < steps_per_epoch:
-            stop.check()
-            batch = next(batches, None)
-            if batch is None:
-                if micro == 0:
-                    break
-            else:
-                with autocast(device, config.mixed_precision):
-                    loss, metrics = step_fn(runner, to_device(batch, device))
-                loss_value = _as_float(loss)
-                if not math.isfinite(loss_value):
-                    raise NonFiniteLossError(
-                        f"Training loss became {loss_value} at epoch {epoch}, step {global_step + 1}; "
-                        "lower the learning rate or turn off mixed precision."
-                    )
-                scaled = loss / config.grad_accumulation
-                (scaler.scale(scaled) if scaler is not None else scaled).backward()
-                micro += 1
-                step_loss += loss_value
-                floats = {k: _as_float(v) for k, v in metrics.items()}
-                for k, v in floats.items():
-                    step_metrics[k] = step_metrics.get(k, 0.0) + v
-                    sums[k] = sums.get(k, 0.0) + v
-                sums["loss"] = sums.get("loss", 0.0) + loss_value
-                count += 1
-                if micro < config.grad_accumulation:
-                    continue
-            # An optimizer step over the `micro` micro-batches gathered (fewer at the epoch's end).
-            if micro < config.grad_accumulation:
-                for p in model.parameters():
-                    if p.grad is not None:
-                        p.grad.mul_(config.grad_accumulation / micro)
-            if scaler is not None:
-                scaler.unscale_(optimizer)
-            if config.grad_clip > 0:
-                nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
-            if scaler is not None:
-                scaler.step(optimizer)
-                scaler.update()
-            else:
-                optimizer.step()
-            lr = float(optimizer.param_groups[0]["lr"])
-            scheduler.step()
-            optimizer.zero_grad(set_to_none=True)
-            global_step += 1
-            steps_this_epoch += 1
-            if progress is not None:
-                progress(
-                    {
-                        "event": "step",
-                        "epoch": epoch,
-                        "step": global_step,
-                        "total_steps": total_steps,
-                        "loss": step_loss / micro,
-                        "lr": lr,
-                        "metrics": {k: v / micro for k, v in step_metrics.items()},
-                    }
-                )
-            micro, step_loss, step_metrics = 0, 0.0, {}
-            if batch is None:
-                break
+        train_metrics = run.train_epoch(epoch, train_loader, step_fn)
+        val_metrics, improved = run.validate(epoch, val_loader, eval_fn)
+        run.end_epoch(epoch, train_metrics, val_metrics, improved)
 
-        train_metrics = {f"train_{k}": v / max(1, count) for k, v in sums.items()}
-        model.eval()
-        # Evaluation stays in full precision so the reported figure can be recomputed exactly.
-        with torch.no_grad():
-            val_metrics = {k: float(v) for k, v in eval_fn(runner, _Stoppable(val_loader)).items()}
-        if config.monitor not in val_metrics:
-            raise KeyError(f"eval_fn returned {sorted(val_metrics)} but the monitored metric is {config.monitor!r}.")
-        monitored = val_metrics[config.monitor]
-        if not math.isfinite(monitored):
-            raise NonFiniteLossError(f"Validation {config.monitor} became {monitored} at epoch {epoch}.")
-        improved = _improved(monitored, best_value, config.monitor_mode)
-        if improved:
-            best_value, best_epoch, bad_epochs, best_metrics = monitored, epoch, 0, dict(val_metrics)
-            best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-            if ckpt is not None:
-                save_state(ckpt / BEST_STEM, {"model": best_state})
-        else:
-            bad_epochs += 1
-        history.append({"epoch": epoch, "step": global_step, "train": train_metrics, "val": val_metrics})
-        if ckpt is not None and (epoch % config.checkpoint_every == 0 or epoch == config.epochs):
-            save_state(
-                ckpt / CHECKPOINT_STEM,
-                {
-                    "model": model.state_dict(),
-                    "optimizer": optimizer.state_dict(),
-                    "scheduler": scheduler.state_dict(),
-                    "scaler": scaler.state_dict() if scaler is not None else {},
-                    "loop": {
-                        "epoch": epoch,
-                        "global_step": global_step,
-                        "best_value": best_value,
-                        "best_epoch": best_epoch,
-                        "bad_epochs": bad_epochs,
-                        "best_metrics": best_metrics,
-                        "history": history,
-                        "config": copy.deepcopy(asdict(config)),
-                    },
-                },
-            )
-        log.info(
-            "epoch %d/%d, step %d/%d: %s",
-            epoch,
-            config.epochs,
-            global_step,
-            total_steps,
-            _summary(train_metrics, val_metrics),
-        )
-        if progress is not None:
-            progress(
-                {
-                    "event": "epoch",
-                    "epoch": epoch,
-                    "epochs": config.epochs,
-                    "step": global_step,
-                    "total_steps": total_steps,
-                    "train": train_metrics,
-                    "val": val_metrics,
-                    "best": best_value,
-                    "improved": improved,
-                }
-            )
-
-    if config.restore_best and best_state is not None:
-        model.load_state_dict(best_state)
+    if config.restore_best and run.best_state is not None:
+        model.load_state_dict(run.best_state)
     return FitResult(
-        epochs_run=len(history),
-        global_step=global_step,
-        best_epoch=best_epoch,
-        best_metrics=best_metrics,
+        epochs_run=len(run.history),
+        global_step=run.global_step,
+        best_epoch=run.best_epoch,
+        best_metrics=run.best_metrics,
         final_metrics=val_metrics,
-        history=history,
+        history=run.history,
         stopped_early=stopped_early,
         seconds=time.perf_counter() - started,
     )

@@ -287,8 +287,8 @@ def _check_submit_tx(worker: Worker, tx_body: dict[str, Any], result: Any) -> No
         # Exact types too: false == 0 and 1.0 == 1 in Python, but not in the template.
         if type(got) is not type(value) or got != value:
             raise ValidationError({"transaction": [f"{key} must be {value!r}."]})
-    # Compared as canonical JSON, not with ==: in Python true == 1, so a payload signed
-    # with "nonce": true passed here and was refused only at settlement, for good.
+    # Compared as canonical JSON, not with ==: in Python true == 1, so == would let a payload
+    # signed with "nonce": true through here, for settlement to refuse for good.
     try:
         same = encoding.canonical_json(tx_body.get("payload")) == encoding.canonical_json(
             {"compute_result": result.to_json()}

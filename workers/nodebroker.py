@@ -262,7 +262,7 @@ def _make_publisher() -> Celery:
         app = Celery("proofwork-nodes", broker=settings.NODE_BROKER_URL, set_as_current=False)
         # Confirmed publishes: a job the broker did not take raises here, not silently.
         options = {"confirm_publish": True}
-        from workers.agent.node import amqp_tls  # the node's own TLS rule: one definition
+        from workers.agent.app import amqp_tls  # the node's own TLS rule: one definition
 
         app.conf.broker_use_ssl = amqp_tls(str(settings.NODE_BROKER_URL), settings.NODE_BROKER_CA or None)
     else:

@@ -5,7 +5,7 @@
 - Expired: deleted at expiry (``uploads.discard`` from the scheduler and ``jobs.fail``).
 - Rejected: kept ``REJECTED_ARTIFACT_RETENTION_DAYS`` after the rejection, for an operator
   to look into it, then deleted here (hourly on beat). Nothing hands a rejected result
-  out, so only disk was at stake: a rejected 8192×6 product is 1.6 GB.
+  out, so only disk is at stake: a rejected 8192×6 product is 1.6 GB.
 
 The assignment row and its REJECT_RESULT transaction stay; ``artifacts_deleted_at``
 records when the files went, so each is deleted once and never looked at again.

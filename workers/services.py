@@ -36,7 +36,7 @@ from workers.taskstate import end_worker_jobs
 
 REGISTRATION_PREFIX = "pwr_"
 WORKER_TOKEN_PREFIX = "pww_"  # noqa: S105 (a public prefix, not a secret)
-# What agents from before capability features (agent < 0.2.0) run: SHAKE128 matrices.
+# What an agent that lists no features (agent < 0.2.0) runs: SHAKE128 matrices.
 LEGACY_FEATURES = (poc_spec.feature(poc_spec.UNNAMED_GENERATOR),)
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _HEX128 = re.compile(r"^[0-9a-f]{128}$")
@@ -158,7 +158,7 @@ def clean_capabilities(raw: Any) -> dict[str, Any]:
     kinds = raw.get("kinds", [])
     if not isinstance(kinds, list) or not all(isinstance(k, str) and len(k) <= 32 for k in kinds):
         raise ValidationError({"capabilities": {"kinds": ["Expected a list of kind names."]}})
-    # An agent from before the field lists none, and runs what that agent ran.
+    # An agent that sends no features (agent < 0.2.0) runs LEGACY_FEATURES.
     features = raw.get("features", list(LEGACY_FEATURES))
     if (
         not isinstance(features, list)

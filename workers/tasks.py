@@ -140,12 +140,13 @@ def _lease(assignment_id: Any) -> Iterator[None]:
     """Keep the result's ``verify_sent_at`` fresh while this run is alive.
 
     ``jobs.resend_stalled_verifications`` asks again for a result whose verification was
-    last asked for (or last showed life) ``VERIFY_RESEND_AFTER`` ago: without this, a
-    verification slower than that was sent again while it ran, and every 15 minutes
-    another run started beside it, each counted, until the count rejected a result whose
-    first run was still working. A run that dies stops renewing, so its result is asked
-    for again as before. The renewal runs on its own thread (and database connection,
-    closed when the run ends), every third of the resend period.
+    last asked for (or last showed life) ``VERIFY_RESEND_AFTER`` ago: without renewal, a
+    verification slower than that would be sent again while it runs, another run would
+    start beside it every 15 minutes, each counted, and the count would reject a result
+    whose first run is still working. A run that dies stops renewing, so its result is
+    asked for again ``VERIFY_RESEND_AFTER`` after its last renewal. The renewal runs on its
+    own thread (and database connection, closed when the run ends), every third of the
+    resend period.
     """
     stop = threading.Event()
     interval = max(settings.VERIFY_RESEND_AFTER / 3, 0.05)

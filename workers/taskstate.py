@@ -5,7 +5,7 @@ says what its live replicas (offered, running, submitted) are doing, whatever or
 they reach their states in: running when one runs, verifying when one waits for its
 verdict and none runs, assigned when the live ones are only offered, open when none is
 live. Every place that changes an assignment calls ``sync_status`` under the task's row
-lock, so a replica verified while another still runs no longer sends the task back to
+lock, so a replica verified while another still runs leaves the task running, never
 open (where the last acceptance could not complete it).
 
 Lock order, everywhere: the task row first, then its assignment rows (``lock``), so a

@@ -3,7 +3,7 @@
 A node PUTs each artifact to ``/api/v1/assignments/<id>/artifacts/<name>/``. Daphne holds
 a request's whole body in memory before the application sees any of it, so a 1.6 GB
 product in one request costs the web process 1.6 GB; the agent sends anything larger than
-a part (``workers.agent.node.UPLOAD_PART``) as parts instead, each with
+a part (``workers.agent.transfer.UPLOAD_PART``) as parts instead, each with
 
     Content-Range: bytes START-END/TOTAL
 

@@ -35,7 +35,8 @@ def register(platform: Platform, key_path: Path, template: dict[str, Any]) -> in
     return main(["--key", str(key_path), "register", "--server", platform.url, "--token", "pwr_x"])
 
 
-THIEF = keys.generate().address
+# A fixed key: it names a test (below), and xdist workers must collect the same names.
+THIEF = keys.from_seed(bytes(range(32))).address
 
 
 @pytest.mark.parametrize(
@@ -141,7 +142,7 @@ def test_only_plain_http_off_this_machine_is_warned_about() -> None:
 
 
 def test_the_agents_celery_app_is_json_only_and_waits_a_day_before_redelivering_on_redis() -> None:
-    from workers.agent.node import make_app
+    from workers.agent.app import make_app
 
     app = make_app("redis://127.0.0.1:6379/0", "w.cpc1example")
     assert app.conf.accept_content == ["json"]
@@ -154,7 +155,7 @@ def test_the_agents_celery_app_is_json_only_and_waits_a_day_before_redelivering_
 
 def test_on_rabbitmq_the_agent_declares_nothing_and_broadcasts_nothing() -> None:
     # A node's broker user may only read its own queue (docs/node-broker.md).
-    from workers.agent.node import make_app
+    from workers.agent.app import make_app
 
     app = make_app("amqp://cpc1example:pw@127.0.0.1:5672/nodes", "w.cpc1example")
     (queue,) = app.conf.task_queues

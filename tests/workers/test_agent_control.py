@@ -25,7 +25,7 @@ from tests.workers.test_agent_node import ASSIGNMENT, Platform, clock, node, pla
 from tests.workers.test_agent_reporter import free_port
 from training import stop
 from workers.agent import joblog, runners
-from workers.agent.node import Node
+from workers.agent.jobs import Node
 from workers.agent.reporter import LOG_BATCH, LOG_QUEUE, Reporter
 
 JOB = "7d8c6a4e-0000-4000-8000-000000000001"
@@ -196,7 +196,7 @@ def test_a_flood_of_log_lines_is_rate_limited_and_counted() -> None:
     assert sink.lines[-1] == "later"
 
 
-# --- The node's job loop (workers/agent/node.py) against a stand-in platform ---------------
+# --- The node's job loop (workers/agent/jobs.py) against a stand-in platform ---------------
 
 
 @pytest.fixture

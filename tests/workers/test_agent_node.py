@@ -1,4 +1,4 @@
-"""The node's job loop (workers/agent/node.py) when the platform misbehaves: it is down
+"""The node's job loop (workers/agent/jobs.py) when the platform misbehaves: it is down
 for longer than one request's retries, an answer is lost, a download breaks off or does
 not match, or what it sends must not be trusted (a foreign URL, an odd file format, a
 transaction template that is not a plain SUBMIT_RESULT).
@@ -25,10 +25,10 @@ import httpx
 import pytest
 
 from protocol import keys
-from workers.agent import node as node_module
-from workers.agent import runners
+from workers.agent import bar, jobs, runners, transfer
 from workers.agent.identity import Credentials
-from workers.agent.node import JobError, Node
+from workers.agent.jobs import Node
+from workers.agent.transfer import JobError
 
 SERVER = "http://127.0.0.1:8000"
 ASSIGNMENT = "7d8c6a4e-0000-4000-8000-000000000001"
@@ -38,7 +38,8 @@ DATA = b"x,y\n" + b"1,2\n" * 5000
 
 
 class Clock:
-    """Stands in for the ``time`` module in node.py: ``sleep`` only moves the clock on."""
+    """Stands in for the ``time`` module in the node's jobs.py, transfer.py and bar.py:
+    ``sleep`` only moves the clock on."""
 
     def __init__(self) -> None:
         self.now = 1000.0
@@ -145,7 +146,8 @@ def a_job(address: str, *, dataset: bool = False, **submit: Any) -> dict[str, An
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
     fake = Clock()
-    monkeypatch.setattr(node_module, "time", fake)
+    for module in (transfer, jobs, bar):
+        monkeypatch.setattr(module, "time", fake)
     return fake
 
 
@@ -205,7 +207,7 @@ def test_a_result_is_retried_while_the_platform_is_down_for_minutes(
     assert node.run_assignment(ASSIGNMENT) == "submitted"
     assert len(platform.paths("/result/")) == 21
     assert platform.paths("/fail/") == []
-    assert max(clock.slept) <= node_module.RETRY_MAX_DELAY
+    assert max(clock.slept) <= transfer.RETRY_MAX_DELAY
     assert sum(clock.slept) > 300
 
 
@@ -350,7 +352,8 @@ def test_a_dataset_format_that_is_no_plain_extension_is_refused(
 # --- #7: the SUBMIT_RESULT template -------------------------------------------------------
 
 
-THIEF = keys.generate().address
+# A fixed key: it names a test (below), and xdist workers must collect the same names.
+THIEF = keys.from_seed(bytes(range(32))).address
 
 
 @pytest.mark.parametrize(

@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 
 from protocol import keys
-from workers.agent import node as node_module
+from workers.agent import transfer
 from workers.agent.identity import Credentials
-from workers.agent.node import Node
+from workers.agent.jobs import Node
 
 
 class Platform(ThreadingHTTPServer):
@@ -62,8 +62,8 @@ def platform() -> Iterator[Platform]:
 def test_an_artifact_is_streamed_whole_and_sent_again_after_a_503(
     platform: Platform, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(node_module, "UPLOAD_CHUNK", 4096)  # many chunks, so the stream is exercised
-    monkeypatch.setattr(node_module.time, "sleep", lambda seconds: None)  # the retry back-off
+    monkeypatch.setattr(transfer, "UPLOAD_CHUNK", 4096)  # many chunks, so the stream is exercised
+    monkeypatch.setattr(transfer.time, "sleep", lambda seconds: None)  # the retry back-off
     key = keys.generate()
     server = f"http://127.0.0.1:{platform.server_address[1]}"
     node = Node(key, Credentials(server=server, worker_id="w", address=key.address, token="t"), server)
@@ -71,7 +71,7 @@ def test_an_artifact_is_streamed_whole_and_sent_again_after_a_503(
     content = bytes(range(256)) * 1000 + b"tail"  # 256,004 bytes: not a multiple of the chunk
     artifact.write_bytes(content)
     try:
-        response = node._upload("/api/v1/assignments/a/artifacts/product.safetensors/", artifact.name, artifact)
+        response = node.upload("/api/v1/assignments/a/artifacts/product.safetensors/", artifact.name, artifact)
     finally:
         node.http.close()
 
@@ -126,8 +126,8 @@ class PartsHandler(BaseHTTPRequestHandler):
 
 
 def test_a_part_whose_answer_was_lost_is_not_sent_twice(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(node_module, "UPLOAD_PART", 4096)
-    monkeypatch.setattr(node_module.time, "sleep", lambda seconds: None)
+    monkeypatch.setattr(transfer, "UPLOAD_PART", 4096)
+    monkeypatch.setattr(transfer.time, "sleep", lambda seconds: None)
     server = PartsPlatform()
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -138,7 +138,7 @@ def test_a_part_whose_answer_was_lost_is_not_sent_twice(tmp_path: Path, monkeypa
     content = os.urandom(10_000)
     artifact.write_bytes(content)
     try:
-        response = node._upload("/a/", artifact.name, artifact)
+        response = node.upload("/a/", artifact.name, artifact)
     finally:
         node.http.close()
         server.shutdown()

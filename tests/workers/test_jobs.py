@@ -23,7 +23,7 @@ from tests.workers.processes import make_worker
 from workers import jobs, scheduler, services, settlement, supply
 from workers.agent import runners
 from workers.agent.identity import Credentials
-from workers.agent.node import Node
+from workers.agent.jobs import Node
 from workers.models import Assignment, Worker
 from workers.tasks import verify_assignment
 

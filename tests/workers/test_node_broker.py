@@ -545,7 +545,7 @@ def test_over_amqps_both_sides_check_the_brokers_certificate_against_the_private
 
     from kombu import Connection
 
-    from workers.agent import node as agent
+    from workers.agent import app as agent
 
     def amqp_tls(url: str, ca: str | None) -> dict[str, Any]:
         options = agent.amqp_tls(url, ca)  # what ``run --broker-ca`` gives Celery

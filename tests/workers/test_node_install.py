@@ -99,8 +99,8 @@ def test_the_node_venv_holds_the_node_and_nothing_of_the_platform(node_python: P
     assert installed["torch"].split("+")[0] == "2.13.0"
 
     script = (
-        "import json, protocol, training.poc.kernels as k, workers, workers.agent.node;"
-        "print(json.dumps([m.__file__ for m in (protocol, workers, workers.agent.node)] + [k._simd is not None]))"
+        "import json, protocol, training.poc.kernels as k, workers, workers.agent.app;"
+        "print(json.dumps([m.__file__ for m in (protocol, workers, workers.agent.app)] + [k._simd is not None]))"
     )
     where = run_node(node_python, tmp_path, "-c", script)
     assert where.returncode == 0, where.stderr

@@ -30,7 +30,7 @@ from tests.workers import processes as p
 from workers import scheduler
 from workers.agent import runners
 from workers.agent.identity import Credentials
-from workers.agent.node import Node
+from workers.agent.jobs import Node
 from workers.models import Assignment, Worker
 from workers.tasks import verify_assignment
 

@@ -18,9 +18,9 @@ from marketplace.models import Task
 from tests.factories import post_task
 from tests.workers.test_jobs import Provider
 from workers import jobs, scheduler
-from workers.agent import node as node_module
+from workers.agent import transfer
 from workers.agent.identity import Credentials
-from workers.agent.node import Node
+from workers.agent.jobs import Node
 from workers.models import Assignment
 
 pytestmark = pytest.mark.django_db
@@ -114,8 +114,8 @@ def test_bad_ranges_are_named(
 def test_the_agent_uploads_a_large_artifact_in_parts(
     alpha: Provider, running: Assignment, live_server: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(node_module, "UPLOAD_PART", 3000)  # 10,000 bytes: four parts, the last short
-    monkeypatch.setattr(node_module, "UPLOAD_CHUNK", 1024)
+    monkeypatch.setattr(transfer, "UPLOAD_PART", 3000)  # 10,000 bytes: four parts, the last short
+    monkeypatch.setattr(transfer, "UPLOAD_CHUNK", 1024)
     artifact = tmp_path / "product.safetensors"
     artifact.write_bytes(CONTENT)
     creds = Credentials(
@@ -123,7 +123,7 @@ def test_the_agent_uploads_a_large_artifact_in_parts(
     )
     node = Node(alpha.key, creds, live_server.url)
     try:
-        response = node._upload(
+        response = node.upload(
             f"/api/v1/assignments/{running.pk}/artifacts/product.safetensors/", artifact.name, artifact
         )
     finally:

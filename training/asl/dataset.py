@@ -116,7 +116,7 @@ def read_index(source: Source) -> tuple[list[Entry], list[str]]:
         except (TypeError, ValueError):
             raise DatasetError(where, "participant_id and sequence_id must be integers") from None
         if not (_INT64_MIN <= participant <= _INT64_MAX and _INT64_MIN <= sequence <= _INT64_MAX):
-            # numpy holds them as int64 (the split, the predictions): a larger one was an OverflowError.
+            # numpy holds them as int64 (the split, the predictions): a larger one would overflow.
             raise DatasetError(where, "participant_id and sequence_id must fit in 64 bits")
         sign = (row["sign"] or "").strip()
         if not sign:
@@ -125,7 +125,7 @@ def read_index(source: Source) -> tuple[list[Entry], list[str]]:
         if path in (INDEX_FILE, SIGN_MAP_FILE):
             raise DatasetError(where, f"path {path!r} is the dataset's index, not a sequence file")
         if (first := listed_on.setdefault(path, line)) != line:
-            # One row per file: a file listed many times was copied and read as often.
+            # One row per file: a file listed many times would be copied and read as often.
             raise DatasetError(where, f"sequence file {path!r} is listed twice (first on line {first})")
         if not source.exists(path):
             raise DatasetError(where, f"sequence file {path!r} is missing from the dataset")

@@ -29,8 +29,7 @@ DEFAULTS: dict[str, int] = {"n": 1024, "count": 1, "entry_bound": 8}
 MAX_ADDRESS_LENGTH = 90
 # How A and B are drawn from the seed (training.poc.generate). New tasks name
 # DEFAULT_GENERATOR (the marketplace writes it into every spec); a spec without the field
-# is one from before it existed, computed and verified with UNNAMED_GENERATOR, whichever
-# side (agent or platform) was upgraded first.
+# is computed and verified with UNNAMED_GENERATOR, by agents and platforms of any version.
 Generator = Literal["aes256ctr", "shake128"]
 GENERATORS: tuple[Generator, ...] = ("aes256ctr", "shake128")
 DEFAULT_GENERATOR: Generator = "aes256ctr"

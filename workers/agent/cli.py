@@ -245,7 +245,7 @@ def _confirm(question: str) -> bool:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from workers.agent.node import run_node
+    from workers.agent.app import run_node
 
     return run_node(
         Path(args.key),

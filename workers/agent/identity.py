@@ -87,7 +87,7 @@ class Credentials:
     """What registration returned: where the platform is and how to authenticate.
 
     ``chain_id`` is the ledger chain the node registered on; the node signs transactions
-    for that chain only. Empty in a ``worker.json`` written before it was recorded.
+    for that chain only. Empty in a ``worker.json`` from an agent that did not record it.
     ``broker_url`` is the node's own login to its queue on the platform's node broker
     (``amqps://<address>:<password>@host/vhost``); empty when the platform gave none
     (its embedded broker: ``run --broker`` names it).
@@ -102,8 +102,8 @@ class Credentials:
 
     def save(self, path: Path) -> None:
         data = json.dumps(self.__dict__, indent=2).encode()
-        # A hidden name of its own: ``path.with_suffix(".tmp")`` was the key file itself for
-        # a key named ``<name>.tmp``, and was deleted here.
+        # A hidden name of its own, never ``path.with_suffix(".tmp")``: for a key named
+        # ``<name>.tmp`` that is the key file itself, which this would delete.
         tmp = path.with_name(f".{path.name}.tmp")
         try:
             tmp.unlink(missing_ok=True)

@@ -61,7 +61,7 @@ def submit_tx_problem(template: Any, address: str, *, chain_id: str, max_gas_pri
 
     From and to this address, no amount, the fee exactly gas_limit × gas_price with the
     gas price at most ``max_gas_price``, on the chain the node registered on (any chain
-    when ``chain_id`` is empty: credentials from before it was recorded).
+    when ``chain_id`` is empty: credentials from an agent that did not record it).
     """
     if not isinstance(template, dict):
         return "it is not a JSON object"

@@ -1,0 +1,196 @@
+"""The node's HTTP client to its platform: requests with retries, uploads, downloads.
+
+Every call goes to the node's own server with its worker token. Connection errors and 5xx
+(the platform restarting, a proxy's 502) are retried with capped exponential backoff for
+about a minute and a half; an upload streams the file from disk, in parts when it is
+larger than one request may be (``workers/uploads.py``); a download is checked against
+the size and sha256 the platform announced.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from collections.abc import Callable, Iterator
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from training import stop
+from workers.agent import trust
+
+log = logging.getLogger("workers.agent")
+UPLOAD_CHUNK = 1 << 20  # bytes a streamed request body reads from disk at a time
+UPLOAD_PART = 32 << 20  # the largest single request; larger artifacts go in parts of this size
+RETRY_ATTEMPTS = 8  # requests and downloads: 1+2+4+8+16+30+30 s of waiting, about 91 s, then give up
+RETRY_MAX_DELAY = 30.0
+
+
+class JobError(RuntimeError):
+    """A job cannot go on here, for a reason worth reporting to the platform as it is."""
+
+
+def _never() -> bool:
+    return False
+
+
+def _resume_point(response: httpx.Response, size: int) -> int | None:
+    """Where the platform asks a part upload to continue (its 409's ``received``), if it does."""
+    if response.status_code != 409:
+        return None
+    try:
+        body = response.json()
+    except ValueError:
+        return None
+    received = body.get("received") if isinstance(body, dict) else None
+    return received if type(received) is int and 0 <= received < size else None
+
+
+def _read(path: Path, start: int, stop: int) -> Iterator[bytes]:
+    """Bytes ``start:stop`` of ``path`` in UPLOAD_CHUNK pieces."""
+    with path.open("rb") as handle:
+        handle.seek(start)
+        left = stop - start
+        while left > 0 and (chunk := handle.read(min(UPLOAD_CHUNK, left))):
+            left -= len(chunk)
+            yield chunk
+
+
+class PlatformClient:
+    """HTTP to the node's own server, authenticated as its worker."""
+
+    def __init__(self, server: str, token: str) -> None:
+        self.server = server.rstrip("/")
+        self.http = httpx.Client(base_url=self.server, headers={"Authorization": f"Worker {token}"}, timeout=60)
+        # Asked between retries of the start-up calls: a node told to stop while the
+        # platform is down stops now, not after their minute and a half of retries each.
+        self.stopping: Callable[[], bool] = _never
+
+    def _pause(self, seconds: float, interruptible: bool) -> bool:
+        """Sleep ``seconds``; False, at once, when ``interruptible`` and the node is stopping."""
+        if not interruptible:
+            time.sleep(seconds)
+            return True
+        until = time.monotonic() + seconds
+        while (left := until - time.monotonic()) > 0:
+            if self.stopping():
+                return False
+            time.sleep(min(0.1, left))
+        return not self.stopping()
+
+    def request(
+        self,
+        method: str,
+        url: str,
+        body: Callable[[], Iterator[bytes]] | None = None,
+        *,
+        interruptible: bool = False,
+        **kwargs: Any,
+    ) -> httpx.Response:
+        """HTTP with retries on connection errors and 5xx (the server may be restarting).
+
+        ``body`` makes a fresh streamed request body for each attempt (a file read again
+        from its start), for uploads too large to hold in memory. ``interruptible`` gives
+        up between attempts once the node is stopping (``stopping``).
+        """
+        delay = 1.0
+        for attempt in range(RETRY_ATTEMPTS):
+            try:
+                if body is not None:
+                    kwargs["content"] = body()
+                response = self.http.request(method, url, **kwargs)
+                if response.status_code < 500:
+                    return response
+            except httpx.TransportError as exc:
+                log.warning("%s %s failed (%s); retrying", method, url, exc)
+            if attempt < RETRY_ATTEMPTS - 1:
+                if not self._pause(delay, interruptible):
+                    raise RuntimeError(f"{method} {url}: given up, the node is stopping")
+                delay = min(delay * 2, RETRY_MAX_DELAY)
+        raise RuntimeError(f"{method} {url}: the platform is unreachable")
+
+    def upload(self, url: str, name: str, path: Path) -> httpx.Response:
+        """PUT one file, streamed from disk; in UPLOAD_PART parts when it is larger.
+
+        Each request streams UPLOAD_CHUNK pieces with its Content-Length, never the file as
+        one bytes object, which would cost its size in memory and whose unsent rest httpx
+        re-slices after every socket write (two minutes for a 1.6 GB product on loopback).
+        Parts (``workers/uploads.py``) bound what one request costs the platform's web
+        process, which holds a whole body in memory; a part the platform says it did not
+        expect (409) is resent from where it says it is. Returns the last response: 201 once
+        the whole file is in.
+        """
+        size = path.stat().st_size
+        headers = {"Content-Disposition": f'attachment; filename="{name}"'}
+        if size <= UPLOAD_PART:
+            return self.request(
+                "PUT", url, body=partial(_read, path, 0, size), headers={**headers, "Content-Length": str(size)}
+            )
+        start, attempts = 0, 0
+        while True:
+            end = min(size, start + UPLOAD_PART) - 1
+            response = self.request(
+                "PUT",
+                url,
+                body=partial(_read, path, start, end + 1),
+                headers={
+                    **headers,
+                    "Content-Length": str(end - start + 1),
+                    "Content-Range": f"bytes {start}-{end}/{size}",
+                },
+            )
+            resume = _resume_point(response, size)
+            if resume is not None and attempts < 3:
+                # A part whose answer was lost was applied after all, or one went missing.
+                attempts, start = attempts + 1, resume
+                continue
+            if response.status_code != 202:
+                return response
+            attempts, start = 0, end + 1
+
+    def download(self, url: str, dest: Path, *, sha256: str = "", size: int | None = None) -> None:
+        """GET a file the platform serves this worker into ``dest``, checked against what it said.
+
+        Only from the node's own server (``trust.on_own_server``). Transport errors and 5xx
+        (the platform restarting, a proxy's 502) are retried like ``request``, starting
+        the file again; any other status fails at once. With ``size`` and ``sha256`` (the
+        job's dataset entry) a body that differs fails the job, naming both.
+        """
+        try:
+            url = trust.on_own_server(url, self.server)
+        except ValueError as exc:
+            raise JobError(f"refused to download: {exc}") from None
+        delay = 1.0
+        for attempt in range(RETRY_ATTEMPTS):
+            digest, received = hashlib.sha256(), 0
+            try:
+                with self.http.stream("GET", url) as response:
+                    if response.status_code < 500:
+                        if response.status_code != 200:
+                            response.read()
+                            raise JobError(f"GET {url}: HTTP {response.status_code} {response.text[:200]}")
+                        with dest.open("wb") as out:
+                            for chunk in response.iter_bytes(1 << 20):
+                                stop.check()
+                                out.write(chunk)
+                                digest.update(chunk)
+                                received += len(chunk)
+                        break
+                    problem = f"HTTP {response.status_code}"
+            except httpx.TransportError as exc:
+                problem = str(exc) or type(exc).__name__
+            log.warning("GET %s failed (%s); starting the file again", url, problem)
+            if attempt < RETRY_ATTEMPTS - 1:
+                time.sleep(delay)
+                delay = min(delay * 2, RETRY_MAX_DELAY)
+        else:
+            raise JobError(f"GET {url}: the platform is unreachable")
+        if size is not None and received != size:
+            raise JobError(
+                f"{dest.name} is {received} bytes, but the platform said {size}: the download is not the file"
+            )
+        if sha256 and digest.hexdigest() != sha256.lower():
+            raise JobError(f"{dest.name} has sha256 {digest.hexdigest()}, but the platform said {sha256}")
