@@ -57,6 +57,13 @@ def test_a_cube_task_cancelled_in_the_browser_stops_on_its_node_within_10_s(
                 expect()(page.locator("#task-log")).to_contain_text(STOPPED_LINE)
             finally:
                 context.close()
-            assert "'stopped'" in agent_log.read_text(errors="replace")  # the job returned on the node
+            # The job returned on the node: Celery logs its result just after the node's
+            # stopped line reached the platform, so it may land a moment later.
+            p.wait_for(
+                lambda: "'stopped'" in agent_log.read_text(errors="replace"),
+                10,
+                "the node's job did not return 'stopped'",
+                explain=lambda: logs(tmp_path),
+            )
     assert Task.objects.get(pk=task.pk).status == TaskStatus.CANCELLED
     assert Assignment.objects.get(pk=assignment.pk).result == {}
