@@ -17,7 +17,7 @@ from rest_framework import serializers
 from ledger.units import UNITS_PER_CREDIT, credits_to_units, format_credits
 from marketplace.kinds import Kind
 from marketplace.models import Dataset, Task, TaskStatus, User
-from marketplace.services import TRAINING_KIND_OF, TaskRequest
+from marketplace.services import TaskRequest
 
 SPEC_PREFIX = "spec_"
 
@@ -162,7 +162,7 @@ def spec_form_field(field: serializers.Field, owner: User, kind: Kind) -> forms.
         return forms.FloatField(min_value=field.min_value, max_value=field.max_value, initial=default, **common)
     if isinstance(field, serializers.UUIDField):
         # The only UUIDs in specs are source tasks: offer the owner's finished training runs.
-        source_kind = TRAINING_KIND_OF.get(kind.name, "")
+        source_kind = kind.source_kind or ""
         sources = (
             Task.objects.owned_by(owner)
             .filter(kind=source_kind, status=TaskStatus.COMPLETED)

@@ -36,7 +36,6 @@ from marketplace.signals import task_cancelling
 
 # How long a dataset's content checks are remembered (by its content hash).
 CHECKED_FOR = 7 * 24 * 3600
-TRAINING_KIND_OF = {"cube_inference": "cube_training", "asl_inference": "asl_training"}
 
 
 @dataclass(frozen=True)
@@ -80,7 +79,7 @@ def check_task_request(
     elif kind.dataset_required(spec):
         raise ValidationError({"dataset": [f"A task of kind {kind.name} needs a dataset; upload one first."]})
 
-    source_kind = TRAINING_KIND_OF.get(kind.name)
+    source_kind = kind.source_kind
     if source_kind is not None:
         source = Task.objects.owned_by(owner).filter(pk=spec["source_task"]).only("kind", "status", "spec").first()
         if source is None:

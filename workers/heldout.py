@@ -30,7 +30,6 @@ from django.core.files import File
 from django.core.files.base import ContentFile
 from django.core.files.storage import default_storage
 from django.db import transaction
-from django.utils.module_loading import import_string
 
 from ledger import services as ledger
 from marketplace.kinds import KINDS
@@ -88,7 +87,8 @@ def ensure_prepared(task_id: UUID | str) -> bool:
     kind = KINDS[task.kind]
     if not kind.available or prepared(task) is not None:
         return True
-    hook = import_string(kind.prepare or "")
+    hook = kind.prepare
+    assert hook is not None  # needs_preparation
     with tempfile.TemporaryDirectory(prefix="proofwork-prepare-") as tmp:
         source = None
         if task.dataset is not None:

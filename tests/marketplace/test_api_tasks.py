@@ -75,7 +75,7 @@ def test_a_kind_no_provider_runs_yet_stays_open_and_says_why(
 
     from marketplace.kinds import KINDS
 
-    monkeypatch.setitem(KINDS, "cube_training", replace(KINDS["cube_training"], runner=None))
+    monkeypatch.setitem(KINDS, "cube_training", replace(KINDS["cube_training"], verifier=None))
     body = {"kind": "cube_training", "spec": {"epochs": 2, "lattice_edge": 4, "synthetic_samples": 64}, "budget": 10}
     data = alice_client.post(TASKS, body, format="json").json()
     assert data["status"] == "open"

@@ -26,8 +26,8 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def no_synthetic_runner(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Make synthetic a kind no provider runs, as every kind is before its runner lands."""
-    monkeypatch.setitem(KINDS, "synthetic", dataclasses.replace(KINDS["synthetic"], runner=None))
+    """Make synthetic a kind no provider runs, as every kind is before its verifier lands."""
+    monkeypatch.setitem(KINDS, "synthetic", dataclasses.replace(KINDS["synthetic"], verifier=None))
 
 
 @pytest.fixture

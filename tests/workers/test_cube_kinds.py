@@ -23,6 +23,7 @@ from ledger.units import UNITS_PER_CREDIT
 from marketplace.models import Task, TaskStatus
 from tests.factories import make_dataset, post_task
 from tests.workers.processes import CAPS, make_worker
+from training import kinds
 from training.cube.data import synthetic_embeddings
 from training.cube.run import infer, run
 from training.cube.split import load_heldout, prepare
@@ -325,7 +326,7 @@ def test_preparation_happens_once(bob: Any, alpha: Provider) -> None:
 
 
 def test_the_agent_advertises_exactly_the_kinds_it_has_runners_for() -> None:
-    assert capabilities.detect()["kinds"] == list(runners.RUNNERS)
+    assert capabilities.detect()["kinds"] == list(kinds.KINDS)
 
 
 # --- The model download for inference ------------------------------------------------

@@ -338,7 +338,7 @@ def test_a_task_short_of_its_bar_fails_after_the_shortfall_wait(alice: Any, bob:
 def test_a_kind_no_provider_runs_gives_up_too(alice: Any, bob: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     before = ledger.balance(bob)
     make_worker(alice, name="node")
-    monkeypatch.setitem(KINDS, "synthetic", replace(KINDS["synthetic"], runner=None))
+    monkeypatch.setitem(KINDS, "synthetic", replace(KINDS["synthetic"], verifier=None))
     task = post_task(bob, "synthetic", {"n": 64}, budget=UNITS_PER_CREDIT)
     assert "No provider runs Synthetic proof of compute tasks yet; if none does by " in task.status_reason
     schedule_waiting()
@@ -360,7 +360,7 @@ def test_a_task_whose_held_out_split_cannot_be_prepared_gives_up(
     keeps crashing leaves the task waiting, until it waited too long."""
     before = ledger.balance(bob)
     make_worker(alice, name="node")
-    broken = replace(KINDS["synthetic"], prepare=f"{__name__}.broken_prepare")
+    broken = replace(KINDS["synthetic"], prepare=broken_prepare)
     monkeypatch.setitem(KINDS, "synthetic", broken)
     task = post_task(bob, "synthetic", {"n": 64}, budget=UNITS_PER_CREDIT)
     schedule_waiting()  # the crash is logged; the pass goes on

@@ -5,12 +5,12 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from training.kinds import KINDS
 from training.poc.spec import GENERATORS, feature
 from workers.agent import AGENT_VERSION
-from workers.agent.runners import RUNNERS
 
-# Only what this agent has a runner for: the scheduler offers a worker nothing else.
-SUPPORTED_KINDS = list(RUNNERS)
+# Only the kinds this agent has a plug-in for: the scheduler offers a worker nothing else.
+SUPPORTED_KINDS = list(KINDS)
 # Protocol features the scheduler matches against a task's needs (marketplace.kinds):
 # the ways this agent can draw the synthetic kind's matrices.
 FEATURES = [feature(generator) for generator in GENERATORS]

@@ -1,0 +1,149 @@
+"""The ASL kinds: asl_training (an isolated sign recogniser trained on ISLR-format landmark
+sequences) and asl_inference (the top signs for uploaded sequences)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from training.plugin import GIB, Kind, Outcome, Progress, Resources, Spec, micro, model_dir, sha256_file
+
+MODEL_FILES = ("model.safetensors", "config.json", "labels.json")
+
+
+def _training_flops(spec: Spec) -> float:
+    dim = int(spec["dim"])
+    per_frame = spec["blocks"] * (3 * 2 * 2 * dim * dim * 2 + 12 * dim * dim)
+    return 3.0 * per_frame * spec["max_len"] * 20_000 * spec["epochs"]
+
+
+def _training_resources(spec: Spec) -> Resources:
+    dim = int(spec["dim"])
+    activations = spec["batch_size"] * spec["max_len"] * dim * spec["blocks"] * 4 * 40
+    return Resources(memory_bytes=max(activations + 512 * 1024**2, GIB))
+
+
+def _inference_flops(spec: Spec) -> float:
+    return 5e11
+
+
+def _inference_resources(spec: Spec) -> Resources:
+    return Resources(memory_bytes=GIB, gpu_preferred=False)
+
+
+def _always(spec: Spec) -> bool:
+    return True
+
+
+def prepare(spec: Spec, source: Path | None, out_dir: Path) -> tuple[Path | None, Path]:
+    """The platform's held-out split (training.asl.split.prepare)."""
+    from training.asl.split import prepare as split
+
+    return split(spec, source, out_dir)
+
+
+def _gpu_capabilities() -> dict[str, Any]:
+    """What the ASL batch presets read: this node's GPU memory (none on CPU)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return {}
+    return {"gpu_memory_bytes": int(torch.cuda.get_device_properties(0).total_memory)}
+
+
+def run_training(job: dict[str, Any], workdir: Path, progress: Progress) -> Outcome:
+    """Train with training.asl.run on the downloaded (held-out-free) zip; claim val_top1."""
+    from training.asl.run import run as train
+
+    if not job.get("dataset"):
+        raise RuntimeError("asl_training needs an ISLR dataset.")
+
+    validation: dict[str, float] = {}
+
+    def report(event: dict[str, Any]) -> None:
+        kind = event.get("event")
+        if kind == "epoch":
+            # The latest validation figures ride along with every later step, so they chart
+            # even when the reporter coalesces the epoch event away.
+            validation.update({k: float(v) for k, v in event.get("val", {}).items() if isinstance(v, int | float)})
+        elif kind != "step":
+            return
+        total = max(int(event["total_steps"]), 1)
+        metrics = dict(validation)
+        if kind == "step":
+            metrics.update({"loss": float(event["loss"]), "lr": float(event["lr"])})
+            metrics.update({k: float(v) for k, v in event.get("metrics", {}).items() if isinstance(v, int | float)})
+        progress(min(int(event["step"]), total), total, metrics)
+
+    out_dir = workdir / "model"
+    data = workdir / f"dataset.{job['dataset']['format']}"
+    metrics = train(
+        job["spec"], data, out_dir, report, capabilities=_gpu_capabilities(), cache_dir=workdir / "cache", resume=False
+    )
+    proof = {
+        "val_top1_micro": micro(metrics["val_top1"]),
+        "val_top5_micro": micro(metrics["val_top5"]),
+        "train_sequences": int(metrics["train_sequences"]),
+        "val_sequences": int(metrics["val_sequences"]),
+        "micros": micro(metrics["seconds"]),
+    }
+    return Outcome(
+        result_hash=sha256_file(out_dir / "model.safetensors"),
+        proof=proof,
+        artifacts={name: out_dir / name for name in ASL_TRAINING.artifacts},
+    )
+
+
+def run_inference(job: dict[str, Any], workdir: Path, progress: Progress) -> Outcome:
+    """Fetch the source task's model, predict the top signs, commit to sha256(predictions.csv)."""
+    from training.asl.infer import PREDICTIONS_FILE, predict
+
+    if job.get("fetch") is None:
+        raise RuntimeError("asl_inference needs the node's authenticated download (job['fetch']).")
+    if not job.get("dataset"):
+        raise RuntimeError("asl_inference needs a dataset of landmark sequences.")
+    folder = model_dir(job, workdir, MODEL_FILES)
+    t0 = time.monotonic()
+    out_dir = workdir / "predictions"
+    summary = predict(
+        folder,
+        workdir / f"dataset.{job['dataset']['format']}",
+        out_dir,
+        top_k=int(job["spec"].get("top_k", 5)),
+        progress=lambda event: progress(int(event["done"]), max(int(event["total"]), 1), {}),
+    )
+    path = out_dir / PREDICTIONS_FILE
+    return Outcome(
+        result_hash=sha256_file(path),
+        proof={"sequences": int(summary["sequences"]), "micros": micro(time.monotonic() - t0)},
+        artifacts={PREDICTIONS_FILE: path},
+    )
+
+
+ASL_TRAINING = Kind(
+    name="asl_training",
+    label="ASL recognition training",
+    description="Train an isolated sign recogniser on ISLR-format landmark sequences.",
+    resources=_training_resources,
+    flops=_training_flops,
+    run=run_training,
+    artifacts=(*MODEL_FILES, "metrics.json"),
+    dataset_formats=("zip",),
+    dataset_required=_always,
+    model_files=MODEL_FILES,
+    prepare=prepare,
+)
+
+ASL_INFERENCE = Kind(
+    name="asl_inference",
+    label="ASL recognition inference",
+    description="Predict the top signs for uploaded landmark sequences with a trained model.",
+    resources=_inference_resources,
+    flops=_inference_flops,
+    run=run_inference,
+    artifacts=("predictions.csv",),
+    dataset_formats=("zip", "parquet"),
+    dataset_required=_always,
+    source_kind="asl_training",
+)

@@ -1,0 +1,144 @@
+"""The cube kinds: cube_training (a 3D cellular network trained on teacher embeddings) and
+cube_inference (embedding uploaded rows with a trained model)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from training.plugin import GIB, Kind, Outcome, Progress, Resources, Spec, micro, model_dir, sha256_file
+
+MODEL_FILES = ("model.safetensors", "config.json")
+
+
+def _cells(spec: Spec) -> int:
+    return int(spec["lattice_edge"]) ** 3
+
+
+def _training_flops(spec: Spec) -> float:
+    # Per sample per step every cell mixes ~3 experts over ~64 neighbours of width state².
+    per_sample = _cells(spec) * spec["steps"] * 3 * 64 * spec["state_size"] ** 2 * 2
+    samples = max(spec.get("synthetic_samples", 0), 1024)
+    return 3.0 * per_sample * samples * spec["epochs"]
+
+
+def _training_resources(spec: Spec) -> Resources:
+    # Activations kept for backward: cells × state × steps × batch × bytes, ×8 for experts.
+    activations = _cells(spec) * spec["state_size"] * spec["steps"] * spec["batch_size"] * 4 * 8
+    return Resources(memory_bytes=max(activations + 256 * 1024**2, GIB // 2))
+
+
+def _inference_flops(spec: Spec) -> float:
+    return 5e11
+
+
+def _inference_resources(spec: Spec) -> Resources:
+    return Resources(memory_bytes=GIB, gpu_preferred=False)
+
+
+def _needs_dataset(spec: Spec) -> bool:
+    return bool(spec["synthetic_samples"] == 0)
+
+
+def _always(spec: Spec) -> bool:
+    return True
+
+
+def prepare(spec: Spec, source: Path | None, out_dir: Path) -> tuple[Path | None, Path]:
+    """The platform's held-out split (training.cube.split.prepare)."""
+    from training.cube.split import prepare as split
+
+    return split(spec, source, out_dir)
+
+
+def _data_dir(job: dict[str, Any], workdir: Path) -> Path:
+    """The downloaded dataset where training.cube.data looks for it (``embeddings.<format>``)."""
+    data_dir = workdir / "data"
+    data_dir.mkdir(exist_ok=True)
+    if job.get("dataset"):
+        fmt = job["dataset"]["format"]
+        (workdir / f"dataset.{fmt}").rename(data_dir / f"embeddings.{fmt}")
+    return data_dir
+
+
+def run_training(job: dict[str, Any], workdir: Path, progress: Progress) -> Outcome:
+    """Train with training.cube.run; commit to sha256(model.safetensors), claim val_loss."""
+    import training.cube as cube
+
+    def report(event: dict[str, Any]) -> None:
+        if event.get("event") != "step":
+            return
+        metrics = {"loss": float(event["loss"]), "lr": float(event["lr"])}
+        metrics.update({k: float(v) for k, v in event.get("metrics", {}).items() if isinstance(v, int | float)})
+        progress(int(event["step"]), int(event["total_steps"]), metrics)
+
+    out_dir = workdir / "model"
+    metrics = cube.run(job["spec"], _data_dir(job, workdir), out_dir, progress=report)
+    proof: dict[str, Any] = {
+        "val_loss_micro": micro(metrics["val_loss"]),
+        "steps": int(metrics["steps"]),
+        "train_rows": int(metrics["train_rows"]),
+        "micros": micro(metrics["seconds"]),
+    }
+    if isinstance(metrics.get("cosine"), int | float):
+        proof["cosine_micro"] = micro(metrics["cosine"])
+    return Outcome(
+        result_hash=sha256_file(out_dir / "model.safetensors"),
+        proof=proof,
+        artifacts={name: out_dir / name for name in CUBE_TRAINING.artifacts},
+    )
+
+
+def run_inference(job: dict[str, Any], workdir: Path, progress: Progress) -> Outcome:
+    """Fetch the source task's model, embed the uploaded rows, commit to sha256(outputs.npy)."""
+    import numpy as np
+
+    import training.cube as cube
+    from training.cube.data import load_array
+
+    if job.get("fetch") is None:
+        raise RuntimeError("cube_inference needs the node's authenticated download (job['fetch']).")
+    if not job.get("dataset"):
+        raise RuntimeError("cube_inference needs a dataset of input embeddings.")
+    folder = model_dir(job, workdir, MODEL_FILES)
+    inputs = load_array(workdir / f"dataset.{job['dataset']['format']}", "embeddings")
+    t0 = time.monotonic()
+    progress(0, 1, {})
+    outputs = cube.infer(folder, inputs, batch_size=int(job["spec"].get("batch_size", 64)))
+    path = workdir / "outputs.npy"
+    np.save(path, outputs)
+    progress(1, 1, {})
+    return Outcome(
+        result_hash=sha256_file(path),
+        proof={"rows": int(outputs.shape[0]), "micros": micro(time.monotonic() - t0)},
+        artifacts={"outputs.npy": path},
+    )
+
+
+CUBE_TRAINING = Kind(
+    name="cube_training",
+    label="Cube training",
+    description="Train a 3D cellular neural network on teacher embeddings.",
+    resources=_training_resources,
+    flops=_training_flops,
+    run=run_training,
+    artifacts=("model.safetensors", "config.json", "metrics.json"),
+    dataset_formats=("npy", "safetensors"),
+    dataset_required=_needs_dataset,
+    model_files=MODEL_FILES,
+    prepare=prepare,
+)
+
+CUBE_INFERENCE = Kind(
+    name="cube_inference",
+    label="Cube inference",
+    description="Embed uploaded teacher embeddings with a trained cube model.",
+    resources=_inference_resources,
+    flops=_inference_flops,
+    run=run_inference,
+    artifacts=("outputs.npy",),
+    dataset_formats=("npy", "safetensors"),
+    dataset_required=_always,
+    source_kind="cube_training",
+)

@@ -1,0 +1,122 @@
+"""What a kind of task is, on both sides of the trust boundary.
+
+A kind is a ``Kind`` in ``training/<family>/kind.py``: its name and texts, what it needs
+(resources, protocol features), what it costs in work (FLOPs), the datasets it takes, the
+artifacts a run hands back and which of them make up a model, the training kind an
+inference kind reads its model from, the platform's held-out split (``prepare``) and the
+node's ``run``. Nothing here imports Django: the provider node looks kinds up in
+``training.kinds`` and the platform (``marketplace.kinds``) adds pricing, validation and the verifier.
+
+A runner commits to its result by content hash: ``Outcome.result_hash`` is the sha256
+(hex) of the artifact bytes the platform will verify. The proof is signed canonical JSON,
+so it carries integers only: losses in micro-units, durations in microseconds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+# (step, total, metrics) → None: a run's progress as the node reports it.
+Progress = Callable[[int, int, dict[str, float]], None]
+# ``job["fetch"]``: the node's authenticated download, (server-relative url, destination) → None.
+Fetch = Callable[[str, Path], None]
+Spec = Mapping[str, Any]
+
+MICRO = 1_000_000
+GIB = 1024**3
+
+
+@dataclass(frozen=True)
+class Resources:
+    """What a worker must offer to take a task."""
+
+    memory_bytes: int
+    gpu_preferred: bool = True
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"memory_bytes": self.memory_bytes, "gpu_preferred": self.gpu_preferred}
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A finished job: the committed result hash, a proof object, and artifact files."""
+
+    result_hash: str
+    proof: dict[str, Any]
+    artifacts: dict[str, Path]
+
+
+Runner = Callable[[dict[str, Any], Path, Progress], Outcome]
+# fn(spec, upload path | None, out_dir) -> (worker-facing file | None, held-out file): run
+# on the platform once per task before scheduling; the worker then gets only the first
+# file and the verifier scores on the second. A ValueError names what is wrong with the data.
+Prepare = Callable[[Spec, Path | None, Path], tuple[Path | None, Path]]
+
+
+def _never(spec: Spec) -> bool:
+    return False
+
+
+def _always(spec: Spec) -> bool:
+    return True
+
+
+def _no_features(spec: Spec) -> tuple[str, ...]:
+    return ()
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One kind of task, as both sides of the trust boundary know it."""
+
+    name: str
+    label: str
+    description: str
+    resources: Callable[[Spec], Resources]
+    flops: Callable[[Spec], float]
+    run: Runner
+    artifacts: tuple[str, ...]
+    dataset_formats: tuple[str, ...] = ()
+    dataset_required: Callable[[Spec], bool] = _never
+    # The artifacts that make up the trained model, served to inference tasks built on it.
+    model_files: tuple[str, ...] = ()
+    # The training kind whose completed task an inference spec names in ``source_task``.
+    source_kind: str | None = None
+    prepare: Prepare | None = None
+    # Protocol features a worker must list in its capabilities to run this spec (for a
+    # change a node cannot follow silently, such as how the synthetic matrices are drawn).
+    features: Callable[[Spec], tuple[str, ...]] = _no_features
+
+
+class UnsupportedKind(Exception):
+    """A job of a kind this node has no plug-in for."""
+
+
+def sha256_file(path: Path) -> str:
+    """Hex sha256 of a file's bytes, read in chunks."""
+    digest = hashlib.sha256()
+    with Path(path).open("rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def micro(value: Any) -> int:
+    """A float metric as signed-JSON-safe integer micro-units."""
+    return round(float(value) * MICRO)
+
+
+def model_dir(job: dict[str, Any], workdir: Path, files: tuple[str, ...]) -> Path:
+    """Fetch the source task's model files over the node's authenticated download."""
+    fetch: Fetch | None = job.get("fetch")
+    if fetch is None:
+        raise RuntimeError(f"{job['kind']} needs the node's authenticated download (job['fetch']).")
+    folder = workdir / "source-model"
+    folder.mkdir()
+    for name in files:
+        fetch(f"/api/v1/assignments/{job['id']}/model/{name}/", folder / name)
+    return folder
