@@ -104,16 +104,20 @@ def minimum_reward() -> int:
     return -(-fee * 10_000 // keep) if keep > 0 else fee
 
 
-# The platform's side of each kind: its spec serializer and its verifier.
-_PLATFORM: dict[str, tuple[type[specs.SpecSerializer], str]] = {
-    "synthetic": (specs.SyntheticSpec, "workers.verifiers.verify_synthetic"),
-    "cube_training": (specs.CubeTrainingSpec, "workers.verify_cube.verify_cube_training"),
-    "cube_inference": (specs.CubeInferenceSpec, "workers.verify_cube.verify_cube_inference"),
-    "asl_training": (specs.AslTrainingSpec, "workers.verify_asl.verify_asl_training"),
-    "asl_inference": (specs.AslInferenceSpec, "workers.verify_asl.verify_asl_inference"),
+# The platform's side of each kind: its verifier, and the platform's own checks on a spec
+# (a serializer the dataclass's derived one builds on) where it has any.
+_PLATFORM: dict[str, tuple[str, type[specs.SpecSerializer] | None]] = {
+    "synthetic": ("workers.verifiers.verify_synthetic", specs.SyntheticChecks),
+    "cube_training": ("workers.verify_cube.verify_cube_training", None),
+    "cube_inference": ("workers.verify_cube.verify_cube_inference", None),
+    "asl_training": ("workers.verify_asl.verify_asl_training", None),
+    "asl_inference": ("workers.verify_asl.verify_asl_inference", None),
 }
 
-KINDS: dict[str, Kind] = {name: Kind.of(plugin, *_PLATFORM[name]) for name, plugin in plugins.KINDS.items()}
+KINDS: dict[str, Kind] = {
+    name: Kind.of(plugin, specs.serializer_for(plugin.spec, _PLATFORM[name][1]), _PLATFORM[name][0])
+    for name, plugin in plugins.KINDS.items()
+}
 
 # The kinds as an API enum (TaskKindEnum in the OpenAPI schema).
 KIND_NAMES = list(KINDS)

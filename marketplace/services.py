@@ -33,6 +33,8 @@ from marketplace.events import DashboardTaskEvent, TaskStatusEvent, dashboard_gr
 from marketplace.kinds import get_kind
 from marketplace.models import ApiToken, Dataset, Task, TaskEvent, TaskStatus, User, check_transition, hash_token
 from marketplace.signals import task_cancelling
+from training.cube.spec import CubeTrainingSpec
+from training.specs import default
 
 # How long a dataset's content checks are remembered (by its content hash).
 CHECKED_FOR = 7 * 24 * 3600
@@ -95,7 +97,7 @@ def check_task_request(
         if source.status != TaskStatus.COMPLETED:
             raise ValidationError({"spec": {"source_task": ["That training task has not completed."]}})
         if kind.name == "cube_inference" and dataset is not None:
-            _check_embeddings(dataset, int(source.spec.get("teacher_dim", 768)))
+            _check_embeddings(dataset, int(source.spec.get("teacher_dim", default(CubeTrainingSpec, "teacher_dim"))))
         if kind.name == "asl_inference" and dataset is not None:
             _check_sequences(dataset)
         spec["source_task"] = str(spec["source_task"])
@@ -154,7 +156,7 @@ def _check_training_embeddings(dataset: Dataset, spec: dict[str, Any]) -> None:
     dialogue-mode upload without targets of the same shape and kind."""
     from training.cube.split import MIN_ROWS
 
-    width = int(spec.get("teacher_dim", 768))
+    width = int(spec.get("teacher_dim", default(CubeTrainingSpec, "teacher_dim")))
     rows = _check_embeddings(dataset, width, min_rows=MIN_ROWS, taker="this spec")
     if spec.get("mode") != "dialogue":
         return

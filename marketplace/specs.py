@@ -1,16 +1,15 @@
-"""Spec serializers, one per task kind. Every field is typed, bounded and defaulted,
-with its unit in the help text; unknown keys are refused so a typo never silently
-falls back to a default."""
+"""Spec serializers, one per task kind, derived from the kind's spec dataclass
+(``training.specs``): every field typed, bounded and defaulted, with its unit in the help
+text; unknown keys are refused so a typo never silently falls back to a default."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
 from django.conf import settings
 from rest_framework import serializers
-
-from training.poc import spec as poc_spec
 
 
 class FiniteFloatField(serializers.FloatField):
@@ -48,37 +47,40 @@ class SpecSerializer(serializers.Serializer):
         return super().to_internal_value(data)
 
 
-def Int(default: int, lo: int, hi: int, help_text: str) -> StrictIntegerField:  # noqa: N802
-    return StrictIntegerField(default=default, min_value=lo, max_value=hi, help_text=help_text)
+def _serializer_field(f: dataclasses.Field[Any]) -> serializers.Field:
+    meta = f.metadata
+    common: dict[str, Any] = {"help_text": meta.get("help", "")}
+    if not meta.get("form", True):
+        common["style"] = {"form": False}
+    if meta.get("uuid"):
+        return serializers.UUIDField(**common)
+    common["default"] = f.default
+    if meta.get("choices") is not None:
+        return serializers.ChoiceField(choices=list(meta["choices"]), **common)
+    if isinstance(f.default, bool):
+        return serializers.BooleanField(**common)
+    if isinstance(f.default, int):
+        return StrictIntegerField(min_value=meta.get("lo"), max_value=meta.get("hi"), **common)
+    if isinstance(f.default, float):
+        return FiniteFloatField(min_value=meta.get("lo"), max_value=meta.get("hi"), **common)
+    return serializers.CharField(**common)
 
 
-def Float(default: float, lo: float, hi: float, help_text: str) -> FiniteFloatField:  # noqa: N802
-    return FiniteFloatField(default=default, min_value=lo, max_value=hi, help_text=help_text)
-
-
-def Bool(default: bool, help_text: str) -> serializers.BooleanField:  # noqa: N802
-    return serializers.BooleanField(default=default, help_text=help_text)
+def serializer_for(spec: type, base: type[SpecSerializer] | None = None) -> type[SpecSerializer]:
+    """The spec serializer of a spec dataclass: a field per dataclass field, in its order,
+    named and documented as the dataclass is (the JSON schema's title and description)."""
+    attrs: dict[str, Any] = {f.name: _serializer_field(f) for f in dataclasses.fields(spec)}
+    attrs["__doc__"] = spec.__doc__
+    attrs["__module__"] = __name__
+    return type(spec.__name__, (base or SpecSerializer,), attrs)
 
 
 # Room for the safetensors header of the product file (a few hundred bytes for 64 tensors).
 _ARTIFACT_HEADER_BYTES = 16 * 1024
 
 
-class SyntheticSpec(SpecSerializer):
-    """Exact matmul of seeded integer matrices: the proof-of-compute kind."""
-
-    n = Int(1024, 64, 16384, "Matrix edge n: A and B are n×n.")
-    count = Int(1, 1, 64, "Number of (A, B) pairs to multiply.")
-    entry_bound = Int(8, 1, 8, "Entries are integers in [-entry_bound, entry_bound].")
-    generator = serializers.ChoiceField(
-        choices=list(poc_spec.GENERATORS),
-        default=poc_spec.DEFAULT_GENERATOR,
-        help_text=(
-            "How A and B are drawn from the seed: aes256ctr (AES-256 in counter mode, the fast default) "
-            "or shake128 (the first generator, several times slower to check; kept for tasks posted with it)."
-        ),
-        style={"form": False},
-    )
+class SyntheticChecks(SpecSerializer):
+    """The platform's own limits on a synthetic spec."""
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         # Exactness in float32 needs every partial sum below 2**24.
@@ -105,96 +107,6 @@ class SyntheticSpec(SpecSerializer):
                 }
             )
         return attrs
-
-
-class CubeTrainingSpec(SpecSerializer):
-    """A 3D cellular neural network trained on teacher embeddings."""
-
-    mode = serializers.ChoiceField(
-        choices=["autoencoder", "dialogue"],
-        default="autoencoder",
-        help_text="Reconstruct the input or map question → answer.",
-    )
-    teacher_dim = Int(768, 16, 4096, "Teacher embedding width (dimensions).")
-    lattice_edge = Int(8, 2, 64, "Lattice edge S: the lattice is S×S×S cells.")
-    state_size = Int(32, 4, 256, "Cell state width (dimensions).")
-    steps = Int(5, 1, 32, "Synchronous lattice update steps.")
-    gate = serializers.ChoiceField(choices=["soft", "topk"], default="soft", help_text="How the expert gate mixes.")
-    top_k = Int(2, 1, 3, "Experts kept per cell when gate is topk.")
-    early_exit_tolerance = Float(0.0, 0.0, 1.0, "Stop stepping when the mean state change falls below this (0: never).")
-    epochs = Int(10, 1, 1000, "Training epochs.")
-    batch_size = Int(8, 1, 1024, "Samples per optimiser step (before accumulation).")
-    grad_accumulation = Int(1, 1, 64, "Micro-batches per optimiser step.")
-    learning_rate = Float(1e-3, 1e-7, 1.0, "AdamW peak learning rate.")
-    weight_decay = Float(0.01, 0.0, 1.0, "AdamW weight decay.")
-    warmup_steps = Int(100, 0, 100_000, "Linear warm-up steps before the cosine schedule.")
-    grad_clip = Float(1.0, 0.0, 100.0, "Gradient norm clip (0: off).")
-    early_stopping_patience = Int(5, 0, 1000, "Epochs without validation improvement before stopping (0: off).")
-    loss_reconstruction = Float(1.0, 0.0, 100.0, "Weight of the reconstruction (MSE) loss.")
-    loss_similarity = Float(0.5, 0.0, 100.0, "Weight of the batch cosine-similarity structure loss.")
-    loss_diversity = Float(0.1, 0.0, 100.0, "Weight of the diversity loss.")
-    loss_emergence = Float(0.05, 0.0, 100.0, "Weight of the emergence loss.")
-    loss_dynamics = Float(0.05, 0.0, 100.0, "Weight of the bounded per-step change loss.")
-    loss_spatial = Float(0.05, 0.0, 100.0, "Weight of the spatial consistency loss.")
-    synthetic_samples = Int(2048, 0, 1_000_000, "Generated samples when no dataset is given (0: dataset required).")
-    mixed_precision = Bool(True, "bf16 on CPU, fp16 with loss scaling on CUDA.")
-    compile = Bool(False, "Use torch.compile where available.")
-    seed = Int(0, 0, 2**31 - 1, "Random seed for a deterministic run.")
-    min_loss_reduction = Int(
-        0,
-        0,
-        99,
-        "Percent below the untrained model's held-out loss that the trained model's must reach to be"
-        " paid; the platform's own minimum (20 unless configured) applies when this is lower.",
-    )
-
-
-class CubeInferenceSpec(SpecSerializer):
-    """Run a trained cube model on uploaded embeddings."""
-
-    source_task = serializers.UUIDField(help_text="A completed cube_training task whose model to use.")
-    batch_size = Int(64, 1, 4096, "Rows per forward pass.")
-    verify_samples = Int(16, 1, 1024, "Rows the platform recomputes to verify the result.")
-
-
-class AslTrainingSpec(SpecSerializer):
-    """Isolated sign recognition on landmark sequences (ISLR format)."""
-
-    dim = serializers.ChoiceField(choices=[192, 384], default=192, help_text="Model width (channels).")
-    blocks = Int(2, 1, 8, "Stacks of [3 × Conv1D block + Transformer block].")
-    max_len = Int(384, 16, 1024, "Frames kept per sequence.")
-    use_pose = Bool(False, "Include the pose landmarks in the features.")
-    epochs = Int(30, 1, 1000, "Training epochs.")
-    batch_size = Int(12, 1, 1024, "Samples per micro-batch (0 presets by GPU memory).")
-    grad_accumulation = Int(4, 1, 64, "Micro-batches per optimiser step.")
-    optimizer = serializers.ChoiceField(choices=["adamw", "radam_lookahead"], default="adamw", help_text="Optimiser.")
-    schedule = serializers.ChoiceField(
-        choices=["onecycle", "cosine"], default="onecycle", help_text="Learning-rate schedule."
-    )
-    learning_rate = Float(1e-3, 1e-7, 1.0, "Peak learning rate.")
-    weight_decay = Float(0.05, 0.0, 1.0, "Weight decay.")
-    label_smoothing = Float(0.1, 0.0, 0.5, "Label smoothing.")
-    dropout = Float(0.2, 0.0, 0.9, "Late dropout before the classifier.")
-    drop_path = Float(0.2, 0.0, 0.9, "Stochastic depth rate.")
-    use_augmentations = Bool(True, "Master switch for every augmentation.")
-    p_temporal = Float(0.5, 0.0, 1.0, "Probability of temporal resampling and masking.")
-    p_spatial = Float(0.7, 0.0, 1.0, "Probability of rotation, scale, shear, translation and flip.")
-    p_noise = Float(0.3, 0.0, 1.0, "Probability of gaussian noise.")
-    p_masking = Float(0.2, 0.0, 1.0, "Probability of feature masking and landmark dropout.")
-    validation_fraction = Float(0.2, 0.05, 0.5, "Share of participants held out for validation.")
-    early_stopping_patience = Int(10, 0, 1000, "Epochs without improvement before stopping (0: off).")
-    min_accuracy = Float(0.0, 0.0, 1.0, "Held-out top-1 accuracy required for payment.")
-    mixed_precision = Bool(True, "bf16 on CPU, fp16 with loss scaling on CUDA.")
-    compile = Bool(False, "Use torch.compile where available.")
-    seed = Int(0, 0, 2**31 - 1, "Random seed for a deterministic run.")
-
-
-class AslInferenceSpec(SpecSerializer):
-    """Predict signs for uploaded sequences with a trained ASL model."""
-
-    source_task = serializers.UUIDField(help_text="A completed asl_training task whose model to use.")
-    top_k = Int(5, 1, 20, "Signs reported per sequence.")
-    verify_samples = Int(16, 1, 1024, "Sequences the platform recomputes to verify the result.")
 
 
 def _field_schema(f: serializers.Field) -> dict[str, Any]:

@@ -1,6 +1,7 @@
 """What a kind of task is, on both sides of the trust boundary.
 
-A kind is a ``Kind`` in ``training/<family>/kind.py``: its name and texts, what it needs
+A kind is a ``Kind`` in ``training/<family>/kind.py``: its name and texts, its spec (one
+dataclass, ``training.specs``), what it needs
 (resources, protocol features), what it costs in work (FLOPs), the datasets it takes, the
 artifacts a run hands back and which of them make up a model, the training kind an
 inference kind reads its model from, the platform's held-out split (``prepare``) and the
@@ -76,6 +77,8 @@ class Kind:
     name: str
     label: str
     description: str
+    # The spec: a frozen dataclass of ``training.specs.param`` fields (bounds, defaults, help).
+    spec: type
     resources: Callable[[Spec], Resources]
     flops: Callable[[Spec], float]
     run: Runner

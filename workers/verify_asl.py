@@ -17,6 +17,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from training.asl.spec import AslInferenceSpec, AslTrainingSpec
+from training.specs import default
 from workers import heldout
 from workers.models import Assignment
 from workers.verifiers import (
@@ -89,7 +91,7 @@ def verify_asl_training(assignment: Assignment, artifacts: dict[str, Path]) -> V
     with tempfile.TemporaryDirectory(prefix="proofwork-verify-") as cache:
         outcome = verify(model.parent, split.heldout_path(), cache_dir=Path(cache))
     top1, count = float(outcome["top1"]), int(outcome["count"])
-    minimum = float(task.spec.get("min_accuracy", 0.0))
+    minimum = float(task.spec.get("min_accuracy", default(AslTrainingSpec, "min_accuracy")))
     metrics = {
         "heldout_top1": round(top1, 6),
         "heldout_top5": round(float(outcome["top5"]), 6),
@@ -133,14 +135,14 @@ def verify_asl_inference(assignment: Assignment, artifacts: dict[str, Path]) -> 
         header = read_header(path, len(signs))
     except PredictionsError as exc:
         return Verdict(False, str(exc))
-    top_k = min(int(task.spec.get("top_k", 5)), len(signs))
+    top_k = min(int(task.spec.get("top_k", default(AslInferenceSpec, "top_k"))), len(signs))
     if len(header) != 2 + 2 * top_k:
         return Verdict(False, f"predictions.csv must report the top {top_k} signs per sequence.")
     with tempfile.TemporaryDirectory(prefix="proofwork-verify-") as tmp:
         # Under the agent's own name for its download: the path column of a single
         # .parquet sequence is that file's name (training.asl.infer), dataset.parquet.
         inputs = copy_dataset(task, Path(tmp), stem="dataset")
-        samples = int(task.spec.get("verify_samples", 16))
+        samples = int(task.spec.get("verify_samples", default(AslInferenceSpec, "verify_samples")))
         outcome = verify_predictions(model_dir, inputs, path, samples=samples, seed=spot_check_seed(assignment))
     if not outcome["ok"]:
         problem = outcome.get("problem") or (

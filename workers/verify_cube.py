@@ -18,6 +18,8 @@ from typing import Any
 import numpy as np
 from django.conf import settings
 
+from training.cube.spec import CubeInferenceSpec, CubeTrainingSpec
+from training.specs import default
 from workers import heldout
 from workers.models import Assignment
 from workers.verifiers import (
@@ -120,7 +122,10 @@ def verify_cube_training(assignment: Assignment, artifacts: dict[str, Path]) -> 
         reason = f"held-out val_loss {recomputed:.6g} is no better than untrained ({untrained:.6g})."
         return Verdict(False, reason, metrics, penalise=False)
     # The requester may ask for more than the platform's floor, never for less.
-    required = max(settings.CUBE_MIN_LOSS_REDUCTION_PCT, int(task.spec.get("min_loss_reduction", 0)))
+    required = max(
+        settings.CUBE_MIN_LOSS_REDUCTION_PCT,
+        int(task.spec.get("min_loss_reduction", default(CubeTrainingSpec, "min_loss_reduction"))),
+    )
     if untrained > 0 and recomputed > untrained * (1 - required / 100):
         removed = 1 - recomputed / untrained
         return Verdict(
@@ -166,7 +171,7 @@ def verify_cube_inference(assignment: Assignment, artifacts: dict[str, Path]) ->
     bad_row = first_non_finite_row(outputs)
     if bad_row is not None:
         return Verdict(False, f"outputs.npy holds NaN or infinite values (first in row {bad_row}).")
-    samples = int(task.spec.get("verify_samples", 16))
+    samples = int(task.spec.get("verify_samples", default(CubeInferenceSpec, "verify_samples")))
     outcome = verify_inference(model_dir, inputs, outputs, samples=samples, seed=spot_check_seed(assignment))
     if not outcome["accepted"]:
         reason = outcome.get("reason") or f"recomputed rows differ (max abs error {outcome['max_abs_error']:.3g})."

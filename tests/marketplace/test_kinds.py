@@ -146,3 +146,39 @@ def test_unknown_kind_is_a_validation_error_naming_the_choices() -> None:
     assert "choose one of: synthetic" in str(caught.value.detail["kind"])  # type: ignore[call-overload]
     with pytest.raises(serializers.ValidationError):
         get_kind(["synthetic"])  # type: ignore[arg-type]
+
+
+def test_asl_batch_size_zero_presets_by_gpu_memory_as_its_help_says(alice_client: APIClient) -> None:
+    """The platform takes what the help text and the trainer offer: 0 lets the node preset
+    the micro-batch from its GPU memory; below 0 is refused naming the field."""
+    from training.asl.spec import TrainSpec, preset_batch
+
+    kind = get_kind("asl_training")
+    assert "0 presets by GPU memory" in kind.json_schema()["properties"]["batch_size"]["description"]
+    spec = kind.validate_spec({"batch_size": 0})
+    assert spec["batch_size"] == 0
+    assert kind.resources(spec).memory_bytes > 0
+    assert preset_batch(TrainSpec.from_dict(spec), {"gpu_memory_bytes": 80 * 10**9}) == (72, 4)
+    body = {"kind": "asl_training", "spec": {"batch_size": -1}, "budget": 10}
+    response = alice_client.post("/api/v1/tasks/", body, format="json")
+    assert response.status_code == 400
+    assert "batch_size" in response.json()["spec"]
+
+
+@pytest.mark.parametrize("name", FIVE)
+def test_the_platform_schema_is_the_kind_dataclass(name: str) -> None:
+    """One schema per kind: the platform's serializer has the dataclass's fields, defaults,
+    bounds and help, in its order."""
+    import dataclasses
+
+    from training.kinds import KINDS as PLUGINS
+
+    props = get_kind(name).json_schema()["properties"]
+    fields = dataclasses.fields(PLUGINS[name].spec)
+    assert list(props) == [f.name for f in fields]
+    for f in fields:
+        assert props[f.name]["description"] == f.metadata["help"]
+        if f.default is not dataclasses.MISSING:
+            assert props[f.name]["default"] == f.default
+        if f.metadata["lo"] is not None:
+            assert (props[f.name]["minimum"], props[f.name]["maximum"]) == (f.metadata["lo"], f.metadata["hi"])

@@ -229,9 +229,9 @@ def test_dialogue_mode_learns_from_uploaded_pairs(tmp_path: Path) -> None:
 
 
 def test_spec_defaults_match_the_marketplace_serializer() -> None:
-    from marketplace.specs import CubeTrainingSpec
+    from marketplace.kinds import KINDS
 
-    fields = CubeTrainingSpec().fields
+    fields = KINDS["cube_training"].spec_serializer().fields
     assert {name: f.default for name, f in fields.items()} == DEFAULT_TRAINING_SPEC
 
 

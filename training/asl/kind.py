@@ -7,7 +7,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from training.asl.spec import AslInferenceSpec, AslTrainingSpec
 from training.plugin import GIB, Kind, Outcome, Progress, Resources, Spec, micro, model_dir, sha256_file
+from training.specs import default
 
 MODEL_FILES = ("model.safetensors", "config.json", "labels.json")
 
@@ -110,7 +112,7 @@ def run_inference(job: dict[str, Any], workdir: Path, progress: Progress) -> Out
         folder,
         workdir / f"dataset.{job['dataset']['format']}",
         out_dir,
-        top_k=int(job["spec"].get("top_k", 5)),
+        top_k=int(job["spec"].get("top_k", default(AslInferenceSpec, "top_k"))),
         progress=lambda event: progress(int(event["done"]), max(int(event["total"]), 1), {}),
     )
     path = out_dir / PREDICTIONS_FILE
@@ -125,6 +127,7 @@ ASL_TRAINING = Kind(
     name="asl_training",
     label="ASL recognition training",
     description="Train an isolated sign recogniser on ISLR-format landmark sequences.",
+    spec=AslTrainingSpec,
     resources=_training_resources,
     flops=_training_flops,
     run=run_training,
@@ -139,6 +142,7 @@ ASL_INFERENCE = Kind(
     name="asl_inference",
     label="ASL recognition inference",
     description="Predict the top signs for uploaded landmark sequences with a trained model.",
+    spec=AslInferenceSpec,
     resources=_inference_resources,
     flops=_inference_flops,
     run=run_inference,

@@ -1,9 +1,9 @@
-"""The asl_training spec as the trainer reads it, and batch presets by GPU memory.
+"""The ASL kinds' specs (the single schema the platform and the trainer read), and batch
+presets by GPU memory.
 
-Field names and defaults mirror ``marketplace.specs.AslTrainingSpec`` (which the platform
-validates before a task is posted); this copy exists because ``training`` never imports
-Django. A spec arriving here has usually been validated already, but the trainer checks
-again so that a direct caller (CLI, test, benchmark) gets a clear error naming the field.
+A spec arriving here has usually been validated by the platform already, but the trainer
+checks again so that a direct caller (CLI, test, benchmark) gets a clear error naming the
+field.
 """
 
 from __future__ import annotations
@@ -11,39 +11,43 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from training.specs import out_of_bounds, param
+
+P = "Probability of "
+
 
 @dataclass(frozen=True)
-class TrainSpec:
-    """One asl_training task's settings."""
+class AslTrainingSpec:
+    """Isolated sign recognition on landmark sequences (ISLR format)."""
 
-    dim: int = 192
-    blocks: int = 2
-    max_len: int = 384
-    use_pose: bool = False
-    epochs: int = 30
-    batch_size: int = 12  # 0: preset from the worker's GPU memory
-    grad_accumulation: int = 4
-    optimizer: str = "adamw"
-    schedule: str = "onecycle"
-    learning_rate: float = 1e-3
-    weight_decay: float = 0.05
-    label_smoothing: float = 0.1
-    dropout: float = 0.2
-    drop_path: float = 0.2
-    use_augmentations: bool = True
-    p_temporal: float = 0.5
-    p_spatial: float = 0.7
-    p_noise: float = 0.3
-    p_masking: float = 0.2
-    validation_fraction: float = 0.2
-    early_stopping_patience: int = 10
-    min_accuracy: float = 0.0
-    mixed_precision: bool = True
-    compile: bool = False
-    seed: int = 0
+    dim: int = param(192, "Model width (channels).", choices=(192, 384))
+    blocks: int = param(2, "Stacks of [3 × Conv1D block + Transformer block].", lo=1, hi=8)
+    max_len: int = param(384, "Frames kept per sequence.", lo=16, hi=1024)
+    use_pose: bool = param(False, "Include the pose landmarks in the features.")
+    epochs: int = param(30, "Training epochs.", lo=1, hi=1000)
+    batch_size: int = param(12, "Samples per micro-batch (0 presets by GPU memory).", lo=0, hi=1024)
+    grad_accumulation: int = param(4, "Micro-batches per optimiser step.", lo=1, hi=64)
+    optimizer: str = param("adamw", "Optimiser.", choices=("adamw", "radam_lookahead"))
+    schedule: str = param("onecycle", "Learning-rate schedule.", choices=("onecycle", "cosine"))
+    learning_rate: float = param(1e-3, "Peak learning rate.", lo=1e-7, hi=1.0)
+    weight_decay: float = param(0.05, "Weight decay.", lo=0.0, hi=1.0)
+    label_smoothing: float = param(0.1, "Label smoothing.", lo=0.0, hi=0.5)
+    dropout: float = param(0.2, "Late dropout before the classifier.", lo=0.0, hi=0.9)
+    drop_path: float = param(0.2, "Stochastic depth rate.", lo=0.0, hi=0.9)
+    use_augmentations: bool = param(True, "Master switch for every augmentation.")
+    p_temporal: float = param(0.5, P + "temporal resampling and masking.", lo=0.0, hi=1.0)
+    p_spatial: float = param(0.7, P + "rotation, scale, shear, translation and flip.", lo=0.0, hi=1.0)
+    p_noise: float = param(0.3, P + "gaussian noise.", lo=0.0, hi=1.0)
+    p_masking: float = param(0.2, P + "feature masking and landmark dropout.", lo=0.0, hi=1.0)
+    validation_fraction: float = param(0.2, "Share of participants held out for validation.", lo=0.05, hi=0.5)
+    early_stopping_patience: int = param(10, "Epochs without improvement before stopping (0: off).", lo=0, hi=1000)
+    min_accuracy: float = param(0.0, "Held-out top-1 accuracy required for payment.", lo=0.0, hi=1.0)
+    mixed_precision: bool = param(True, "bf16 on CPU, fp16 with loss scaling on CUDA.")
+    compile: bool = param(False, "Use torch.compile where available.")
+    seed: int = param(0, "Random seed for a deterministic run.", lo=0, hi=2**31 - 1)
 
     @classmethod
-    def from_dict(cls, spec: dict[str, Any]) -> TrainSpec:
+    def from_dict(cls, spec: dict[str, Any]) -> AslTrainingSpec:
         """Defaults filled in; ValueError naming the field for unknown keys or bad values."""
         known = {f.name: f for f in fields(cls)}
         unknown = sorted(set(spec) - set(known))
@@ -69,35 +73,30 @@ class TrainSpec:
         return result
 
     def check(self) -> None:
-        """Bounds and choices, as in marketplace.specs.AslTrainingSpec."""
-        rules = {
-            # The platform offers 192 and 384; smaller widths serve tests and benchmarks.
-            "dim": 16 <= self.dim <= 1024 and self.dim % 4 == 0,
-            "blocks": 1 <= self.blocks <= 8,
-            "max_len": 16 <= self.max_len <= 1024,
-            "epochs": 1 <= self.epochs <= 1000,
-            "batch_size": 0 <= self.batch_size <= 1024,
-            "grad_accumulation": 1 <= self.grad_accumulation <= 64,
-            "optimizer": self.optimizer in ("adamw", "radam_lookahead"),
-            "schedule": self.schedule in ("onecycle", "cosine"),
-            "learning_rate": 1e-7 <= self.learning_rate <= 1.0,
-            "weight_decay": 0.0 <= self.weight_decay <= 1.0,
-            "label_smoothing": 0.0 <= self.label_smoothing <= 0.5,
-            "dropout": 0.0 <= self.dropout <= 0.9,
-            "drop_path": 0.0 <= self.drop_path <= 0.9,
-            "validation_fraction": 0.05 <= self.validation_fraction <= 0.5,
-            "early_stopping_patience": 0 <= self.early_stopping_patience <= 1000,
-            "seed": 0 <= self.seed <= 2**31 - 1,
-        }
-        for name in ("p_temporal", "p_spatial", "p_noise", "p_masking", "min_accuracy"):
-            rules[name] = 0.0 <= getattr(self, name) <= 1.0
-        bad = [name for name, ok in rules.items() if not ok]
+        """The fields' bounds and choices, but a wider ``dim``: the platform offers 192 and
+        384, smaller widths serve tests and benchmarks."""
+        bad = out_of_bounds(type(self), asdict(self), skip=("dim",))
+        if not (16 <= self.dim <= 1024 and self.dim % 4 == 0):
+            bad.insert(0, "dim")
         if bad:
             raise ValueError(f"spec field(s) out of range: {', '.join(bad)}")
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready copy."""
         return asdict(self)
+
+
+# The trainer's name for it.
+TrainSpec = AslTrainingSpec
+
+
+@dataclass(frozen=True)
+class AslInferenceSpec:
+    """Predict signs for uploaded sequences with a trained ASL model."""
+
+    source_task: str = param(help="A completed asl_training task whose model to use.", uuid=True)
+    top_k: int = param(5, "Signs reported per sequence.", lo=1, hi=20)
+    verify_samples: int = param(16, "Sequences the platform recomputes to verify the result.", lo=1, hi=1024)
 
 
 GIB = 1024**3
@@ -116,7 +115,7 @@ def gpu_memory_bytes(capabilities: dict[str, Any] | None) -> int:
         return 0
 
 
-def preset_batch(spec: TrainSpec, capabilities: dict[str, Any] | None) -> tuple[int, int]:
+def preset_batch(spec: AslTrainingSpec, capabilities: dict[str, Any] | None) -> tuple[int, int]:
     """(micro-batch, accumulation) for this worker.
 
     The reference point is a 12 GB card: 12 × 4 at dim 192 and max_len 384. Larger cards

@@ -1,6 +1,6 @@
 """The cube model's configuration, built from a ``cube_training`` spec, and its memory estimate.
 
-Field names follow ``marketplace.specs.CubeTrainingSpec``; the few fields that spec does not
+Field names follow ``training.cube.spec.CubeTrainingSpec``; the few fields that spec does not
 carry (``max_neighbours``, ``euler_steps``, ``validation_fraction``) keep their defaults here.
 """
 

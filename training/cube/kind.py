@@ -7,7 +7,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from training.cube.spec import CubeInferenceSpec, CubeTrainingSpec
 from training.plugin import GIB, Kind, Outcome, Progress, Resources, Spec, micro, model_dir, sha256_file
+from training.specs import default
 
 MODEL_FILES = ("model.safetensors", "config.json")
 
@@ -105,7 +107,9 @@ def run_inference(job: dict[str, Any], workdir: Path, progress: Progress) -> Out
     inputs = load_array(workdir / f"dataset.{job['dataset']['format']}", "embeddings")
     t0 = time.monotonic()
     progress(0, 1, {})
-    outputs = cube.infer(folder, inputs, batch_size=int(job["spec"].get("batch_size", 64)))
+    outputs = cube.infer(
+        folder, inputs, batch_size=int(job["spec"].get("batch_size", default(CubeInferenceSpec, "batch_size")))
+    )
     path = workdir / "outputs.npy"
     np.save(path, outputs)
     progress(1, 1, {})
@@ -120,6 +124,7 @@ CUBE_TRAINING = Kind(
     name="cube_training",
     label="Cube training",
     description="Train a 3D cellular neural network on teacher embeddings.",
+    spec=CubeTrainingSpec,
     resources=_training_resources,
     flops=_training_flops,
     run=run_training,
@@ -134,6 +139,7 @@ CUBE_INFERENCE = Kind(
     name="cube_inference",
     label="Cube inference",
     description="Embed uploaded teacher embeddings with a trained cube model.",
+    spec=CubeInferenceSpec,
     resources=_inference_resources,
     flops=_inference_flops,
     run=run_inference,

@@ -24,17 +24,12 @@ import torch.nn.functional as F  # noqa: N812
 
 from training.cube.kernels import state_regularisers
 from training.cube.model import CubeOutput
+from training.cube.spec import CubeTrainingSpec
+from training.specs import default
 
 LOSS_TERMS = ("reconstruction", "similarity", "diversity", "emergence", "dynamics", "spatial")
 SPEC_WEIGHT_FIELDS = {term: f"loss_{term}" for term in LOSS_TERMS}
-DEFAULT_WEIGHTS = {
-    "reconstruction": 1.0,
-    "similarity": 0.5,
-    "diversity": 0.1,
-    "emergence": 0.05,
-    "dynamics": 0.05,
-    "spatial": 0.05,
-}
+DEFAULT_WEIGHTS = {term: default(CubeTrainingSpec, field) for term, field in SPEC_WEIGHT_FIELDS.items()}
 EMERGENCE_MARGIN = 0.1
 
 

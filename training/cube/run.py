@@ -1,9 +1,8 @@
 """Entry points of the cube kinds: ``run`` trains (provider side), ``verify`` re-evaluates
 (platform side), ``infer`` / ``verify_inference`` serve a trained model.
 
-Spec field names and defaults are those of ``marketplace.specs.CubeTrainingSpec`` and
-``CubeInferenceSpec`` (the serializers validate; this module only fills defaults, so it can
-run without Django on a provider node).
+Spec field names and defaults are those of ``training.cube.spec`` (the platform validates;
+this module only fills defaults).
 
 Artifacts written by ``run`` into ``out_dir`` (Hugging Face layout): ``model.safetensors``,
 ``config.json`` (the model's constructor arguments and loss weights), ``README.md`` (model
@@ -27,45 +26,15 @@ from training.cube.config import CubeConfig, CubeConfigError, check_capacity
 from training.cube.data import CubeDataError, load_dataset, split_indices, synthetic_embeddings, validate_embeddings
 from training.cube.losses import total_loss, weights_from_spec
 from training.cube.model import CubeModel
+from training.cube.spec import CubeInferenceSpec, CubeTrainingSpec
 from training.device import pin_memory, select_device
 from training.loop import FitResult, LoopConfig, fit
+from training.specs import defaults
 
 Progress = Callable[[dict[str, Any]], None]
 
-# Mirrors marketplace.specs.CubeTrainingSpec (a test keeps the two in step).
-DEFAULT_TRAINING_SPEC: dict[str, Any] = {
-    "mode": "autoencoder",
-    "teacher_dim": 768,
-    "lattice_edge": 8,
-    "state_size": 32,
-    "steps": 5,
-    "gate": "soft",
-    "top_k": 2,
-    "early_exit_tolerance": 0.0,
-    "epochs": 10,
-    "batch_size": 8,
-    "grad_accumulation": 1,
-    "learning_rate": 1e-3,
-    "weight_decay": 0.01,
-    "warmup_steps": 100,
-    "grad_clip": 1.0,
-    "early_stopping_patience": 5,
-    "loss_reconstruction": 1.0,
-    "loss_similarity": 0.5,
-    "loss_diversity": 0.1,
-    "loss_emergence": 0.05,
-    "loss_dynamics": 0.05,
-    "loss_spatial": 0.05,
-    "synthetic_samples": 2048,
-    "mixed_precision": True,
-    "compile": False,
-    "seed": 0,
-    # The platform's acceptance bar, not a training setting: the trainer ignores it, and
-    # the platform leaves it out of the job it sends (workers.jobs), so agents that
-    # predate it still take the task.
-    "min_loss_reduction": 0,
-}
-DEFAULT_INFERENCE_SPEC: dict[str, Any] = {"batch_size": 64, "verify_samples": 16}
+DEFAULT_TRAINING_SPEC: dict[str, Any] = defaults(CubeTrainingSpec)
+DEFAULT_INFERENCE_SPEC: dict[str, Any] = defaults(CubeInferenceSpec)
 VALIDATION_FRACTION = 0.1
 VERIFY_RELATIVE_TOLERANCE = 0.2
 VERIFY_ABSOLUTE_TOLERANCE = 1e-3

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from training.plugin import Kind, Outcome, Progress, Resources, Spec
-from training.poc.spec import UNNAMED_GENERATOR, feature
+from training.poc.spec import UNNAMED_GENERATOR, SyntheticSpec, feature
 
 
 def _flops(spec: Spec) -> float:
@@ -43,6 +43,7 @@ SYNTHETIC = Kind(
     name="synthetic",
     label="Synthetic proof of compute",
     description="Exact integer matrix products, verified by Merkle openings and Freivalds' check.",
+    spec=SyntheticSpec,
     resources=_resources,
     flops=_flops,
     run=run,

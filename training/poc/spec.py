@@ -20,12 +20,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from training.specs import defaults, param
+
 MAX_N = 16_384
 MAX_COUNT = 64
 MAX_ENTRY_BOUND = 8
 # float32 represents every integer of magnitude ≤ 2^24 exactly; see PocSpec.
 FLOAT32_EXACT_LIMIT = 2**24
-DEFAULTS: dict[str, int] = {"n": 1024, "count": 1, "entry_bound": 8}
 MAX_ADDRESS_LENGTH = 90
 # How A and B are drawn from the seed (training.poc.generate). New tasks name
 # DEFAULT_GENERATOR (the marketplace writes it into every spec); a spec without the field
@@ -34,6 +35,27 @@ Generator = Literal["aes256ctr", "shake128"]
 GENERATORS: tuple[Generator, ...] = ("aes256ctr", "shake128")
 DEFAULT_GENERATOR: Generator = "aes256ctr"
 UNNAMED_GENERATOR: Generator = "shake128"
+
+
+@dataclass(frozen=True)
+class SyntheticSpec:
+    """Exact matmul of seeded integer matrices: the proof-of-compute kind."""
+
+    n: int = param(1024, "Matrix edge n: A and B are n×n.", lo=64, hi=MAX_N)
+    count: int = param(1, "Number of (A, B) pairs to multiply.", lo=1, hi=MAX_COUNT)
+    entry_bound: int = param(8, "Entries are integers in [-entry_bound, entry_bound].", lo=1, hi=MAX_ENTRY_BOUND)
+    generator: str = param(
+        DEFAULT_GENERATOR,
+        "How A and B are drawn from the seed: aes256ctr (AES-256 in counter mode, the fast default) "
+        "or shake128 (the first generator, several times slower to check; kept for tasks posted with it).",
+        choices=GENERATORS,
+        form=False,
+    )
+
+
+# What a spec without the field means to the runner and the verifier (a missing generator
+# is UNNAMED_GENERATOR's, not the posted default).
+DEFAULTS: dict[str, int] = {name: defaults(SyntheticSpec)[name] for name in ("n", "count", "entry_bound")}
 
 
 def feature(generator: str) -> str:
