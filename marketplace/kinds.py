@@ -17,7 +17,7 @@ from rest_framework import serializers
 
 from marketplace import specs
 from training import kinds as plugins
-from training.plugin import Resources, Spec
+from training.plugin import CheckDataset, Resources, Spec
 
 
 def memory(size: int) -> str:
@@ -48,6 +48,8 @@ class Kind:
     # then gets only the first file and the verifier scores on the second.
     prepare: Callable[[Spec, Path | None, Path], tuple[Path | None, Path]] | None
     features: Callable[[Spec], tuple[str, ...]]
+    # fn(spec, upload, source spec | None): refuses a dataset (training.plugin.DatasetProblem).
+    check_dataset: CheckDataset | None
     verifier: str | None
 
     @classmethod
@@ -66,6 +68,7 @@ class Kind:
             model_files=plugin.model_files,
             source_kind=plugin.source_kind,
             prepare=plugin.prepare,
+            check_dataset=plugin.check_dataset,
             features=plugin.features,
             verifier=verifier,
         )

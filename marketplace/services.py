@@ -30,11 +30,10 @@ from ledger import services as ledger
 from ledger.units import format_credits
 from marketplace.datasets import clean_name, embeddings_map, embeddings_shape, inspect_upload
 from marketplace.events import DashboardTaskEvent, TaskStatusEvent, dashboard_group, task_group
-from marketplace.kinds import get_kind
+from marketplace.kinds import Kind, get_kind
 from marketplace.models import ApiToken, Dataset, Task, TaskEvent, TaskStatus, User, check_transition, hash_token
 from marketplace.signals import task_cancelling
-from training.cube.spec import CubeTrainingSpec
-from training.specs import default
+from training.plugin import DatasetProblem, Upload
 
 # How long a dataset's content checks are remembered (by its content hash).
 CHECKED_FOR = 7 * 24 * 3600
@@ -82,6 +81,7 @@ def check_task_request(
         raise ValidationError({"dataset": [f"A task of kind {kind.name} needs a dataset; upload one first."]})
 
     source_kind = kind.source_kind
+    source_spec: dict[str, Any] | None = None
     if source_kind is not None:
         source = Task.objects.owned_by(owner).filter(pk=spec["source_task"]).only("kind", "status", "spec").first()
         if source is None:
@@ -96,15 +96,10 @@ def check_task_request(
             )
         if source.status != TaskStatus.COMPLETED:
             raise ValidationError({"spec": {"source_task": ["That training task has not completed."]}})
-        if kind.name == "cube_inference" and dataset is not None:
-            _check_embeddings(dataset, int(source.spec.get("teacher_dim", default(CubeTrainingSpec, "teacher_dim"))))
-        if kind.name == "asl_inference" and dataset is not None:
-            _check_sequences(dataset)
+        source_spec = source.spec
         spec["source_task"] = str(spec["source_task"])
-    if kind.name == "asl_training" and dataset is not None:
-        _check_training_archive(dataset)
-    if kind.name == "cube_training" and dataset is not None:
-        _check_training_embeddings(dataset, spec)
+    if dataset is not None:
+        _check_dataset(kind, spec, dataset, source_spec)
 
     price = kind.estimate_price(spec)
     needed = price * request.replication
@@ -121,130 +116,39 @@ def check_task_request(
     return spec, dataset, price
 
 
-def _check_embeddings(
-    dataset: Dataset,
-    width: int,
-    *,
-    min_rows: int = 1,
-    taker: str = "the source model",
-    tensor: str = "embeddings",
-) -> int:
-    """Refuse embeddings ``taker`` cannot take: [N ≥ min_rows, width] finite floats (a
-    safetensors file's ``tensor``). The number of rows."""
-    what = dataset.name if tensor == "embeddings" else f"{dataset.name} ({tensor})"
-    with dataset.file.open("rb") as handle:
-        try:
-            shape, dtype = embeddings_shape(handle, dataset.format, tensor)
-        except ValueError as exc:
-            raise ValidationError({"dataset": [f"{what}: {exc}."]}) from None
-    if len(shape) != 2 or shape[0] < 1 or shape[1] != width:
-        raise ValidationError({"dataset": [f"{what}: shape {shape}, but {taker} takes rows of teacher_dim {width}."]})
-    if shape[0] < min_rows:
-        raise ValidationError(
-            {"dataset": [f"{what}: {shape[0]} rows; at least {min_rows} are needed (some are held out)."]}
-        )
-    if dtype != "float":
-        raise ValidationError({"dataset": [f"{what}: dtype {dtype} is not a float type."]})
-    _check_finite(dataset, tensor)
-    return shape[0]
-
-
-def _check_training_embeddings(dataset: Dataset, spec: dict[str, Any]) -> None:
-    """Refuse a cube_training upload the platform's held-out split would refuse after the
-    task was funded (``training.cube.split.read_upload``): a shape other than [N,
-    teacher_dim], too few rows to hold some out, non-float or non-finite values, or a
-    dialogue-mode upload without targets of the same shape and kind."""
-    from training.cube.split import MIN_ROWS
-
-    width = int(spec.get("teacher_dim", default(CubeTrainingSpec, "teacher_dim")))
-    rows = _check_embeddings(dataset, width, min_rows=MIN_ROWS, taker="this spec")
-    if spec.get("mode") != "dialogue":
+def _check_dataset(kind: Kind, spec: dict[str, Any], dataset: Dataset, source: dict[str, Any] | None) -> None:
+    """Run the kind's dataset check on a stored dataset; its DatasetProblem is a 400 on
+    ``dataset``. Verdicts are cached by content hash (``CHECKED_FOR``)."""
+    if kind.check_dataset is None:
         return
-    if dataset.format != "safetensors":
-        raise ValidationError(
-            {
-                "dataset": [
-                    f"{dataset.name}: dialogue mode needs paired targets; upload one .safetensors file"
-                    " with 'embeddings' and 'targets' tensors."
-                ]
-            }
-        )
-    targets = _check_embeddings(dataset, width, min_rows=MIN_ROWS, taker="this spec", tensor="targets")
-    if targets != rows:
-        raise ValidationError({"dataset": [f"{dataset.name}: {targets} target rows but {rows} embedding rows."]})
 
+    def remember(key: str, compute: Callable[[], Any]) -> Any:
+        value = cache.get(key)
+        if value is None:
+            value = compute()
+            cache.set(key, value, CHECKED_FOR)
+        return value
 
-def _check_finite(dataset: Dataset, tensor: str = "embeddings") -> None:
-    """Refuse inputs holding a NaN or an infinity: every worker would fail on them (and lose
-    reputation for the requester's data). One pass over the mapped file, a block at a time;
-    a dataset found clean is remembered by its content hash, so quotes do not read it again."""
-    from training.cube.data import first_non_finite_row
+    path = dataset.file.path
 
-    key = f"dataset-finite-row:{dataset.sha256}:{tensor}"
-    row = cache.get(key)
-    if row is None:
-        # Remembered either way: the post form checks on every pause in typing, and a
-        # refused file would otherwise be read whole each time.
-        found = first_non_finite_row(embeddings_map(dataset.file.path, dataset.format, tensor))
-        row = -1 if found is None else found
-        cache.set(key, row, CHECKED_FOR)
-    if row >= 0:
-        what = dataset.name if tensor == "embeddings" else f"{dataset.name} ({tensor})"
-        raise ValidationError({"dataset": [f"{what}: row {row} holds NaN or infinite values."]})
+    def shape(tensor: str) -> tuple[list[int], str]:
+        with dataset.file.open("rb") as handle:
+            return embeddings_shape(handle, dataset.format, tensor)
 
-
-def _check_sequences(dataset: Dataset) -> None:
-    """Refuse an archive of inference inputs the worker's predict would refuse before reading
-    a sequence: not a zip, no sequence files, a train.csv naming missing files (the archive's
-    directory and train.csv only). A .parquet dataset is one sequence, its format sniffed."""
-    from training.asl.infer import count_inputs
-
-    if dataset.format == "zip":
-        _check_archive(dataset, "islr-inputs", count_inputs)
-
-
-def _check_training_archive(dataset: Dataset) -> None:
-    """Refuse an ISLR training archive the platform's held-out split would refuse before any
-    worker saw it: not a zip, a train.csv that is missing, malformed or names missing files,
-    fewer participants than the split needs (the archive's directory and train.csv only; a
-    damaged sequence file still shows at the split, as a failure with a full refund)."""
-    from training.asl.dataset import read_index
-    from training.asl.source import Source
-    from training.asl.split import heldout_participants
-
-    def split_would_take(path: Path) -> None:
-        with Source(path, max_bytes=max(1, path.stat().st_size)) as archive:
-            entries, _signs = read_index(archive)
-        heldout_participants([entry.participant_id for entry in entries], seed=0)
-
-    _check_archive(dataset, "islr-index", split_would_take)
-
-
-def _check_archive(dataset: Dataset, check: str, read: Callable[[Path], object]) -> None:
-    """Run ``read`` on the dataset's file; its DatasetError is a 400 naming the dataset.
-    The verdict is remembered either way, as _check_finite's: the post form checks on every
-    pause in typing, and a large train.csv takes seconds to read."""
-    from training.asl.parquet import DatasetError
-
-    key = f"{check}-problem:{dataset.pk}:{dataset.sha256}"  # the text names its stored file
-    problem = cache.get(key)
-    path = Path(dataset.file.path)
-    if problem is None:
-        try:
-            read(path)
-            problem = ""
-        except DatasetError as exc:
-            problem = str(exc)
-        cache.set(key, problem, CHECKED_FOR)
-    if problem:
-        raise _dataset_refused(dataset, path, problem)
-
-
-def _dataset_refused(dataset: Dataset, path: Path, problem: str) -> ValidationError:
-    # Errors name the archive by its stored name; the requester knows it by theirs.
-    where = problem.replace(path.name, dataset.name, 1)
-    where = where if where.startswith(f"{dataset.name}: ") else f"{dataset.name}: {where}"
-    return ValidationError({"dataset": [f"{where}."]})
+    upload = Upload(
+        name=dataset.name,
+        path=Path(path),
+        format=dataset.format,
+        id=str(dataset.pk),
+        sha256=dataset.sha256,
+        shape=shape,
+        array=partial(embeddings_map, path, dataset.format),
+        remember=remember,
+    )
+    try:
+        kind.check_dataset(spec, upload, source)
+    except DatasetProblem as exc:
+        raise ValidationError({"dataset": [str(exc)]}) from None
 
 
 def post_task(owner: User, request: TaskRequest) -> Task:

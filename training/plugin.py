@@ -51,6 +51,33 @@ class Outcome:
     artifacts: dict[str, Path]
 
 
+class DatasetProblem(ValueError):
+    """A dataset a kind cannot take, said as the requester should read it (the platform
+    answers it as a 400 on the ``dataset`` field)."""
+
+
+@dataclass(frozen=True)
+class Upload:
+    """A requester's stored dataset, as a kind's dataset check reads it."""
+
+    name: str  # as the requester knows it
+    path: Path
+    format: str
+    id: str
+    sha256: str
+    # The platform's readers of the formats it vetted at upload: a tensor's (shape, dtype
+    # family), ValueError when unreadable; and the tensor's rows, memory-mapped.
+    shape: Callable[[str], tuple[list[int], str]]
+    array: Callable[[str], Any]
+    # remember(key, compute): compute's JSON-able verdict, kept by the platform for a while
+    # (the post form checks on every pause in typing; a large file takes seconds to read).
+    remember: Callable[[str, Callable[[], Any]], Any]
+
+
+# fn(spec, upload, source task's spec | None) -> None, or DatasetProblem: refuse, before a
+# task is funded, a dataset its run or the platform's held-out split would refuse later.
+CheckDataset = Callable[[Spec, Upload, Spec | None], None]
+
 Runner = Callable[[dict[str, Any], Path, Progress], Outcome]
 # fn(spec, upload path | None, out_dir) -> (worker-facing file | None, held-out file): run
 # on the platform once per task before scheduling; the worker then gets only the first
@@ -90,6 +117,7 @@ class Kind:
     # The training kind whose completed task an inference spec names in ``source_task``.
     source_kind: str | None = None
     prepare: Prepare | None = None
+    check_dataset: CheckDataset | None = None
     # Protocol features a worker must list in its capabilities to run this spec (for a
     # change a node cannot follow silently, such as how the synthetic matrices are drawn).
     features: Callable[[Spec], tuple[str, ...]] = _no_features

@@ -4,11 +4,24 @@ sequences) and asl_inference (the top signs for uploaded sequences)."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from training.asl.spec import AslInferenceSpec, AslTrainingSpec
-from training.plugin import GIB, Kind, Outcome, Progress, Resources, Spec, micro, model_dir, sha256_file
+from training.plugin import (
+    GIB,
+    DatasetProblem,
+    Kind,
+    Outcome,
+    Progress,
+    Resources,
+    Spec,
+    Upload,
+    micro,
+    model_dir,
+    sha256_file,
+)
 from training.specs import default
 
 MODEL_FILES = ("model.safetensors", "config.json", "labels.json")
@@ -43,6 +56,53 @@ def prepare(spec: Spec, source: Path | None, out_dir: Path) -> tuple[Path | None
     from training.asl.split import prepare as split
 
     return split(spec, source, out_dir)
+
+
+def _archive(upload: Upload, check: str, read: Callable[[Path], object]) -> None:
+    """Run ``read`` on the upload's file; its DatasetError is a DatasetProblem naming the
+    upload. The verdict is remembered either way (a large train.csv takes seconds to read)."""
+    from training.asl.parquet import DatasetError
+
+    def problem() -> str:
+        try:
+            read(upload.path)
+        except DatasetError as exc:
+            return str(exc)
+        return ""
+
+    found = upload.remember(f"{check}-problem:{upload.id}:{upload.sha256}", problem)
+    if found:
+        # Errors name the archive by its stored name; the requester knows it by theirs.
+        where = found.replace(upload.path.name, upload.name, 1)
+        where = where if where.startswith(f"{upload.name}: ") else f"{upload.name}: {where}"
+        raise DatasetProblem(f"{where}.")
+
+
+def check_training_dataset(spec: Spec, upload: Upload, source: Spec | None) -> None:
+    """Refuse an ISLR training archive the platform's held-out split would refuse before any
+    worker saw it: not a zip, a train.csv that is missing, malformed or names missing files,
+    fewer participants than the split needs (the archive's directory and train.csv only; a
+    damaged sequence file still shows at the split, as a failure with a full refund)."""
+    from training.asl.dataset import read_index
+    from training.asl.source import Source
+    from training.asl.split import heldout_participants
+
+    def split_would_take(path: Path) -> None:
+        with Source(path, max_bytes=max(1, path.stat().st_size)) as archive:
+            entries, _signs = read_index(archive)
+        heldout_participants([entry.participant_id for entry in entries], seed=0)
+
+    _archive(upload, "islr-index", split_would_take)
+
+
+def check_inference_dataset(spec: Spec, upload: Upload, source: Spec | None) -> None:
+    """Refuse an archive of inference inputs the worker's predict would refuse before reading
+    a sequence: not a zip, no sequence files, a train.csv naming missing files (the archive's
+    directory and train.csv only). A .parquet dataset is one sequence, its format sniffed."""
+    from training.asl.infer import count_inputs
+
+    if upload.format == "zip":
+        _archive(upload, "islr-inputs", count_inputs)
 
 
 def _gpu_capabilities() -> dict[str, Any]:
@@ -136,6 +196,7 @@ ASL_TRAINING = Kind(
     dataset_required=_always,
     model_files=MODEL_FILES,
     prepare=prepare,
+    check_dataset=check_training_dataset,
 )
 
 ASL_INFERENCE = Kind(
@@ -150,4 +211,5 @@ ASL_INFERENCE = Kind(
     dataset_formats=("zip", "parquet"),
     dataset_required=_always,
     source_kind="asl_training",
+    check_dataset=check_inference_dataset,
 )

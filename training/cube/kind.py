@@ -8,7 +8,19 @@ from pathlib import Path
 from typing import Any
 
 from training.cube.spec import CubeInferenceSpec, CubeTrainingSpec
-from training.plugin import GIB, Kind, Outcome, Progress, Resources, Spec, micro, model_dir, sha256_file
+from training.plugin import (
+    GIB,
+    DatasetProblem,
+    Kind,
+    Outcome,
+    Progress,
+    Resources,
+    Spec,
+    Upload,
+    micro,
+    model_dir,
+    sha256_file,
+)
 from training.specs import default
 
 MODEL_FILES = ("model.safetensors", "config.json")
@@ -52,6 +64,68 @@ def prepare(spec: Spec, source: Path | None, out_dir: Path) -> tuple[Path | None
     from training.cube.split import prepare as split
 
     return split(spec, source, out_dir)
+
+
+def _embeddings(
+    upload: Upload, width: int, *, min_rows: int = 1, taker: str = "the source model", tensor: str = "embeddings"
+) -> int:
+    """Refuse embeddings ``taker`` cannot take: [N ≥ min_rows, width] finite floats (a
+    safetensors file's ``tensor``). The number of rows."""
+    what = upload.name if tensor == "embeddings" else f"{upload.name} ({tensor})"
+    try:
+        shape, dtype = upload.shape(tensor)
+    except ValueError as exc:
+        raise DatasetProblem(f"{what}: {exc}.") from None
+    if len(shape) != 2 or shape[0] < 1 or shape[1] != width:
+        raise DatasetProblem(f"{what}: shape {shape}, but {taker} takes rows of teacher_dim {width}.")
+    if shape[0] < min_rows:
+        raise DatasetProblem(f"{what}: {shape[0]} rows; at least {min_rows} are needed (some are held out).")
+    if dtype != "float":
+        raise DatasetProblem(f"{what}: dtype {dtype} is not a float type.")
+    _finite(upload, tensor)
+    return int(shape[0])
+
+
+def _finite(upload: Upload, tensor: str = "embeddings") -> None:
+    """Refuse inputs holding a NaN or an infinity: every worker would fail on them (and lose
+    reputation for the requester's data). One pass over the mapped file, a block at a time,
+    remembered by the content hash (a refused file too)."""
+    from training.cube.data import first_non_finite_row
+
+    def row() -> int:
+        found = first_non_finite_row(upload.array(tensor))
+        return -1 if found is None else int(found)
+
+    bad = upload.remember(f"dataset-finite-row:{upload.sha256}:{tensor}", row)
+    if bad >= 0:
+        what = upload.name if tensor == "embeddings" else f"{upload.name} ({tensor})"
+        raise DatasetProblem(f"{what}: row {bad} holds NaN or infinite values.")
+
+
+def check_training_dataset(spec: Spec, upload: Upload, source: Spec | None) -> None:
+    """Refuse an upload the platform's held-out split would refuse after the task was funded
+    (``training.cube.split.read_upload``): a shape other than [N, teacher_dim], too few rows
+    to hold some out, non-float or non-finite values, or a dialogue-mode upload without
+    targets of the same shape and kind."""
+    from training.cube.split import MIN_ROWS
+
+    width = int(spec.get("teacher_dim", default(CubeTrainingSpec, "teacher_dim")))
+    rows = _embeddings(upload, width, min_rows=MIN_ROWS, taker="this spec")
+    if spec.get("mode") != "dialogue":
+        return
+    if upload.format != "safetensors":
+        raise DatasetProblem(
+            f"{upload.name}: dialogue mode needs paired targets; upload one .safetensors file"
+            " with 'embeddings' and 'targets' tensors."
+        )
+    targets = _embeddings(upload, width, min_rows=MIN_ROWS, taker="this spec", tensor="targets")
+    if targets != rows:
+        raise DatasetProblem(f"{upload.name}: {targets} target rows but {rows} embedding rows.")
+
+
+def check_inference_dataset(spec: Spec, upload: Upload, source: Spec | None) -> None:
+    """Refuse inputs the source model cannot embed (its teacher_dim)."""
+    _embeddings(upload, int((source or {}).get("teacher_dim", default(CubeTrainingSpec, "teacher_dim"))))
 
 
 def _data_dir(job: dict[str, Any], workdir: Path) -> Path:
@@ -133,6 +207,7 @@ CUBE_TRAINING = Kind(
     dataset_required=_needs_dataset,
     model_files=MODEL_FILES,
     prepare=prepare,
+    check_dataset=check_training_dataset,
 )
 
 CUBE_INFERENCE = Kind(
@@ -147,4 +222,5 @@ CUBE_INFERENCE = Kind(
     dataset_formats=("npy", "safetensors"),
     dataset_required=_always,
     source_kind="cube_training",
+    check_dataset=check_inference_dataset,
 )
