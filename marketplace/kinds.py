@@ -110,11 +110,11 @@ def minimum_reward() -> int:
 # The platform's side of each kind: its verifier, and the platform's own checks on a spec
 # (a serializer the dataclass's derived one builds on) where it has any.
 _PLATFORM: dict[str, tuple[str, type[specs.SpecSerializer] | None]] = {
-    "synthetic": ("workers.verifiers.verify_synthetic", specs.SyntheticChecks),
-    "cube_training": ("workers.verify_cube.verify_cube_training", None),
-    "cube_inference": ("workers.verify_cube.verify_cube_inference", None),
-    "asl_training": ("workers.verify_asl.verify_asl_training", None),
-    "asl_inference": ("workers.verify_asl.verify_asl_inference", None),
+    "synthetic": ("workers.verification.synthetic.verify_synthetic", specs.SyntheticChecks),
+    "cube_training": ("workers.verification.cube.verify_cube_training", None),
+    "cube_inference": ("workers.verification.cube.verify_cube_inference", None),
+    "asl_training": ("workers.verification.asl.verify_asl_training", None),
+    "asl_inference": ("workers.verification.asl.verify_asl_inference", None),
 }
 
 KINDS: dict[str, Kind] = {

@@ -142,7 +142,7 @@ REPLICA_HELD = (*UNSETTLED, A.ACCEPTED)
 
 class Shortfall(models.TextChoices):
     """A rejected result whose claim was true but whose model missed the task's quality bar
-    (see ``verifiers.Verdict``): not penalised at once, since the spec may make the bar
+    (see ``verification.Verdict``): not penalised at once, since the spec may make the bar
     unreachable; penalised once another worker's result on the task meets the bar."""
 
     NONE = "", "—"

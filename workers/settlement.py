@@ -181,7 +181,7 @@ def give_up(assignment_id: UUID, reason: str) -> Assignment | None:
 
 def reject(assignment_id: UUID, reason: str, *, penalise: bool = True) -> Assignment | None:
     """Settle a rejected result, costing its worker reputation. With ``penalise`` False
-    (a true claim short of the quality bar: see ``verifiers.Verdict``) the cost waits for
+    (a true claim short of the quality bar: see ``verification.Verdict``) the cost waits for
     another worker to meet the bar (``accept``), and the worker's provider is
     not offered the task again. Returns None when it was already settled."""
     with transaction.atomic():

@@ -21,7 +21,7 @@ from django.db import OperationalError, connections
 from django.db.models import F
 from django.utils import timezone
 
-from workers import jobs, nodebroker, retention, scheduler, settlement, supply, verifiers
+from workers import jobs, nodebroker, retention, scheduler, settlement, supply, verification
 from workers.models import Assignment
 
 log = logging.getLogger(__name__)
@@ -198,10 +198,10 @@ def _start_attempt(assignment: Assignment) -> int | None:
 
 def _verify_and_settle(assignment: Assignment) -> str:
     try:
-        verdict = verifiers.verify(assignment)
+        verdict = verification.verify(assignment)
     except OperationalError:
         raise  # the platform's database, not the worker's result: retried above
-    except verifiers.PlatformFault as exc:
+    except verification.PlatformFault as exc:
         # The platform's own data, not the worker's result: asked again later
         # (resend_stalled_verifications), until it has failed for too long.
         submitted = assignment.submitted_at or timezone.now()
@@ -212,7 +212,7 @@ def _verify_and_settle(assignment: Assignment) -> str:
         return "given-up"
     except Exception as exc:  # a verifier crash on worker data is a rejection, not a lost job
         log.exception("verifier failed on %s", assignment.pk)
-        verdict = verifiers.Verdict(False, f"verification error: {type(exc).__name__}")
+        verdict = verification.Verdict(False, f"verification error: {type(exc).__name__}")
     # A settle call returns None when another verifier (a redelivered message) or a
     # give-up settled the result meanwhile: then this run decided nothing.
     if verdict.ok:

@@ -28,7 +28,7 @@ from training.asl.split import prepare
 from training.asl.synthetic import generate
 from workers import heldout
 from workers.agent import runners
-from workers.verify_asl import verify_asl_inference, verify_asl_training
+from workers.verification.asl import verify_asl_inference, verify_asl_training
 
 pytestmark = pytest.mark.django_db
 

@@ -30,7 +30,7 @@ from training.cube.split import load_heldout, prepare
 from workers import heldout, jobs, scheduler
 from workers.agent import capabilities, runners
 from workers.models import Assignment
-from workers.verify_cube import verify_cube_inference, verify_cube_training
+from workers.verification.cube import verify_cube_inference, verify_cube_training
 
 pytestmark = pytest.mark.django_db
 
@@ -486,7 +486,7 @@ def test_an_untrained_model_honestly_reported_is_rejected(
     from training.cube.config import CubeConfig
     from training.cube.model import CubeModel
     from training.cube.run import training_spec
-    from workers.verify_cube import _untrained_loss
+    from workers.verification.cube import _untrained_loss
 
     task = training_task(bob)
     assignment = assign(task)
@@ -606,7 +606,7 @@ def test_non_finite_outputs_are_refused_outside_the_spot_checked_rows(
 ) -> None:
     # A model fed finite rows gives finite rows: a NaN anywhere is a wrong result, whichever
     # rows the spot check happens to pick (fixed here, so the NaNs miss them all).
-    monkeypatch.setattr("workers.verify_cube.spot_check_seed", lambda assignment: 1234)
+    monkeypatch.setattr("workers.verification.base.spot_check_seed", lambda assignment: 1234)
     source = completed_training(bob, alpha, trained)
     rows = synthetic_embeddings(40, 32, seed=7, stream=3)[0]
     assignment = assign(inference_task(bob, source, rows, samples=4))

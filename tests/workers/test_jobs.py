@@ -245,14 +245,14 @@ def test_a_true_claim_that_misses_the_quality_bar_costs_reputation_only_once_ano
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from workers import verifiers
+    from workers import verification
 
     # Stands in for a trained kind's verifier: the claimed metric matched the recomputed
     # one, but the model fell short of the task's bar (test_cube_kinds and test_asl_kinds
     # check that the real verifiers say so).
-    real_verify = verifiers.verify
-    short = verifiers.Verdict(False, "held-out val_loss 1.9 is only 1% below the untrained model's", penalise=False)
-    monkeypatch.setattr(verifiers, "verify", lambda assignment: short)
+    real_verify = verification.verify
+    short = verification.Verdict(False, "held-out val_loss 1.9 is only 1% below the untrained model's", penalise=False)
+    monkeypatch.setattr(verification, "verify", lambda assignment: short)
     escrow_before = ledger.escrowed(bob)
     reputation = alpha.worker.reputation
     assert alpha.submit(assignment, alpha.run_job(assignment, tmp_path / "a")).status_code == 202
@@ -277,7 +277,7 @@ def test_a_true_claim_that_misses_the_quality_bar_costs_reputation_only_once_ano
 
     # Another provider's result meets the bar: the bar was reachable, and the short result
     # now costs its worker SHORT_PENALTY, once.
-    monkeypatch.setattr(verifiers, "verify", real_verify)
+    monkeypatch.setattr(verification, "verify", real_verify)
     gamma = Provider(carol, "gamma")
     (second,) = scheduler.schedule(task.pk)
     assert second.worker == gamma.worker
@@ -296,18 +296,18 @@ def test_a_true_claim_that_misses_the_quality_bar_costs_reputation_only_once_ano
 def short_of_the_bar(monkeypatch: pytest.MonkeyPatch) -> Any:
     """Make the verifier judge every result a true claim short of the task's bar; returns
     the real verifier (test_cube_kinds and test_asl_kinds check the real verdicts)."""
-    from workers import verifiers
+    from workers import verification
 
-    real = verifiers.verify
-    short = verifiers.Verdict(False, "held-out top-1 accuracy 0.2 is below the required 0.9.", penalise=False)
-    monkeypatch.setattr(verifiers, "verify", lambda assignment: short)
+    real = verification.verify
+    short = verification.Verdict(False, "held-out top-1 accuracy 0.2 is below the required 0.9.", penalise=False)
+    monkeypatch.setattr(verification, "verify", lambda assignment: short)
     return real
 
 
 def test_a_result_short_of_a_bar_another_replica_met_costs_reputation_at_once(
     alice: Any, bob: Any, carol: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from workers import verifiers
+    from workers import verification
 
     alpha, gamma = Provider(alice, "alpha"), Provider(carol, "gamma")
     task = post_task(bob, "synthetic", {"n": 64}, budget=3 * UNITS_PER_CREDIT, replication=2)
@@ -321,7 +321,7 @@ def test_a_result_short_of_a_bar_another_replica_met_costs_reputation_at_once(
     real = short_of_the_bar(monkeypatch)
     assert alpha.submit(short_later, alpha.run_job(short_later, tmp_path / "a")).status_code == 202
     assert verify_assignment(str(short_later.pk)) == "rejected"
-    monkeypatch.setattr(verifiers, "verify", real)
+    monkeypatch.setattr(verification, "verify", real)
     short_later.refresh_from_db()
     assert short_later.shortfall == "penalised"
     assert Worker.objects.get(pk=alpha.worker.pk).reputation == reputation - settlement.SHORT_PENALTY

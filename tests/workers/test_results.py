@@ -138,10 +138,10 @@ def test_a_database_error_while_settling_is_retried_not_lost_or_rejected(
     verification runs again instead of leaving the result "submitted" or rejecting it."""
     from django.db import OperationalError
 
-    from workers import settlement, verifiers
+    from workers import settlement, verification
 
     task, assignment, _ = submitted
-    real_accept, real_verify = settlement.accept, verifiers.verify
+    real_accept, real_verify = settlement.accept, verification.verify
     failures = {"verify": 1, "accept": 1}
 
     def flaky(name: str, real: Any) -> Any:
@@ -153,7 +153,7 @@ def test_a_database_error_while_settling_is_retried_not_lost_or_rejected(
 
         return call
 
-    monkeypatch.setattr(verifiers, "verify", flaky("verify", real_verify))
+    monkeypatch.setattr(verification, "verify", flaky("verify", real_verify))
     monkeypatch.setattr(settlement, "accept", flaky("accept", real_accept))
     result = verify_assignment.apply(args=(str(assignment.pk),))
     assert result.get() == "accepted"
@@ -200,22 +200,22 @@ def test_a_verification_still_running_is_not_asked_for_again(
 
     from django.db import connections
 
-    from workers import jobs, verifiers
+    from workers import jobs, verification
 
     _, assignment, _ = submitted
     settings.VERIFY_RESEND_AFTER = 1  # renewed every third of a second
     sent: list[str] = []
     monkeypatch.setattr(jobs, "_enqueue_verification", lambda pk: sent.append(str(pk)))
-    real_verify = verifiers.verify
+    real_verify = verification.verify
     halfway, finish = threading.Event(), threading.Event()
 
-    def slow(assignment: Assignment) -> verifiers.Verdict:
+    def slow(assignment: Assignment) -> verification.Verdict:
         time.sleep(2.5)  # over two resend periods
         halfway.set()
         finish.wait(10)
         return real_verify(assignment)
 
-    monkeypatch.setattr(verifiers, "verify", slow)
+    monkeypatch.setattr(verification, "verify", slow)
     outcome: list[str] = []
 
     def verify_in_a_thread() -> None:

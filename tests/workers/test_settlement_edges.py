@@ -411,7 +411,7 @@ def test_a_result_the_platform_cannot_judge_is_given_up_without_penalty_in_the_e
 ) -> None:
     from datetime import timedelta
 
-    from workers import verifiers
+    from workers import verification
 
     alpha = Provider(alice, "alpha")
     task = post_task(bob, "synthetic", {"n": 64}, budget=UNITS_PER_CREDIT, max_attempts=2)
@@ -420,10 +420,10 @@ def test_a_result_the_platform_cannot_judge_is_given_up_without_penalty_in_the_e
     reputation = Worker.objects.get(pk=alpha.worker.pk).reputation
 
     def broken(_: Any) -> Any:
-        raise verifiers.PlatformFault("the held-out split is missing")
+        raise verification.PlatformFault("the held-out split is missing")
 
-    monkeypatch.setattr(verifiers, "verify", broken)
-    with pytest.raises(verifiers.PlatformFault):
+    monkeypatch.setattr(verification, "verify", broken)
+    with pytest.raises(verification.PlatformFault):
         verify_assignment(str(assignment.pk))  # early on: an error, asked again later
     refreshed(assignment)
     assert assignment.state == Assignment.State.SUBMITTED
@@ -446,7 +446,7 @@ def test_a_synthetic_task_whose_stored_spec_the_verifier_cannot_read_never_blame
     """An honest result checked against a stored spec the platform's verifier does not
     understand (say, a generator a newer release wrote before a rollback) is the
     platform's fault: asked again later, never a rejection of the node."""
-    from workers import verifiers
+    from workers import verification
 
     alpha = Provider(alice, "alpha")
     task = post_task(bob, "synthetic", {"n": 64}, budget=UNITS_PER_CREDIT)
@@ -455,7 +455,7 @@ def test_a_synthetic_task_whose_stored_spec_the_verifier_cannot_read_never_blame
     reputation = Worker.objects.get(pk=alpha.worker.pk).reputation
     Task.objects.filter(pk=task.pk).update(spec={**task.spec, "generator": "mt19937"})
 
-    with pytest.raises(verifiers.PlatformFault, match="generator"):
+    with pytest.raises(verification.PlatformFault, match="generator"):
         verify_assignment(str(assignment.pk))
     refreshed(assignment, alpha.worker)
     assert assignment.state == Assignment.State.SUBMITTED
@@ -470,20 +470,20 @@ def test_a_verifier_that_loses_the_race_reports_that_it_decided_nothing(
 ) -> None:
     """Two verifications of one result (a redelivered message) run at once: the one that
     settles second moves nothing and says so, instead of claiming its own verdict."""
-    from workers import settlement, verifiers
+    from workers import settlement, verification
 
     alpha = Provider(alice, "alpha")
     task = post_task(bob, "synthetic", {"n": 64}, budget=UNITS_PER_CREDIT)
     (assignment,) = scheduler.schedule(task.pk)
     assert alpha.submit(assignment, alpha.run_job(assignment, tmp_path)).status_code == 202
-    honest = verifiers.verify
+    honest = verification.verify
 
     def overtaken(row: Any) -> Any:
         verdict = honest(row)
         settlement.reject(row.pk, "the other verifier's verdict")  # it settled first
         return verdict
 
-    monkeypatch.setattr(verifiers, "verify", overtaken)
+    monkeypatch.setattr(verification, "verify", overtaken)
     assert verify_assignment(str(assignment.pk)) == "skipped"
     refreshed(assignment)
     assert assignment.state == Assignment.State.REJECTED

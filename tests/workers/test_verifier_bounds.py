@@ -21,11 +21,11 @@ from tests.workers import test_asl_kinds, test_cube_kinds, test_jobs
 from tests.workers.test_asl_kinds import AslProvider
 from tests.workers.test_cube_kinds import Provider, assign, completed_training, inference_task, submitted
 from training.cube.data import synthetic_embeddings
-from workers import jobs, scheduler, verifiers
+from workers import jobs, scheduler, verification
 from workers.models import Assignment, Worker
 from workers.tasks import verify_assignment
-from workers.verify_asl import verify_asl_inference
-from workers.verify_cube import verify_cube_inference
+from workers.verification.asl import verify_asl_inference
+from workers.verification.cube import verify_cube_inference
 
 pytestmark = pytest.mark.django_db
 
@@ -120,12 +120,12 @@ def test_a_result_that_keeps_killing_the_verifier_is_rejected_and_the_task_refun
         # Two runs on the platform's own broken data, then three killed on the result.
         runs.append("fault" if len(runs) < 2 else "killed")
         if runs[-1] == "fault":
-            raise verifiers.PlatformFault("the source model is missing")
+            raise verification.PlatformFault("the source model is missing")
         raise Killed
 
-    monkeypatch.setattr(verifiers, "verify", verifier)
+    monkeypatch.setattr(verification, "verify", verifier)
     for _ in range(2):  # a platform fault is asked again later and does not count
-        with pytest.raises(verifiers.PlatformFault):
+        with pytest.raises(verification.PlatformFault):
             verify_assignment(str(assignment.pk))
     for _ in range(3):  # the message comes back after each kill (late acks)
         with pytest.raises(Killed):
@@ -166,7 +166,7 @@ def test_a_run_retried_on_a_locked_database_counts_once_and_the_result_is_still_
     task = post_task(bob, "synthetic", {"n": 64}, budget=UNITS_PER_CREDIT)
     (assignment,) = scheduler.schedule(task.pk)
     assert provider.submit(assignment, provider.run_job(assignment, tmp_path)).status_code == 202
-    honest = verifiers.verify
+    honest = verification.verify
 
     tries: list[int] = []
 
@@ -179,7 +179,7 @@ def test_a_run_retried_on_a_locked_database_counts_once_and_the_result_is_still_
 
     # A busy SQLite: the run and each of its automatic retries (eager here: Celery runs
     # them at once) meet a locked database, and the run cannot even uncount itself.
-    monkeypatch.setattr(verifiers, "verify", locked)
+    monkeypatch.setattr(verification, "verify", locked)
     monkeypatch.setattr(tasks, "_uncount", also_locked)
     result = verify_assignment.apply(args=(str(assignment.pk),))
     assert isinstance(result.result, OperationalError)
@@ -189,5 +189,5 @@ def test_a_run_retried_on_a_locked_database_counts_once_and_the_result_is_still_
     assert assignment.verify_attempts == 1  # one run, not one per try
 
     # Later, asked again with the database free: the honest result is verified and paid.
-    monkeypatch.setattr(verifiers, "verify", honest)
+    monkeypatch.setattr(verification, "verify", honest)
     assert verify_assignment(str(assignment.pk)) == "accepted"

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,15 +22,14 @@ from training.asl.spec import AslInferenceSpec, AslTrainingSpec
 from training.specs import default
 from workers import heldout
 from workers.models import Assignment
-from workers.verifiers import (
+from workers.verification.base import (
     PlatformFault,
     Verdict,
     check_result_hash,
     copy_dataset,
     proof_micro,
     read_small_json,
-    source_model_dir,
-    spot_check_seed,
+    spot_check,
 )
 
 
@@ -118,36 +118,34 @@ def verify_asl_training(assignment: Assignment, artifacts: dict[str, Path]) -> V
 
 def verify_asl_inference(assignment: Assignment, artifacts: dict[str, Path]) -> Verdict:
     """Recompute k secretly chosen rows of predictions.csv with the source task's model."""
-    from training.asl.infer import PredictionsError, read_header, verify_predictions
-
     task = assignment.task
     path = artifacts["predictions.csv"]
-    rejected = check_result_hash(assignment, path)
-    if rejected:
-        return rejected
-    model_dir = source_model_dir(task)
-    if model_dir is None:
-        raise PlatformFault(f"task {task.pk}: the source task has no accepted model")
-    labels = read_small_json(model_dir / "labels.json")  # verified with the source task
-    signs = labels["signs"] if isinstance(labels, dict) else []
-    try:
-        # The header only: the rest is streamed, within bounds, by verify_predictions.
-        header = read_header(path, len(signs))
-    except PredictionsError as exc:
-        return Verdict(False, str(exc))
-    top_k = min(int(task.spec.get("top_k", default(AslInferenceSpec, "top_k"))), len(signs))
-    if len(header) != 2 + 2 * top_k:
-        return Verdict(False, f"predictions.csv must report the top {top_k} signs per sequence.")
-    with tempfile.TemporaryDirectory(prefix="proofwork-verify-") as tmp:
-        # Under the agent's own name for its download: the path column of a single
-        # .parquet sequence is that file's name (training.asl.infer), dataset.parquet.
-        inputs = copy_dataset(task, Path(tmp), stem="dataset")
-        samples = int(task.spec.get("verify_samples", default(AslInferenceSpec, "verify_samples")))
-        outcome = verify_predictions(model_dir, inputs, path, samples=samples, seed=spot_check_seed(assignment))
-    if not outcome["ok"]:
-        problem = outcome.get("problem") or (
-            f"{len(outcome['mismatched'])} of {outcome['checked']} recomputed sequences differ "
-            f"(first: {outcome['mismatched'][0]})."
-        )
-        return Verdict(False, str(problem))
-    return Verdict(True, "", {"sequences_checked": int(outcome["checked"])})
+
+    def recompute(model: Callable[[], Path], samples: int, seed: int) -> Verdict:
+        from training.asl.infer import PredictionsError, read_header, verify_predictions
+
+        model_dir = model()
+        labels = read_small_json(model_dir / "labels.json")  # verified with the source task
+        signs = labels["signs"] if isinstance(labels, dict) else []
+        try:
+            # The header only: the rest is streamed, within bounds, by verify_predictions.
+            header = read_header(path, len(signs))
+        except PredictionsError as exc:
+            return Verdict(False, str(exc))
+        top_k = min(int(task.spec.get("top_k", default(AslInferenceSpec, "top_k"))), len(signs))
+        if len(header) != 2 + 2 * top_k:
+            return Verdict(False, f"predictions.csv must report the top {top_k} signs per sequence.")
+        with tempfile.TemporaryDirectory(prefix="proofwork-verify-") as tmp:
+            # Under the agent's own name for its download: the path column of a single
+            # .parquet sequence is that file's name (training.asl.infer), dataset.parquet.
+            inputs = copy_dataset(task, Path(tmp), stem="dataset")
+            outcome = verify_predictions(model_dir, inputs, path, samples=samples, seed=seed)
+        if not outcome["ok"]:
+            problem = outcome.get("problem") or (
+                f"{len(outcome['mismatched'])} of {outcome['checked']} recomputed sequences differ "
+                f"(first: {outcome['mismatched'][0]})."
+            )
+            return Verdict(False, str(problem))
+        return Verdict(True, "", {"sequences_checked": int(outcome["checked"])})
+
+    return spot_check(assignment, path, AslInferenceSpec, recompute)

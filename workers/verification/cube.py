@@ -12,6 +12,7 @@ with the source task's verified model.
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,15 +23,14 @@ from training.cube.spec import CubeInferenceSpec, CubeTrainingSpec
 from training.specs import default
 from workers import heldout
 from workers.models import Assignment
-from workers.verifiers import (
+from workers.verification.base import (
     PlatformFault,
     Verdict,
     check_result_hash,
     copy_dataset,
     proof_micro,
     read_small_json,
-    source_model_dir,
-    spot_check_seed,
+    spot_check,
 )
 
 # The model fields that change what is computed (activation checkpointing does not).
@@ -140,40 +140,38 @@ def verify_cube_training(assignment: Assignment, artifacts: dict[str, Path]) -> 
 
 def verify_cube_inference(assignment: Assignment, artifacts: dict[str, Path]) -> Verdict:
     """Recompute k secretly chosen rows of outputs.npy with the source task's model."""
-    from training.cube.data import CubeDataError, first_non_finite_row, load_array
-    from training.cube.run import verify_inference
-
     task = assignment.task
     path = artifacts["outputs.npy"]
-    rejected = check_result_hash(assignment, path)
-    if rejected:
-        return rejected
-    try:
-        # Mapped, not read: only the header is parsed here, and only the sampled rows are
-        # ever paged in, so a 2 GiB upload costs no memory before its shape is checked.
-        outputs = np.load(path, mmap_mode="r", allow_pickle=False)
-    except (ValueError, OSError, EOFError) as exc:
-        return Verdict(False, f"outputs.npy is not a readable array ({exc}).")
-    if outputs.dtype.kind != "f":
-        return Verdict(False, f"outputs.npy has dtype {outputs.dtype}, not a float type.")
-    model_dir = source_model_dir(task)
-    if model_dir is None:
-        raise PlatformFault(f"task {task.pk}: the source task has no accepted model")
-    with tempfile.TemporaryDirectory(prefix="proofwork-verify-") as tmp:
+
+    def recompute(model: Callable[[], Path], samples: int, seed: int) -> Verdict:
+        from training.cube.data import CubeDataError, first_non_finite_row, load_array
+        from training.cube.run import verify_inference
+
         try:
-            inputs = load_array(copy_dataset(task, Path(tmp)), "embeddings")
-        except CubeDataError as exc:
-            return Verdict(False, str(exc))
-    if outputs.shape != inputs.shape:
-        return Verdict(False, f"outputs.npy has shape {list(outputs.shape)}, expected {list(inputs.shape)}.")
-    # The model maps finite rows to finite rows, so this is checked on every row, not only
-    # on the sampled ones: a cheap pass over the mapped file, a block at a time.
-    bad_row = first_non_finite_row(outputs)
-    if bad_row is not None:
-        return Verdict(False, f"outputs.npy holds NaN or infinite values (first in row {bad_row}).")
-    samples = int(task.spec.get("verify_samples", default(CubeInferenceSpec, "verify_samples")))
-    outcome = verify_inference(model_dir, inputs, outputs, samples=samples, seed=spot_check_seed(assignment))
-    if not outcome["accepted"]:
-        reason = outcome.get("reason") or f"recomputed rows differ (max abs error {outcome['max_abs_error']:.3g})."
-        return Verdict(False, str(reason))
-    return Verdict(True, "", {"rows_checked": len(outcome["rows"]), "max_abs_error": outcome["max_abs_error"]})
+            # Mapped, not read: only the header is parsed here, and only the sampled rows are
+            # ever paged in, so a 2 GiB upload costs no memory before its shape is checked.
+            outputs = np.load(path, mmap_mode="r", allow_pickle=False)
+        except (ValueError, OSError, EOFError) as exc:
+            return Verdict(False, f"outputs.npy is not a readable array ({exc}).")
+        if outputs.dtype.kind != "f":
+            return Verdict(False, f"outputs.npy has dtype {outputs.dtype}, not a float type.")
+        model_dir = model()
+        with tempfile.TemporaryDirectory(prefix="proofwork-verify-") as tmp:
+            try:
+                inputs = load_array(copy_dataset(task, Path(tmp)), "embeddings")
+            except CubeDataError as exc:
+                return Verdict(False, str(exc))
+        if outputs.shape != inputs.shape:
+            return Verdict(False, f"outputs.npy has shape {list(outputs.shape)}, expected {list(inputs.shape)}.")
+        # The model maps finite rows to finite rows, so this is checked on every row, not only
+        # on the sampled ones: a cheap pass over the mapped file, a block at a time.
+        bad_row = first_non_finite_row(outputs)
+        if bad_row is not None:
+            return Verdict(False, f"outputs.npy holds NaN or infinite values (first in row {bad_row}).")
+        outcome = verify_inference(model_dir, inputs, outputs, samples=samples, seed=seed)
+        if not outcome["accepted"]:
+            reason = outcome.get("reason") or f"recomputed rows differ (max abs error {outcome['max_abs_error']:.3g})."
+            return Verdict(False, str(reason))
+        return Verdict(True, "", {"rows_checked": len(outcome["rows"]), "max_abs_error": outcome["max_abs_error"]})
+
+    return spot_check(assignment, path, CubeInferenceSpec, recompute)

@@ -1,8 +1,8 @@
-"""Run a kind's verifier on a submitted assignment, on the trusted platform queue.
+"""What every kind's verifier shares: the verdict, the platform's own faults, and the
+outline of a spot check (recompute k secretly chosen samples with the source model).
 
-The synthetic kind's verifier lives here; the trained kinds' in ``workers.verify_cube``
-and ``workers.verify_asl``, on the helpers below. Nothing a worker uploaded is ever
-imported or unpickled: safetensors, JSON, CSV and ``.npy`` without pickles only.
+Nothing a worker uploaded is ever imported or unpickled: safetensors, JSON, CSV and
+``.npy`` without pickles only.
 """
 
 from __future__ import annotations
@@ -11,16 +11,16 @@ import hashlib
 import hmac
 import json
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from django.conf import settings
 from django.core.files.storage import default_storage
-from django.utils.module_loading import import_string
 
-from marketplace.kinds import KINDS
 from marketplace.models import Task
+from training.specs import default
 from workers.jobs import artifact_path
 from workers.models import Assignment
 
@@ -33,10 +33,6 @@ class PlatformFault(Exception):
     Not the worker's fault, so never a rejection: the verification fails loudly and is
     asked for again later (``jobs.resend_stalled_verifications``).
     """
-
-
-# Failure codes of ``training.poc.verifier.verify`` that describe the platform's own data.
-PLATFORM_CODES = frozenset({"spec", "seed"})
 
 
 @dataclass(frozen=True)
@@ -52,58 +48,6 @@ class Verdict:
     # task meets the bar (settlement.SHORT_PENALTY); its provider is not offered the task
     # again. Not paid either way; the job goes to another worker.
     penalise: bool = True
-
-
-def verify(assignment: Assignment) -> Verdict:
-    """Judge a submitted result with its kind's verifier. Never runs worker code."""
-    kind = KINDS[assignment.task.kind]
-    if kind.verifier is None:
-        return Verdict(False, f"No verifier for {kind.name}.")
-    verifier = import_string(kind.verifier)
-    artifacts = {name: Path(default_storage.path(artifact_path(assignment, name))) for name in kind.artifacts}
-    return verifier(assignment, artifacts)
-
-
-def verify_synthetic(assignment: Assignment, artifacts: dict[str, Path]) -> Verdict:
-    """Synthetic: Merkle root of C against result_hash, then Freivalds' check."""
-    from training.poc import verifier as poc
-
-    compute_result = assignment.result["compute_result"]
-    seed = {
-        "block_hash": assignment.seed_block_hash,
-        "worker_address": assignment.worker.address,
-        "task_id": str(assignment.task_id),
-    }
-    outcome = poc.verify(assignment.task.spec, seed, artifacts["product.safetensors"], compute_result["result_hash"])
-    if not outcome.ok and outcome.code in PLATFORM_CODES:
-        # The task's stored spec or the assignment's seed material: the platform's records.
-        raise PlatformFault(f"task {assignment.task_id}: {outcome.reason}")
-    proof = compute_result.get("proof") or {}
-    metrics: dict[str, Any] = {"verify_seconds": round(outcome.seconds, 4)}
-    if isinstance(proof, dict) and type(proof.get("mflops")) is int and proof["mflops"] >= 0:
-        metrics["reported_gflops"] = proof["mflops"] / 1000
-    gflops = achieved_gflops(assignment)
-    if gflops is not None:
-        metrics["gflops"] = gflops
-    return Verdict(outcome.ok, outcome.reason, metrics)
-
-
-def achieved_gflops(assignment: Assignment) -> float | None:
-    """The verified benchmark: the task's multiply-adds over the time from the offer to
-    the result, both timestamps the platform's own. A lower bound of the node's speed
-    (it includes generating, hashing and uploading) that no node can inflate, unlike the
-    figure it reports (kept as ``reported_gflops``)."""
-    spec = assignment.task.spec if isinstance(assignment.task.spec, dict) else {}
-    n, count = spec.get("n"), spec.get("count", 1)
-    if type(n) is not int or type(count) is not int or assignment.submitted_at is None:
-        return None
-    seconds = (assignment.submitted_at - assignment.created_at).total_seconds()
-    if seconds <= 0:
-        return None
-    return round(2 * n**3 * count / seconds / 1e9, 3)
-
-
-# --- Helpers of the trained kinds' verifiers ---------------------------------------------
 
 
 def sha256_file(path: Path) -> str:
@@ -164,3 +108,28 @@ def copy_dataset(task: Task, folder: Path, stem: str = "inputs") -> Path:
     with task.dataset.file.open("rb") as upload, target.open("wb") as out:
         shutil.copyfileobj(upload, out, 1 << 20)
     return target
+
+
+# recompute(model folder, fetched on demand; samples; seed) -> Verdict
+Recompute = Callable[[Callable[[], Path], int, int], Verdict]
+
+
+def spot_check(assignment: Assignment, artifact: Path, spec: type, recompute: Recompute) -> Verdict:
+    """The outline every inference verifier follows: the signed result_hash must be the
+    artifact's sha256; then ``recompute`` checks ``verify_samples`` samples (the spec
+    dataclass's default when the task names none) chosen by ``spot_check_seed``, with the
+    source task's accepted model, which it asks for when it needs it (a PlatformFault
+    when the platform has lost it)."""
+    rejected = check_result_hash(assignment, artifact)
+    if rejected:
+        return rejected
+    task = assignment.task
+
+    def model() -> Path:
+        folder = source_model_dir(task)
+        if folder is None:
+            raise PlatformFault(f"task {task.pk}: the source task has no accepted model")
+        return folder
+
+    samples = int(task.spec.get("verify_samples", default(spec, "verify_samples")))
+    return recompute(model, samples, spot_check_seed(assignment))
