@@ -89,8 +89,19 @@ def _never(spec: Spec) -> bool:
     return False
 
 
-def _always(spec: Spec) -> bool:
+def always(spec: Spec) -> bool:
+    """``dataset_required`` of a kind that always takes a dataset."""
     return True
+
+
+def inference_flops(spec: Spec) -> float:
+    """The work an inference task is priced at: one model's forward passes, a flat 5e11."""
+    return 5e11
+
+
+def inference_resources(spec: Spec) -> Resources:
+    """An inference task's needs: one model in 1 GiB, a CPU will do."""
+    return Resources(memory_bytes=GIB, gpu_preferred=False)
 
 
 def _no_features(spec: Spec) -> tuple[str, ...]:

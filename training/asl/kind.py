@@ -18,6 +18,9 @@ from training.plugin import (
     Resources,
     Spec,
     Upload,
+    always,
+    inference_flops,
+    inference_resources,
     micro,
     model_dir,
     sha256_file,
@@ -37,18 +40,6 @@ def _training_resources(spec: Spec) -> Resources:
     dim = int(spec["dim"])
     activations = spec["batch_size"] * spec["max_len"] * dim * spec["blocks"] * 4 * 40
     return Resources(memory_bytes=max(activations + 512 * 1024**2, GIB))
-
-
-def _inference_flops(spec: Spec) -> float:
-    return 5e11
-
-
-def _inference_resources(spec: Spec) -> Resources:
-    return Resources(memory_bytes=GIB, gpu_preferred=False)
-
-
-def _always(spec: Spec) -> bool:
-    return True
 
 
 def prepare(spec: Spec, source: Path | None, out_dir: Path) -> tuple[Path | None, Path]:
@@ -193,7 +184,7 @@ ASL_TRAINING = Kind(
     run=run_training,
     artifacts=(*MODEL_FILES, "metrics.json"),
     dataset_formats=("zip",),
-    dataset_required=_always,
+    dataset_required=always,
     model_files=MODEL_FILES,
     prepare=prepare,
     check_dataset=check_training_dataset,
@@ -204,12 +195,12 @@ ASL_INFERENCE = Kind(
     label="ASL recognition inference",
     description="Predict the top signs for uploaded landmark sequences with a trained model.",
     spec=AslInferenceSpec,
-    resources=_inference_resources,
-    flops=_inference_flops,
+    resources=inference_resources,
+    flops=inference_flops,
     run=run_inference,
     artifacts=("predictions.csv",),
     dataset_formats=("zip", "parquet"),
-    dataset_required=_always,
+    dataset_required=always,
     source_kind="asl_training",
     check_dataset=check_inference_dataset,
 )

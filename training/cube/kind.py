@@ -17,6 +17,9 @@ from training.plugin import (
     Resources,
     Spec,
     Upload,
+    always,
+    inference_flops,
+    inference_resources,
     micro,
     model_dir,
     sha256_file,
@@ -43,20 +46,8 @@ def _training_resources(spec: Spec) -> Resources:
     return Resources(memory_bytes=max(activations + 256 * 1024**2, GIB // 2))
 
 
-def _inference_flops(spec: Spec) -> float:
-    return 5e11
-
-
-def _inference_resources(spec: Spec) -> Resources:
-    return Resources(memory_bytes=GIB, gpu_preferred=False)
-
-
 def _needs_dataset(spec: Spec) -> bool:
     return bool(spec["synthetic_samples"] == 0)
-
-
-def _always(spec: Spec) -> bool:
-    return True
 
 
 def prepare(spec: Spec, source: Path | None, out_dir: Path) -> tuple[Path | None, Path]:
@@ -215,12 +206,12 @@ CUBE_INFERENCE = Kind(
     label="Cube inference",
     description="Embed uploaded teacher embeddings with a trained cube model.",
     spec=CubeInferenceSpec,
-    resources=_inference_resources,
-    flops=_inference_flops,
+    resources=inference_resources,
+    flops=inference_flops,
     run=run_inference,
     artifacts=("outputs.npy",),
     dataset_formats=("npy", "safetensors"),
-    dataset_required=_always,
+    dataset_required=always,
     source_kind="cube_training",
     check_dataset=check_inference_dataset,
 )

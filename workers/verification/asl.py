@@ -20,14 +20,12 @@ from typing import Any
 
 from training.asl.spec import AslInferenceSpec, AslTrainingSpec
 from training.specs import default
-from workers import heldout
 from workers.models import Assignment
 from workers.verification.base import (
-    PlatformFault,
     Verdict,
-    check_result_hash,
+    claimed,
     copy_dataset,
-    proof_micro,
+    heldout_path,
     read_small_json,
     spot_check,
 )
@@ -74,22 +72,16 @@ def verify_asl_training(assignment: Assignment, artifacts: dict[str, Path]) -> V
 
     task = assignment.task
     model = artifacts["model.safetensors"]
-    rejected = check_result_hash(assignment, model)
-    if rejected:
-        return rejected
-    reported = proof_micro(assignment, "val_top1_micro")
-    if reported is None:
-        return Verdict(False, "The signed proof carries no integer val_top1_micro.")
-    split = heldout.prepared(task)
-    if split is None:
-        # Cannot happen: the scheduler prepares the split before any worker is assigned.
-        raise PlatformFault(f"task {task.pk} has no held-out split")
-    signs = dataset_signs(split.heldout_path())
+    reported = claimed(assignment, model, "val_top1_micro")
+    if isinstance(reported, Verdict):
+        return reported
+    held_out = heldout_path(task)
+    signs = dataset_signs(held_out)
     problem = model_problem(task.spec, signs, model.parent)
     if problem:
         return Verdict(False, problem)
     with tempfile.TemporaryDirectory(prefix="proofwork-verify-") as cache:
-        outcome = verify(model.parent, split.heldout_path(), cache_dir=Path(cache))
+        outcome = verify(model.parent, held_out, cache_dir=Path(cache))
     top1, count = float(outcome["top1"]), int(outcome["count"])
     minimum = float(task.spec.get("min_accuracy", default(AslTrainingSpec, "min_accuracy")))
     metrics = {

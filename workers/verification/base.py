@@ -21,6 +21,7 @@ from django.core.files.storage import default_storage
 
 from marketplace.models import Task
 from training.specs import default
+from workers import heldout
 from workers.jobs import artifact_path
 from workers.models import Assignment
 
@@ -108,6 +109,28 @@ def copy_dataset(task: Task, folder: Path, stem: str = "inputs") -> Path:
     with task.dataset.file.open("rb") as upload, target.open("wb") as out:
         shutil.copyfileobj(upload, out, 1 << 20)
     return target
+
+
+def claimed(assignment: Assignment, artifact: Path, proof_key: str) -> float | Verdict:
+    """The claim a training verifier checks: the signed proof's ``proof_key`` (a ``*_micro``
+    integer) as a float, or the rejection when result_hash is not the artifact's sha256 or
+    the proof carries no such integer."""
+    rejected = check_result_hash(assignment, artifact)
+    if rejected:
+        return rejected
+    reported = proof_micro(assignment, proof_key)
+    if reported is None:
+        return Verdict(False, f"The signed proof carries no integer {proof_key}.")
+    return reported
+
+
+def heldout_path(task: Task) -> Path:
+    """The held-out file of the task's split, which the platform keeps from the worker."""
+    split = heldout.prepared(task)
+    if split is None:
+        # Cannot happen: the scheduler prepares the split before any worker is assigned.
+        raise PlatformFault(f"task {task.pk} has no held-out split")
+    return split.heldout_path()
 
 
 # recompute(model folder, fetched on demand; samples; seed) -> Verdict

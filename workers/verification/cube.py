@@ -21,14 +21,12 @@ from django.conf import settings
 
 from training.cube.spec import CubeInferenceSpec, CubeTrainingSpec
 from training.specs import default
-from workers import heldout
 from workers.models import Assignment
 from workers.verification.base import (
-    PlatformFault,
     Verdict,
-    check_result_hash,
+    claimed,
     copy_dataset,
-    proof_micro,
+    heldout_path,
     read_small_json,
     spot_check,
 )
@@ -89,20 +87,13 @@ def verify_cube_training(assignment: Assignment, artifacts: dict[str, Path]) -> 
 
     task = assignment.task
     model = artifacts["model.safetensors"]
-    rejected = check_result_hash(assignment, model)
-    if rejected:
-        return rejected
-    reported = proof_micro(assignment, "val_loss_micro")
-    if reported is None:
-        return Verdict(False, "The signed proof carries no integer val_loss_micro.")
+    reported = claimed(assignment, model, "val_loss_micro")
+    if isinstance(reported, Verdict):
+        return reported
     problem = config_problem(task.spec, artifacts["config.json"])
     if problem:
         return Verdict(False, problem)
-    split = heldout.prepared(task)
-    if split is None:
-        # Cannot happen: the scheduler prepares the split before any worker is assigned.
-        raise PlatformFault(f"task {task.pk} has no held-out split")
-    inputs, targets = load_heldout(split.heldout_path())
+    inputs, targets = load_heldout(heldout_path(task))
     outcome = verify(model.parent, inputs, targets, {"val_loss": reported})
     if not outcome["accepted"]:
         return Verdict(False, str(outcome["reason"]))
