@@ -14,8 +14,8 @@ from config.errors import api_not_found
 
 urlpatterns = [
     path("admin/", admin.site.urls),
-    path("api/v1/workers/", include("workers.urls")),
-    path("api/v1/assignments/", include("workers.assignment_urls")),
+    path("api/v1/workers/", include("workers.api.urls")),
+    path("api/v1/assignments/", include("workers.api.assignment_urls")),
     path("api/v1/ledger/", include("ledger.api.urls")),
     path("api/v1/payments/", include("payments.api_urls")),
     path("api/v1/", include("marketplace.api.urls")),
@@ -30,7 +30,7 @@ urlpatterns = [
     # ``//api/…`` too (the resolver strips one slash). "[/]*", not "/*": a pattern that begins
     # "^/" fails the deploy check (urls.W002).
     re_path(r"^[/]*api(?:/|$)", api_not_found),
-    path("workers/", include("workers.page_urls")),
+    path("workers/", include("workers.urls")),
     path("", include("marketplace.urls")),
     path("", include("ledger.urls")),
     path("", include("payments.urls")),

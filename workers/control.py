@@ -9,7 +9,7 @@ which only the worker's own sockets join). ``stop_on_commit`` is the one place t
 
 A stop cannot be lost with a socket that was down: the consumer answers the node's next
 heartbeat, progress or log line about an assignment that ended this way with the same
-``stop`` (``workers.consumers``). See docs/job-control.md.
+``stop`` (``workers.api.node_socket``). See docs/job-control.md.
 """
 
 from __future__ import annotations

@@ -1,21 +1,16 @@
-"""REST routes of the workers app, mounted under /api/v1/workers/."""
+"""Provider pages, mounted under /workers/."""
 
 from __future__ import annotations
 
-from django.urls import include, path
-from rest_framework.routers import SimpleRouter
+from django.urls import path
 
-from workers import api
-
-router = SimpleRouter()
-router.register("", api.WorkerViewSet, basename="worker")
+from workers import views
 
 urlpatterns = [
-    path("registration-tokens/", api.RegistrationTokenView.as_view(), name="worker-registration-token"),
-    path("challenge/", api.ChallengeView.as_view(), name="worker-challenge"),
-    path("register/", api.RegisterView.as_view(), name="worker-register"),
-    path("me/sweep/", api.SweepView.as_view(), name="worker-sweep"),
-    path("me/abandon/", api.AbandonView.as_view(), name="worker-abandon"),
-    path("me/capabilities/", api.CapabilitiesView.as_view(), name="worker-capabilities"),
-    path("", include(router.urls)),
+    path("", views.my_workers, name="my-workers"),
+    path("register", views.register, name="worker-register-page"),
+    path("register/", views.register),
+    path("<uuid:pk>/", views.worker_detail, name="worker-detail"),
+    path("<uuid:pk>/<slug:action>/", views.worker_action, name="worker-action"),
+    path("tasks/<uuid:pk>/live.json", views.task_live, name="task-live"),
 ]

@@ -12,7 +12,7 @@ import pytest
 from django.conf import settings
 from rest_framework.test import APIClient
 
-from workers.api import RegistrationThrottle
+from workers.api.worker_views import RegistrationThrottle
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

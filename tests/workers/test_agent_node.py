@@ -4,7 +4,7 @@ not match, or what it sends must not be trusted (a foreign URL, an odd file form
 transaction template that is not a plain SUBMIT_RESULT).
 
 The platform here is a stand-in (``httpx.MockTransport``) answering as
-workers/assignment_api.py does, because each test needs it to fail in one precise way
+workers/api/assignment_views.py does, because each test needs it to fail in one precise way
 the real one cannot be made to; the real endpoints are covered by test_jobs.py and the
 end-to-end tests. The computation is replaced by a tiny fixed artifact: what is under
 test is everything around it. Sleeps run on a fake clock, so retries for an hour of

@@ -23,7 +23,8 @@ from marketplace.models import Task
 from tests.factories import post_task
 from tests.sockets import open_or_refused
 from tests.workers.processes import make_worker
-from workers import consumers, jobs, scheduler, services
+from workers import jobs, scheduler, services
+from workers.api import node_socket
 from workers.models import Assignment, Worker
 
 # Transactional: the consumer's database_sync_to_async closes the connection it used,
@@ -160,7 +161,7 @@ def test_progress_is_persisted_at_a_bounded_rate_and_fanned_out(job: dict[str, A
 def test_a_run_that_starts_over_starts_a_new_history(job: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
     """A node restarted mid-job runs the redelivered job again from step 0: a lower step
     than the last stored one begins the chart anew instead of drawing the curve backwards."""
-    monkeypatch.setattr(consumers, "PERSIST_INTERVAL", 0.0)
+    monkeypatch.setattr(node_socket, "PERSIST_INTERVAL", 0.0)
     assignment = job["assignment"]
 
     async def scenario() -> None:
@@ -180,8 +181,8 @@ def test_a_run_that_starts_over_starts_a_new_history(job: dict[str, Any], monkey
 
 
 def test_the_progress_history_stays_bounded(job: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(consumers, "PERSIST_INTERVAL", 0.0)
-    monkeypatch.setattr(consumers, "HISTORY_LIMIT", 10)
+    monkeypatch.setattr(node_socket, "PERSIST_INTERVAL", 0.0)
+    monkeypatch.setattr(node_socket, "HISTORY_LIMIT", 10)
     assignment = job["assignment"]
 
     async def scenario() -> None:
@@ -290,7 +291,7 @@ def test_log_lines_are_bounded_and_fanned_out(job: dict[str, Any], bob: Any) -> 
     assert len(fanned[0]["lines"]) == 50
     assert {len(line) for line in fanned[0]["lines"]} == {500}
     assignment.refresh_from_db()
-    assert len(assignment.log_tail) == consumers.LOG_LINES
+    assert len(assignment.log_tail) == node_socket.LOG_LINES
     assert assignment.log_tail[-1] == "batch 5 line 49"
 
 
@@ -323,14 +324,14 @@ def test_a_worker_suspended_while_its_socket_connects_is_refused(
     """The suspension commits after the token was checked but before the socket joined the
     worker's group: the close it sends reaches nobody, so the socket must see it itself."""
     worker = job["worker"]
-    check_token = consumers.authenticate_worker
+    check_token = node_socket.authenticate_worker
 
     def suspended_meanwhile(raw: str) -> Worker | None:
         found = check_token(raw)
         services.set_worker_state(alice, worker.pk, target)
         return found
 
-    monkeypatch.setattr(consumers, "authenticate_worker", suspended_meanwhile)
+    monkeypatch.setattr(node_socket, "authenticate_worker", suspended_meanwhile)
 
     async def scenario() -> None:
         comm = socket(job["token"])
@@ -442,7 +443,7 @@ async def drain(layer: Any, channel: str, quiet: float = 0.5) -> list[dict[str, 
 def test_the_last_step_skips_the_throttle_once_whatever_the_sockets(
     job: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(consumers, "PERSIST_INTERVAL", 60.0)  # only the last-step exception may write again
+    monkeypatch.setattr(node_socket, "PERSIST_INTERVAL", 60.0)  # only the last-step exception may write again
     assignment, task = job["assignment"], job["task"]
 
     async def scenario() -> None:
@@ -471,7 +472,7 @@ def test_the_last_step_skips_the_throttle_once_whatever_the_sockets(
 def test_a_recent_write_by_another_web_process_holds_progress_back(
     job: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(consumers, "PERSIST_INTERVAL", 60.0)
+    monkeypatch.setattr(node_socket, "PERSIST_INTERVAL", 60.0)
     assignment = job["assignment"]
     Assignment.objects.filter(pk=assignment.pk).update(last_progress_at=timezone.now(), progress=25.0)
 
@@ -535,7 +536,7 @@ def test_a_burst_of_progress_reaches_browsers_coalesced_and_ends_on_its_last_sta
         assert events[-1]["metrics"] == {"loss": 1 / 40}
         assert steps == sorted(steps)
         # One event now, then at most one per FANOUT_INTERVAL while the burst lasted, then the last.
-        assert len(steps) <= 2 + elapsed / consumers.FANOUT_INTERVAL, (steps, elapsed)
+        assert len(steps) <= 2 + elapsed / node_socket.FANOUT_INTERVAL, (steps, elapsed)
         assert len(steps) < 40
         await comm.disconnect()
 
@@ -555,7 +556,7 @@ def test_an_isolated_progress_event_is_not_held_back(job: dict[str, Any]) -> Non
             # Already on its way to the browsers by the time the next message is handled.
             event = await asyncio.wait_for(layer.receive(channel), timeout=0.05)
             assert event["step"] == step
-            await asyncio.sleep(consumers.FANOUT_INTERVAL * 1.5)
+            await asyncio.sleep(node_socket.FANOUT_INTERVAL * 1.5)
         await comm.disconnect()
 
     run(scenario)
@@ -564,7 +565,7 @@ def test_an_isolated_progress_event_is_not_held_back(job: dict[str, Any]) -> Non
 def test_a_burst_of_log_lines_is_written_at_a_bounded_rate_and_all_reach_the_row_and_browsers(
     job: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(consumers, "LOG_FLUSH_INTERVAL", 60.0)  # the first write, then only the one on close
+    monkeypatch.setattr(node_socket, "LOG_FLUSH_INTERVAL", 60.0)  # the first write, then only the one on close
     assignment = job["assignment"]
     sent = [[f"message {m} line {i}" for i in range(6)] for m in range(30)]  # 180 lines: all are kept
 
@@ -588,7 +589,7 @@ def test_a_burst_of_log_lines_is_written_at_a_bounded_rate_and_all_reach_the_row
 
 
 def test_held_log_lines_are_written_within_the_interval(job: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(consumers, "LOG_FLUSH_INTERVAL", 0.3)
+    monkeypatch.setattr(node_socket, "LOG_FLUSH_INTERVAL", 0.3)
     assignment = job["assignment"]
 
     async def scenario() -> None:
@@ -606,8 +607,8 @@ def test_held_log_lines_are_written_within_the_interval(job: dict[str, Any], mon
 
 
 def test_a_flooding_socket_is_closed_with_4429(job: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(consumers, "MESSAGE_BURST", 10)
-    monkeypatch.setattr(consumers, "MESSAGE_RATE", 5.0)
+    monkeypatch.setattr(node_socket, "MESSAGE_BURST", 10)
+    monkeypatch.setattr(node_socket, "MESSAGE_RATE", 5.0)
 
     async def scenario() -> None:
         comm = socket(job["token"])
@@ -632,8 +633,8 @@ def test_a_flooding_socket_is_closed_with_4429(job: dict[str, Any], monkeypatch:
 
 def test_a_workers_sockets_share_one_message_budget(job: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
     """More sockets buy no more messages: the second socket goes over the worker's budget."""
-    monkeypatch.setattr(consumers, "MESSAGE_BURST", 10)
-    monkeypatch.setattr(consumers, "MESSAGE_RATE", 0.01)
+    monkeypatch.setattr(node_socket, "MESSAGE_BURST", 10)
+    monkeypatch.setattr(node_socket, "MESSAGE_RATE", 0.01)
 
     async def scenario() -> None:
         first, second = socket(job["token"]), socket(job["token"])
@@ -657,7 +658,7 @@ def test_past_max_sockets_a_newer_socket_closes_the_oldest(
 ) -> None:
     """A node whose connection drops without a FIN leaves sockets the server still counts;
     its live reconnection must get through, so the oldest socket gives way, not the newest."""
-    monkeypatch.setattr(consumers, "MAX_SOCKETS", 2)
+    monkeypatch.setattr(node_socket, "MAX_SOCKETS", 2)
     worker = job["worker"]
 
     async def scenario() -> None:
@@ -670,10 +671,10 @@ def test_past_max_sockets_a_newer_socket_closes_the_oldest(
         assert output["reason"] == "Too many open sockets: over 2, the oldest is closed."
         await barrier(second)
         await barrier(third)
-        assert consumers.open_sockets.count(worker.pk) == 2
+        assert node_socket.open_sockets.count(worker.pk) == 2
         await second.disconnect()
         await third.disconnect()
-        assert consumers.open_sockets.count(worker.pk) == 0
+        assert node_socket.open_sockets.count(worker.pk) == 0
 
     run(scenario)
 
@@ -685,18 +686,18 @@ def test_a_socket_that_crashes_is_no_longer_counted(job: dict[str, Any], monkeyp
     async def broken(self: Any, content: dict[str, Any]) -> None:
         raise RuntimeError("the database went away")
 
-    working = consumers.WorkerConsumer._log
+    working = node_socket.WorkerConsumer._log
 
     async def scenario() -> None:
         first = socket(job["token"])
         assert (await first.connect())[0]
-        assert consumers.open_sockets.count(job["worker"].pk) == 1
-        monkeypatch.setattr(consumers.WorkerConsumer, "_log", broken)
+        assert node_socket.open_sockets.count(job["worker"].pk) == 1
+        monkeypatch.setattr(node_socket.WorkerConsumer, "_log", broken)
         await first.send_json_to({"type": "log", "assignment_id": str(job["assignment"].pk), "lines": ["x"]})
         with pytest.raises(RuntimeError, match="went away"):
             await first.wait(timeout=5)
-        monkeypatch.setattr(consumers.WorkerConsumer, "_log", working)
-        assert consumers.open_sockets.count(job["worker"].pk) == 0
+        monkeypatch.setattr(node_socket.WorkerConsumer, "_log", working)
+        assert node_socket.open_sockets.count(job["worker"].pk) == 0
         again = socket(job["token"])
         assert (await again.connect())[0]
         await barrier(again)

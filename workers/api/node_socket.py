@@ -4,7 +4,7 @@ The node authenticates with its worker token (``Authorization: Worker pww_…``)
 connect. Progress and log lines are accepted only for the node's own running
 assignments, and every number in them is bounded before use. What reaches the database
 and the browsers is rate-limited per assignment, whichever of the node's sockets sent it
-(see ``workers.live``):
+(see ``workers.api.socket_limits``):
 
 - progress is fanned out to the task's group (which the owner's browser follows on
   ``/ws/tasks/<id>/``) at most every ``FANOUT_INTERVAL``, coalesced to the latest event;
@@ -19,7 +19,7 @@ A node sending more than ``MESSAGE_RATE`` messages a second, sustained (a burst 
 nodes send a few a second. The budget is the node's, shared by all its sockets in this
 process, and a node holds at most ``MAX_SOCKETS`` of them here (one is normal; a
 reconnect may overlap the old one for a moment): a newer one closes the oldest with 4429
-(see ``workers.live.Openings``). Both limits are per web process, so N processes allow
+(see ``workers.api.socket_limits.Openings``). Both limits are per web process, so N processes allow
 N times as much.
 
 The platform controls the node's running job over the same socket (``workers.control``):
@@ -49,11 +49,11 @@ from config.api.parsers import text_error
 from marketplace.consumers import LiveConsumer
 from marketplace.events import DashboardTaskEvent, dashboard_group, task_group
 from marketplace.models import Task, TaskStatus
+from workers.api.socket_limits import Allowance, Coalescer, Openings, Throttle, WriteBuffer
 from workers.authentication import token_from_header
 from workers.control import ended_by_platform
 from workers.dashboard import worker_changed
 from workers.events import worker_group
-from workers.live import Allowance, Coalescer, Openings, Throttle, WriteBuffer
 from workers.models import Assignment, Worker
 from workers.services import authenticate_worker
 
@@ -180,7 +180,7 @@ def append_log_once(assignment_id: str, line: str) -> bool:
         return True
 
 
-# Process-wide: every socket of this process shares them (see workers.live).
+# Process-wide: every socket of this process shares them (see workers.api.socket_limits).
 fanout = Coalescer(_merge)
 progress_writes = Throttle()
 log_writes = WriteBuffer(database_sync_to_async(append_log), limit=LOG_LINES)
