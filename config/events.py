@@ -2,7 +2,7 @@
 
 Each app keeps its own typed payloads (a ``TypedDict`` with a ``Literal`` ``type`` tag)
 and group names next to its code (``marketplace/events.py``, ``ledger/events.py``,
-``workers/events.py``); every send from a service, a signal or a Celery task goes through
+``workers/live/events.py``); every send from a service, a signal or a Celery task goes through
 ``send_event``. Consumers reply on their own socket's layer.
 """
 

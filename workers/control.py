@@ -4,7 +4,7 @@ Whenever a live job (offered or running) ends other than by its node's own submi
 failure report (the task was cancelled or failed, the job's deadline passed or its node
 went silent, the worker was suspended or retired), the platform sends that node a
 ``stop`` naming the assignment and the reason, after commit, over the node's
-authenticated ``/ws/worker/`` socket (the channel-layer group ``workers.events.worker_group``,
+authenticated ``/ws/worker/`` socket (the channel-layer group ``workers.live.events.worker_group``,
 which only the worker's own sockets join). ``stop_on_commit`` is the one place that sends it.
 
 A stop cannot be lost with a socket that was down: the consumer answers the node's next
@@ -20,7 +20,7 @@ from typing import Any
 from django.db import transaction
 
 from config.events import send_event
-from workers.events import StopEvent, worker_group
+from workers.live.events import StopEvent, worker_group
 from workers.models import Assignment
 
 LIVE_JOB = (Assignment.State.OFFERED, Assignment.State.RUNNING)

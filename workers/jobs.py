@@ -35,7 +35,7 @@ from protocol.encoding import EncodingError, parse_compute_result
 from protocol.signing import verify_compute_result, verify_tx
 from workers import heldout, taskstate, uploads
 from workers.control import GAVE_UP
-from workers.dashboard import worker_changed
+from workers.live.dashboard import worker_changed
 from workers.models import Assignment, Worker
 from workers.taskstate import FAIL_PENALTY
 

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 from django.urls import path
 
-from workers import dashboard
 from workers.api import node_socket
+from workers.live import dashboard
 
 websocket_urlpatterns = [
     path("ws/worker/", node_socket.WorkerConsumer.as_asgi()),

@@ -24,7 +24,7 @@ from marketplace.models import ACTIVE, Task, TaskStatus
 from marketplace.services import set_reason_locked, transition_locked
 from workers import heldout, nodebroker, supply, taskstate, uploads
 from workers.control import stop_on_commit
-from workers.dashboard import worker_changed
+from workers.live.dashboard import worker_changed
 from workers.models import BARS_PROVIDER, REPLICA_HELD, UNSETTLED, Assignment, Shortfall, Worker
 from workers.settlement import refund_task
 

@@ -29,8 +29,8 @@ from protocol.bech32 import address_from_public_key
 from protocol.wire import registration_message
 from training.poc import spec as poc_spec
 from workers import nodebroker
-from workers.dashboard import worker_changed
-from workers.events import CloseEvent, worker_group
+from workers.live.dashboard import worker_changed
+from workers.live.events import CloseEvent, worker_group
 from workers.models import RegistrationToken, Worker
 from workers.taskstate import end_worker_jobs
 

@@ -25,8 +25,8 @@ from ledger import services as ledger
 from marketplace.models import ACTIVE, Task, TaskStatus
 from marketplace.services import transition_locked
 from workers import taskstate
-from workers.dashboard import worker_changed
 from workers.jobs import tx_from_json
+from workers.live.dashboard import worker_changed
 from workers.models import Assignment, Shortfall, Worker
 
 log = logging.getLogger(__name__)

@@ -28,7 +28,7 @@ from marketplace.models import ACTIVE, IllegalTransition, Task, TaskStatus
 from marketplace.services import set_reason_locked, transition_locked
 from workers import uploads
 from workers.control import LIVE_JOB, stop_on_commit
-from workers.dashboard import worker_changed
+from workers.live.dashboard import worker_changed
 from workers.models import UNSETTLED, Assignment, Worker
 
 log = logging.getLogger(__name__)

@@ -30,7 +30,7 @@ from marketplace import formnonce
 from marketplace.errors import error_text
 from marketplace.models import Task, User
 from workers import services, supply, sweep
-from workers.livestate import task_live_state
+from workers.live.task_page import task_live_state
 from workers.models import Assignment, Worker
 
 RECENT_ASSIGNMENTS = 20

@@ -11,7 +11,7 @@ from django.conf import settings
 from marketplace.models import Task
 from workers import supply
 from workers.jobs import ledger_trail, result_file, result_files
-from workers.livestate import task_live_state as live_state
+from workers.live.task_page import task_live_state as live_state
 from workers.models import Assignment
 
 __all__ = ["ledger_trail", "live_state", "result_file", "result_files", "start_times", "survey"]

@@ -22,7 +22,7 @@ from tests.factories import post_task
 from tests.marketplace.test_consumers import ORIGIN, session_cookie
 from tests.sockets import open_or_refused
 from tests.workers.test_pages import make_assignment, make_worker
-from workers.dashboard import send_dashboard_event
+from workers.live.dashboard import send_dashboard_event
 from workers.models import Assignment
 
 pytestmark = pytest.mark.django_db(transaction=True)

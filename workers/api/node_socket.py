@@ -52,8 +52,8 @@ from marketplace.models import Task, TaskStatus
 from workers.api.socket_limits import Allowance, Coalescer, Openings, Throttle, WriteBuffer
 from workers.authentication import token_from_header
 from workers.control import ended_by_platform
-from workers.dashboard import worker_changed
-from workers.events import worker_group
+from workers.live.dashboard import worker_changed
+from workers.live.events import worker_group
 from workers.models import Assignment, Worker
 from workers.services import authenticate_worker
 

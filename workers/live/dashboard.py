@@ -19,7 +19,7 @@ from config.events import send_event
 from marketplace.consumers import SessionConsumer
 from marketplace.events import DashboardTaskEvent, dashboard_group
 from marketplace.models import Task, User
-from workers.events import DashboardWorkerEvent
+from workers.live.events import DashboardWorkerEvent
 from workers.models import Assignment, Worker
 
 DashboardEvent = DashboardTaskEvent | DashboardWorkerEvent
