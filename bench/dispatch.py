@@ -255,7 +255,7 @@ def main() -> int:
                     measure_fanout(url, browser_cookie(requester), token, assignment, args.sockets, args.events)
                 )
             if settings.NODE_BROKER_URL:
-                from workers import nodebroker
+                from workers.assignments import nodebroker
 
                 nodebroker.remove_node(worker.address)  # the bench's node user and queue
 

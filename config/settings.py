@@ -254,7 +254,7 @@ if CACHE_URL:
 # --- Node broker: RabbitMQ for provider nodes' queues ------------------------------
 # Untrusted nodes never touch the broker above. Each takes its jobs from its own queue
 # ``w.<address>`` on a RabbitMQ vhost of node queues, logging in as its own broker user
-# whose only permission is reading that queue (workers/nodebroker.py, docs/node-broker.md).
+# whose only permission is reading that queue (workers/assignments/nodebroker.py, docs/node-broker.md).
 # PROOFWORK_NODE_BROKER_URL is the platform's publishing user, its path the vhost; the
 # management API (URL, an administrator's user and password) creates each node's user and
 # queue and revokes them; PROOFWORK_NODE_BROKER_PUBLIC_URL is where nodes are told to
@@ -377,7 +377,7 @@ WORKER_HEARTBEAT_TIMEOUT = env_int("PROOFWORK_WORKER_HEARTBEAT_TIMEOUT", 30, min
 WORKER_REGISTRATION_TTL = env_int("PROOFWORK_WORKER_REGISTRATION_TTL", 3600, minimum=60)
 ASSIGNMENT_DEADLINE = env_int("PROOFWORK_ASSIGNMENT_DEADLINE", 3600, minimum=30)
 # A submitted result still unsettled this long after its verification was asked for is
-# sent to verification again (a lost message must not strand it; workers/jobs.py).
+# sent to verification again (a lost message must not strand it; workers/assignments/jobs.py).
 VERIFY_RESEND_AFTER = env_int("PROOFWORK_VERIFY_RESEND_AFTER", 900, minimum=60)
 # A result the platform itself cannot judge (its held-out data or source model is missing)
 # this long after submission ends without penalty and is reassigned.
@@ -388,7 +388,7 @@ VERIFY_MAX_ATTEMPTS = env_int("PROOFWORK_VERIFY_MAX_ATTEMPTS", 3, minimum=1)
 # A cube model is paid only if its held-out loss is at least this many percent below the
 # untrained model's: one optimiser step, honestly reported, is not a trained model.
 CUBE_MIN_LOSS_REDUCTION_PCT = env_int("PROOFWORK_CUBE_MIN_LOSS_REDUCTION_PCT", 20, minimum=0, maximum=99)
-# A task whose result fell short of its quality bar (a true claim: see workers/settlement.py),
+# A task whose result fell short of its quality bar (a true claim: see workers/assignments/settlement.py),
 # with none of its replicas accepted, that no other provider has taken this many seconds
 # later fails with a full refund: the spec may make the bar unreachable.
 SHORTFALL_WAIT = env_int("PROOFWORK_SHORTFALL_WAIT", 3600, minimum=0)

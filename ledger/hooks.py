@@ -10,7 +10,7 @@ returning None when the result may be admitted, or a short refusal code
 ("no_assignment", "assignment_settled", …) that the transaction is refused with.
 
 The workers app plugs it in either way:
-- ``settings.LEDGER_ASSIGNMENT_CHECKER = "workers.ledger_hooks.check_assignment"``, or
+- ``settings.LEDGER_ASSIGNMENT_CHECKER = "workers.assignments.ledger_hooks.check_assignment"``, or
 - ``ledger.hooks.register_assignment_checker(fn)`` from its ``AppConfig.ready()``.
 A registered checker wins over the setting. With neither, every SUBMIT_RESULT is refused
 with ``assignment_unverifiable``: the ledger never pays for work nobody can vouch for.

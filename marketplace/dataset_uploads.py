@@ -8,7 +8,7 @@ the size checked against the limit at once) and then PUTs the file in parts of a
 
     Content-Range: bytes START-END/TOTAL
 
-as workers send large artifacts (``workers/uploads.py``; both parse the header and refuse a
+as workers send large artifacts (``workers/assignments/uploads.py``; both parse the header and refuse a
 part out of order with ``config/api/uploads.py``). Parts go in order: START must be what has been received so far, and a part
 that does not follow is refused with 409 naming ``received``, so a client whose answer got
 lost continues from there; START 0 begins again. The bytes collect in

@@ -168,7 +168,7 @@ class TaskStatus(models.TextChoices):
 S = TaskStatus
 # The whole state machine. A job sent back (worker lost, result rejected) returns to
 # OPEN for reassignment; COMPLETED, FAILED and CANCELLED are final.
-# While work is in hand a task's status follows its replicas (workers/taskstate.py): with
+# While work is in hand a task's status follows its replicas (workers/assignments/lifecycle.py): with
 # replication > 1 one replica may be verified while another runs or waits for a worker, so
 # the four active statuses reach one another, and each reaches COMPLETED when the last
 # replica is verified. Only a task still without a submitted result can be cancelled.

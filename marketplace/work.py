@@ -4,7 +4,7 @@ The workers app sits above the marketplace: it imports the marketplace, never th
 way. The pages and endpoints of a task still show what only the workers app knows (who
 could take a task now, the live state of its jobs, its result files, its ledger trail), so
 the marketplace names the questions here, as a ``TaskWork`` protocol, and the workers app
-answers them with ``install(...)`` from its ``AppConfig.ready()`` (``workers/work.py``).
+answers them with ``install(...)`` from its ``AppConfig.ready()`` (``workers/assignments/work.py``).
 """
 
 from __future__ import annotations

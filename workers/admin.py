@@ -18,7 +18,7 @@ from rest_framework.exceptions import ValidationError
 from ledger.admin import ReadOnlyAdmin
 from ledger.units import format_credits
 from workers import services
-from workers.control import LIVE_JOB
+from workers.assignments.control import LIVE_JOB
 from workers.models import Assignment, RegistrationToken, Worker
 
 

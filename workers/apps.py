@@ -7,17 +7,17 @@ class WorkersConfig(AppConfig):
 
     def ready(self) -> None:
         from ledger.hooks import register_assignment_checker
-        from workers.ledger_hooks import check_assignment
+        from workers.assignments.ledger_hooks import check_assignment
 
         register_assignment_checker(check_assignment)
 
         from marketplace import work
-        from workers import work as workers_work
+        from workers.assignments import work as workers_work
 
         work.install(workers_work)
 
         from marketplace.signals import task_cancelling
-        from workers.taskstate import on_task_cancelling
+        from workers.assignments.lifecycle import on_task_cancelling
 
         task_cancelling.connect(on_task_cancelling, dispatch_uid="workers.end_jobs_of_cancelled_task")
 

@@ -136,7 +136,7 @@ SETTLED = frozenset({A.ACCEPTED, A.REJECTED, A.EXPIRED})
 # A worker holds at most one of these at a time: its SUBMIT_RESULT nonce is then the next one.
 UNSETTLED = (A.OFFERED, A.RUNNING, A.SUBMITTED)
 # A provider with a replica of a task in one of these states is not given another of it
-# (replicas go to different providers: workers/scheduler.py).
+# (replicas go to different providers: workers/assignments/scheduler.py).
 REPLICA_HELD = (*UNSETTLED, A.ACCEPTED)
 
 

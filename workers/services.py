@@ -28,11 +28,11 @@ from protocol import encoding, keys
 from protocol.bech32 import address_from_public_key
 from protocol.wire import registration_message
 from training.poc import spec as poc_spec
-from workers import nodebroker
+from workers.assignments import nodebroker
+from workers.assignments.lifecycle import end_worker_jobs
 from workers.live.dashboard import worker_changed
 from workers.live.events import CloseEvent, worker_group
 from workers.models import RegistrationToken, Worker
-from workers.taskstate import end_worker_jobs
 
 REGISTRATION_PREFIX = "pwr_"
 WORKER_TOKEN_PREFIX = "pww_"  # noqa: S105 (a public prefix, not a secret)
@@ -311,7 +311,7 @@ def set_worker_state(owner: User, worker_id: UUID, target: str, *, by_platform: 
     ``by_platform``: the platform's operators act (the admin panel). Their suspension
     holds: the owner cannot resume the worker until an operator does (the owner may still
     retire it). Suspending or retiring ends the worker's live jobs at once and stops them
-    on its node (``workers.taskstate.end_worker_jobs``: free when an operator acts, the
+    on its node (``workers.assignments.lifecycle.end_worker_jobs``: free when an operator acts, the
     reported give-up's penalty when the owner does).
     """
     allowed = {

@@ -21,7 +21,8 @@ from django.db import OperationalError, connections
 from django.db.models import F
 from django.utils import timezone
 
-from workers import jobs, nodebroker, retention, scheduler, settlement, supply, verification
+from workers import verification
+from workers.assignments import jobs, nodebroker, retention, scheduler, settlement, supply
 from workers.models import Assignment
 
 log = logging.getLogger(__name__)

@@ -35,7 +35,7 @@ from tests.e2e.browsing import expect, log_in
 from tests.factories import UserFactory, post_task
 from tests.workers.test_jobs import Provider
 from tests.workers.test_pages import make_assignment, make_worker
-from workers import scheduler
+from workers.assignments import scheduler
 from workers.models import Assignment, Worker
 from workers.tasks import verify_assignment
 

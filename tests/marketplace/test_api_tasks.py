@@ -299,7 +299,7 @@ def test_quotes_within_the_snapshot_age_share_one_read_of_the_online_workers(
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from workers import supply
+    from workers.assignments import supply
 
     settings.SUPPLY_SNAPSHOT_SECONDS = 60
     monkeypatch.setattr(supply, "_recent", None)

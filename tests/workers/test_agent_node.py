@@ -104,7 +104,7 @@ class Platform:
 
 
 def submit_template(address: str, **changes: Any) -> dict[str, Any]:
-    """What workers.jobs.submit_template sends (gas price 1,000, SUBMIT_RESULT's 80,000 gas)."""
+    """What workers.assignments.jobs.submit_template sends (gas price 1,000, SUBMIT_RESULT's 80,000 gas)."""
     template = {
         "chain_id": CHAIN,
         "type": "SUBMIT_RESULT",
@@ -120,7 +120,7 @@ def submit_template(address: str, **changes: Any) -> dict[str, Any]:
 
 
 def a_job(address: str, *, dataset: bool = False, **submit: Any) -> dict[str, Any]:
-    """An assignment as workers.jobs.describe sends it."""
+    """An assignment as workers.assignments.jobs.describe sends it."""
     return {
         "id": ASSIGNMENT,
         "task_id": TASK,

@@ -86,7 +86,7 @@ def test_an_artifact_is_streamed_whole_and_sent_again_after_a_503(
 
 
 class PartsPlatform(ThreadingHTTPServer):
-    """Keeps ordered parts like workers/uploads.py; the answer to the second part is lost
+    """Keeps ordered parts like workers/assignments/uploads.py; the answer to the second part is lost
     (503 after the bytes were kept), as when the platform restarts mid-reply."""
 
     def __init__(self) -> None:

@@ -26,8 +26,8 @@ from training.asl.infer import predict
 from training.asl.run import run
 from training.asl.split import prepare
 from training.asl.synthetic import generate
-from workers import heldout
 from workers.agent import runners
+from workers.assignments import heldout
 from workers.verification.asl import verify_asl_inference, verify_asl_training
 
 pytestmark = pytest.mark.django_db
@@ -209,7 +209,7 @@ def test_a_damaged_sequence_fails_the_task_at_the_split_with_a_refund(
 
 
 def scheduler_offers_nothing(task: Task) -> bool:
-    from workers import scheduler
+    from workers.assignments import scheduler
 
     return scheduler.schedule(task.pk) == []
 

@@ -19,7 +19,7 @@ from ledger.sealer import seal_all
 from marketplace.models import Task, TaskStatus
 from tests.workers import processes as p
 from training.cube.data import synthetic_embeddings
-from workers import scheduler
+from workers.assignments import scheduler
 from workers.models import Assignment, Worker
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]

@@ -27,8 +27,8 @@ from training import kinds
 from training.cube.data import synthetic_embeddings
 from training.cube.run import infer, run
 from training.cube.split import load_heldout, prepare
-from workers import heldout, jobs, scheduler
 from workers.agent import capabilities, runners
+from workers.assignments import heldout, jobs, scheduler
 from workers.models import Assignment
 from workers.verification.cube import verify_cube_inference, verify_cube_training
 

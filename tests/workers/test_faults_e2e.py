@@ -22,8 +22,8 @@ from marketplace.models import Task, TaskStatus
 from tests.factories import post_task
 from tests.workers import processes as p
 from workers.agent.identity import Credentials, credentials_path
+from workers.assignments.settlement import reward_per_replica
 from workers.models import Assignment, Worker
-from workers.settlement import reward_per_replica
 from workers.tasks import schedule_waiting
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]

@@ -1,4 +1,4 @@
-"""The platform stops a node's running job over ``/ws/worker/`` (workers.control): who gets
+"""The platform stops a node's running job over ``/ws/worker/`` (workers.assignments.control): who gets
 the ``stop``, when, and what each way of ending a job costs the worker. Also the attacks:
 a node cannot stop, read or write another node's job, nor forge the platform's words."""
 
@@ -19,7 +19,8 @@ from marketplace.models import TaskEvent
 from tests.factories import UserFactory, post_task
 from tests.workers.processes import make_worker
 from tests.workers.test_consumer import barrier, run, socket
-from workers import jobs, scheduler, services
+from workers import services
+from workers.assignments import jobs, scheduler
 from workers.models import Assignment, Worker
 
 pytestmark = pytest.mark.django_db(transaction=True)

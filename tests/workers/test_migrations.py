@@ -12,7 +12,7 @@ from django.utils import timezone
 from ledger.units import UNITS_PER_CREDIT
 from tests.factories import post_task
 from tests.migrating import migrate, migrated_back
-from workers import scheduler
+from workers.assignments import scheduler
 from workers.models import Worker
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -46,8 +46,8 @@ from tests.factories import UserFactory, post_task
 from tests.workers.test_jobs import Provider
 from training.poc import runner as _poc_runner  # noqa: F401 (imported here: torch takes seconds, not in a thread)
 from training.poc import verifier as _poc_verifier  # noqa: F401
-from workers import jobs, scheduler, settlement, sweep, taskstate
 from workers.agent import runners
+from workers.assignments import jobs, lifecycle, scheduler, settlement, sweep
 from workers.models import UNSETTLED, Assignment, Worker
 from workers.tasks import verify_assignment
 
@@ -356,7 +356,7 @@ def _settle_everything() -> None:
     cancel the rest (which must succeed once no result awaits a verdict); seal it all."""
     for pk in Assignment.objects.filter(state=Assignment.State.SUBMITTED).values_list("pk", flat=True):
         assert verify_assignment(str(pk)) in ("accepted", "rejected")
-    stuck = list(taskstate.fully_accepted().values_list("pk", "status"))
+    stuck = list(lifecycle.fully_accepted().values_list("pk", "status"))
     assert stuck == [], f"tasks with every replica paid that never completed: {stuck}"
     for task in Task.objects.filter(status__in=ACTIVE).select_related("owner"):
         marketplace.cancel_task(task.owner, task.pk)

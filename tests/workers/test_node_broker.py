@@ -28,7 +28,8 @@ from protocol import keys
 from protocol.keys import KeyPair
 from protocol.wire import registration_message, sign_template
 from tests.workers.processes import CAPS
-from workers import nodebroker, services
+from workers import services
+from workers.assignments import nodebroker
 from workers.models import RegistrationToken, Worker
 
 needs_rabbitmq = pytest.mark.skipif(
@@ -351,8 +352,8 @@ def test_a_real_agent_runs_jobs_from_its_own_login_and_loses_it_when_retired(
     from marketplace.models import Task, TaskStatus
     from tests.factories import post_task
     from tests.workers import processes as p
-    from workers import scheduler
     from workers.agent.identity import Credentials, credentials_path
+    from workers.assignments import scheduler
     from workers.models import Assignment
 
     ledger.deposit(bob, 10 * UNITS_PER_CREDIT, reference="test-deposit")
@@ -427,13 +428,16 @@ def test_a_job_the_node_broker_cannot_take_is_logged_and_the_pass_goes_on(
 ) -> None:
     from tests.factories import post_task
     from tests.workers.processes import make_worker
-    from workers import scheduler
+    from workers.assignments import scheduler
     from workers.models import Assignment
 
     monkeypatch.setattr(nodebroker, "_publisher", None)  # a publisher for the broken broker
     make_worker(alice)
     task = post_task(bob, "synthetic", {"n": 64})
-    with caplog.at_level("ERROR", logger="workers.scheduler"), django_capture_on_commit_callbacks(execute=True):
+    with (
+        caplog.at_level("ERROR", logger="workers.assignments.scheduler"),
+        django_capture_on_commit_callbacks(execute=True),
+    ):
         offered = scheduler.schedule(task.pk)
     assert len(offered) == 1
     assert Assignment.objects.get(task=task).state == Assignment.State.OFFERED

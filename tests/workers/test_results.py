@@ -12,7 +12,7 @@ from rest_framework.test import APIClient
 
 from marketplace.models import Task, TaskStatus
 from tests.workers.test_jobs import Provider
-from workers import scheduler
+from workers.assignments import scheduler
 from workers.models import Assignment
 from workers.tasks import verify_assignment
 
@@ -138,7 +138,8 @@ def test_a_database_error_while_settling_is_retried_not_lost_or_rejected(
     verification runs again instead of leaving the result "submitted" or rejecting it."""
     from django.db import OperationalError
 
-    from workers import settlement, verification
+    from workers import verification
+    from workers.assignments import settlement
 
     task, assignment, _ = submitted
     real_accept, real_verify = settlement.accept, verification.verify
@@ -169,7 +170,7 @@ def test_a_stalled_verification_is_asked_for_again(
     leave the result unsettled for ever: the periodic pass sends it again, once a period."""
     from datetime import timedelta
 
-    from workers import jobs
+    from workers.assignments import jobs
 
     _, assignment, _ = submitted
     sent: list[str] = []
@@ -200,7 +201,8 @@ def test_a_verification_still_running_is_not_asked_for_again(
 
     from django.db import connections
 
-    from workers import jobs, verification
+    from workers import verification
+    from workers.assignments import jobs
 
     _, assignment, _ = submitted
     settings.VERIFY_RESEND_AFTER = 1  # renewed every third of a second

@@ -15,7 +15,7 @@ from django.utils import timezone
 from ledger.units import UNITS_PER_CREDIT
 from tests.factories import post_task
 from tests.workers.processes import make_worker
-from workers import scheduler, uploads
+from workers.assignments import scheduler, uploads
 from workers.models import Assignment
 from workers.tasks import purge_rejected_artifacts
 
@@ -51,7 +51,7 @@ def test_rejected_uploads_go_after_the_retention_period_and_nothing_else(alice: 
     assert purge_rejected_artifacts() == 0  # each is deleted once
 
     # Two days later the recent one is past its period too.
-    from workers.retention import purge_rejected_artifacts as purge
+    from workers.assignments.retention import purge_rejected_artifacts as purge
 
     assert purge(now=timezone.now() + timedelta(days=2)) == 1
     assert not recent_folder.exists()
@@ -68,7 +68,7 @@ def test_the_purge_runs_hourly_on_the_control_queue() -> None:
 
 
 def test_a_backlog_goes_a_batch_a_run(alice: Any, bob: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    from workers import retention
+    from workers.assignments import retention
 
     monkeypatch.setattr(retention, "BATCH", 1)
     days = settings.REJECTED_ARTIFACT_RETENTION_DAYS

@@ -22,7 +22,7 @@ from ledger import services as ledger
 from ledger.units import UNITS_PER_CREDIT, format_credits
 from tests.form_nonces import submit
 from tests.workers.test_pages import make_worker
-from workers import sweep
+from workers.assignments import sweep
 from workers.models import Worker
 
 pytestmark = pytest.mark.django_db

@@ -1,4 +1,4 @@
-"""Scheduling through workers.scheduler: who is eligible, why a task waits, replication,
+"""Scheduling through workers.assignments.scheduler: who is eligible, why a task waits, replication,
 expiry of silent or overdue jobs, and a task that runs out of attempts."""
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from marketplace.kinds import KINDS
 from marketplace.models import Task, TaskStatus
 from tests.factories import post_task
 from tests.workers.processes import CAPS, make_worker
-from workers import jobs, scheduler, services
+from workers import services
+from workers.assignments import jobs, scheduler
 from workers.models import Assignment, Worker
 
 pytestmark = pytest.mark.django_db
@@ -269,7 +270,7 @@ def test_the_longest_waiting_reason_fits_the_task_row() -> None:
     (a longer prefix than replicas in hand), with the give-up time: still stored whole."""
     from collections import Counter
 
-    from workers import supply
+    from workers.assignments import supply
 
     longest_kind = max(KINDS.values(), key=lambda kind: len(kind.label))
     need = supply.Need(longest_kind, 1000 * 2**40, frozenset({"poc:aes256ctr", "poc:shake128"}), 100)
@@ -307,7 +308,7 @@ def test_a_scheduling_pass_reads_the_online_workers_once_for_every_waiting_task(
 def test_a_worker_given_the_job_is_left_out_of_the_reason_even_if_the_pass_read_missed_it(alice: Any, bob: Any) -> None:
     """A pass reads the online workers once; one that came online after that read and took
     a replica is neither counted as online nor as busy in the reason for the rest."""
-    from workers import supply
+    from workers.assignments import supply
 
     make_worker(alice, name="cube-only", caps={**CAPS, "kinds": ["cube_training"]})
     task = post_task(bob, "synthetic", {"n": 64}, budget=2 * UNITS_PER_CREDIT, replication=2)
@@ -327,7 +328,7 @@ def test_a_worker_given_the_job_is_left_out_of_the_reason_even_if_the_pass_read_
 def test_demand_lines_read_right_for_one_and_for_many() -> None:
     from collections import Counter
 
-    from workers import supply
+    from workers.assignments import supply
 
     one = supply.Demand(waiting=1, short=Counter({supply.KIND: 1}), kinds={"Cube training"})
     assert one.lines() == ["1 is of a kind it does not offer (Cube training)."]

@@ -21,7 +21,7 @@ from protocol import encoding
 from protocol.wire import sign_template
 from tests.factories import post_task
 from tests.workers.test_jobs import Provider, money
-from workers import scheduler
+from workers.assignments import scheduler
 from workers.models import Assignment, Worker
 from workers.tasks import verify_assignment
 
@@ -346,7 +346,7 @@ def test_a_task_left_open_with_every_replica_paid_completes_on_the_next_pass(
     alice: Any, bob: Any, carol: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Before replicas drove the status, such a task sat open with its escrow locked."""
-    from workers import settlement
+    from workers.assignments import settlement
     from workers.tasks import schedule_waiting
 
     one, two = Provider(alice, "one"), Provider(carol, "two")
@@ -387,7 +387,7 @@ def test_a_replica_submitted_while_an_old_task_sat_open_is_still_paid(
 
 
 def test_one_failing_row_does_not_stop_the_periodic_pass(alice: Any, bob: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    from workers import heldout
+    from workers.assignments import heldout
     from workers.tasks import schedule_waiting
 
     broken = post_task(bob, "synthetic", {"n": 64}, budget=UNITS_PER_CREDIT)
@@ -470,7 +470,8 @@ def test_a_verifier_that_loses_the_race_reports_that_it_decided_nothing(
 ) -> None:
     """Two verifications of one result (a redelivered message) run at once: the one that
     settles second moves nothing and says so, instead of claiming its own verdict."""
-    from workers import settlement, verification
+    from workers import verification
+    from workers.assignments import settlement
 
     alpha = Provider(alice, "alpha")
     task = post_task(bob, "synthetic", {"n": 64}, budget=UNITS_PER_CREDIT)

@@ -18,7 +18,7 @@ from ledger.units import UNITS_PER_CREDIT
 from marketplace.models import Task, TaskStatus
 from tests.factories import post_task
 from tests.workers.test_jobs import Provider
-from workers import scheduler, settlement
+from workers.assignments import scheduler, settlement
 from workers.models import Assignment
 
 pytestmark = [

@@ -25,7 +25,7 @@ from marketplace.kinds import KINDS
 from marketplace.models import Task, TaskStatus
 from tests.factories import post_task
 from tests.workers.processes import CAPS, make_worker
-from workers import jobs, scheduler, settlement
+from workers.assignments import jobs, scheduler, settlement
 from workers.models import Assignment, Worker
 from workers.tasks import schedule_waiting
 

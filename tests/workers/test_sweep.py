@@ -27,10 +27,10 @@ from protocol import encoding, keys
 from protocol.wire import sign_template, template_tx
 from tests.factories import post_task
 from tests.workers import processes as p
-from workers import scheduler
 from workers.agent import runners
 from workers.agent.identity import Credentials
 from workers.agent.jobs import Node
+from workers.assignments import scheduler
 from workers.models import Assignment, Worker
 from workers.tasks import verify_assignment
 

@@ -22,10 +22,10 @@ from tests.toykind.kind import ARTIFACT, TOY
 from tests.workers.processes import CAPS, make_worker
 from training import kinds as node_kinds
 from training.plugin import Outcome, sha256_file
-from workers import scheduler, settlement
 from workers.agent import runners
 from workers.agent.identity import Credentials
 from workers.agent.jobs import Node
+from workers.assignments import scheduler, settlement
 from workers.models import Assignment
 from workers.tasks import verify_assignment
 

@@ -1,4 +1,4 @@
-"""Artifact uploads in ordered parts over the REST API (``workers/uploads.py``): the bytes
+"""Artifact uploads in ordered parts over the REST API (``workers/assignments/uploads.py``): the bytes
 arrive whole, nothing appears before the last part, a part out of order is refused with
 where to continue, and bad ranges are named; then the agent's own upload in parts against
 the live server."""
@@ -17,10 +17,10 @@ from ledger.units import UNITS_PER_CREDIT
 from marketplace.models import Task
 from tests.factories import post_task
 from tests.workers.test_jobs import Provider
-from workers import jobs, scheduler
 from workers.agent import transfer
 from workers.agent.identity import Credentials
 from workers.agent.jobs import Node
+from workers.assignments import jobs, scheduler
 from workers.models import Assignment
 
 pytestmark = pytest.mark.django_db

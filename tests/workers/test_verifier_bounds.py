@@ -21,7 +21,8 @@ from tests.workers import test_asl_kinds, test_cube_kinds, test_jobs
 from tests.workers.test_asl_kinds import AslProvider
 from tests.workers.test_cube_kinds import Provider, assign, completed_training, inference_task, submitted
 from training.cube.data import synthetic_embeddings
-from workers import jobs, scheduler, verification
+from workers import verification
+from workers.assignments import jobs, scheduler
 from workers.models import Assignment, Worker
 from workers.tasks import verify_assignment
 from workers.verification.asl import verify_asl_inference

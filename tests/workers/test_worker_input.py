@@ -13,7 +13,8 @@ from ledger.units import UNITS_PER_CREDIT
 from tests.factories import post_task
 from tests.form_nonces import submit
 from tests.workers.test_jobs import Provider
-from workers import scheduler, services
+from workers import services
+from workers.assignments import scheduler
 from workers.models import RegistrationToken, Worker
 
 pytestmark = pytest.mark.django_db
@@ -184,7 +185,7 @@ def test_a_payload_signed_with_a_bool_for_a_number_is_refused_at_submission(
     import dataclasses
 
     from protocol.signing import sign_tx
-    from workers.jobs import tx_from_json
+    from workers.assignments.jobs import tx_from_json
 
     alpha = Provider(alice, "alpha")
     task = post_task(bob, "synthetic", {"n": 64}, budget=UNITS_PER_CREDIT)

@@ -46,7 +46,7 @@ REFUSED = "the platform refused this node's socket ({code}): the worker was susp
 DATASET_FORMAT = re.compile(r"[a-z0-9]{1,8}")  # spliced into a file name: nothing else may pass
 ABANDON_PATH = "/api/v1/workers/me/abandon/"
 CAPABILITIES_PATH = "/api/v1/workers/me/capabilities/"
-# The platform's 409 for a result it already has (workers.jobs.wrong_state): one of these
+# The platform's 409 for a result it already has (workers.assignments.jobs.wrong_state): one of these
 # states in its ``assignment_state`` or, from a platform that sends no such field, this
 # sentence in its ``state``.
 _HAS_RESULT = frozenset({"submitted", "accepted", "rejected"})

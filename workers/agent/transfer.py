@@ -3,7 +3,7 @@
 Every call goes to the node's own server with its worker token. Connection errors and 5xx
 (the platform restarting, a proxy's 502) are retried with capped exponential backoff for
 about a minute and a half; an upload streams the file from disk, in parts when it is
-larger than one request may be (``workers/uploads.py``); a download is checked against
+larger than one request may be (``workers/assignments/uploads.py``); a download is checked against
 the size and sha256 the platform announced.
 """
 
@@ -118,7 +118,7 @@ class PlatformClient:
         Each request streams UPLOAD_CHUNK pieces with its Content-Length, never the file as
         one bytes object, which would cost its size in memory and whose unsent rest httpx
         re-slices after every socket write (two minutes for a 1.6 GB product on loopback).
-        Parts (``workers/uploads.py``) bound what one request costs the platform's web
+        Parts (``workers/assignments/uploads.py``) bound what one request costs the platform's web
         process, which holds a whole body in memory; a part the platform says it did not
         expect (409) is resent from where it says it is. Returns the last response: 201 once
         the whole file is in.

@@ -21,7 +21,7 @@ from rest_framework.views import APIView
 from config.api.uploads import OutOfOrder
 from config.downloads import download
 from config.serializers import refuse_body
-from workers import heldout, jobs
+from workers.assignments import heldout, jobs
 from workers.authentication import IsWorker, WorkerTokenAuthentication
 from workers.models import Assignment, Worker
 

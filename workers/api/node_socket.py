@@ -22,7 +22,7 @@ reconnect may overlap the old one for a moment): a newer one closes the oldest w
 (see ``workers.api.socket_limits.Openings``). Both limits are per web process, so N processes allow
 N times as much.
 
-The platform controls the node's running job over the same socket (``workers.control``):
+The platform controls the node's running job over the same socket (``workers.assignments.control``):
 when one of its live jobs ends without it (cancelled, failed, expired, the worker
 suspended or retired) the node gets ``{"type": "stop", "assignment_id", "reason"}``. The
 node's next heartbeat (which names the job it runs), progress or log line about such an
@@ -50,8 +50,8 @@ from marketplace.consumers import LiveConsumer
 from marketplace.events import DashboardTaskEvent, dashboard_group, task_group
 from marketplace.models import Task, TaskStatus
 from workers.api.socket_limits import Allowance, Coalescer, Openings, Throttle, WriteBuffer
+from workers.assignments.control import ended_by_platform
 from workers.authentication import token_from_header
-from workers.control import ended_by_platform
 from workers.live.dashboard import worker_changed
 from workers.live.events import worker_group
 from workers.models import Assignment, Worker
@@ -272,7 +272,7 @@ class WorkerConsumer(LiveConsumer):
 
     async def worker_stop(self, event: dict[str, Any]) -> None:
         """Sent by the platform when one of this worker's live jobs ended without it
-        (``workers.control.send_stop``): only this worker's sockets are in its group."""
+        (``workers.assignments.control.send_stop``): only this worker's sockets are in its group."""
         await self.send_json({"type": "stop", "assignment_id": event["assignment_id"], "reason": event["reason"]})
 
     async def worker_displaced(self, event: dict[str, Any]) -> None:
@@ -392,7 +392,7 @@ class WorkerConsumer(LiveConsumer):
         step and no last step was written yet (the row's progress is below 100).
         """
         with transaction.atomic():
-            # The task row first, then the assignment's (workers.taskstate's lock order), so
+            # The task row first, then the assignment's (workers.assignments.lifecycle's lock order), so
             # an expiry or a cancellation at the same moment cannot deadlock with this write.
             owner_status = (
                 Task.objects.select_for_update().filter(pk=assignment.task_id).values_list("owner_id", "status").first()

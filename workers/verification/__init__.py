@@ -12,7 +12,7 @@ from django.core.files.storage import default_storage
 from django.utils.module_loading import import_string
 
 from marketplace.kinds import KINDS
-from workers.jobs import artifact_path
+from workers.assignments.jobs import artifact_path
 from workers.models import Assignment
 from workers.verification.base import PlatformFault, Verdict
 

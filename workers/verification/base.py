@@ -21,8 +21,8 @@ from django.core.files.storage import default_storage
 
 from marketplace.models import Task
 from training.specs import default
-from workers import heldout
-from workers.jobs import artifact_path
+from workers.assignments import heldout
+from workers.assignments.jobs import artifact_path
 from workers.models import Assignment
 
 MAX_CONFIG_BYTES = 1024 * 1024

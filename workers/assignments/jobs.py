@@ -33,11 +33,11 @@ from marketplace.models import Task, TaskStatus
 from protocol import encoding
 from protocol.encoding import EncodingError, parse_compute_result
 from protocol.signing import verify_compute_result, verify_tx
-from workers import heldout, taskstate, uploads
-from workers.control import GAVE_UP
+from workers.assignments import heldout, lifecycle, uploads
+from workers.assignments.control import GAVE_UP
+from workers.assignments.lifecycle import FAIL_PENALTY
 from workers.live.dashboard import worker_changed
 from workers.models import Assignment, Worker
-from workers.taskstate import FAIL_PENALTY
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +69,7 @@ def describe(assignment: Assignment) -> dict[str, Any]:
     """Everything the node needs to run the job and sign its result.
 
     For a kind with a held-out split the dataset is the prepared worker-facing file,
-    never the upload (see workers.heldout). Its ``url`` is a path on this server: the node
+    never the upload (see workers.assignments.heldout). Its ``url`` is a path on this server: the node
     asks the server it registered with, whatever Host or scheme a proxy in between saw."""
     task = assignment.task
     dataset = task.dataset
@@ -123,7 +123,7 @@ def submit_template(worker: Worker) -> dict[str, Any]:
 def start(worker: Worker, assignment_id: UUID) -> Assignment:
     """offered → running; the task becomes running with its first started replica."""
     with transaction.atomic():
-        assignment, task = taskstate.lock(assignment_id, worker=worker)
+        assignment, task = lifecycle.lock(assignment_id, worker=worker)
         if assignment.state == Assignment.State.RUNNING:
             return assignment
         if assignment.state != Assignment.State.OFFERED:
@@ -134,7 +134,7 @@ def start(worker: Worker, assignment_id: UUID) -> Assignment:
         assignment.started_at = timezone.now()
         assignment.save(update_fields=["state", "started_at"])
         transaction.on_commit(partial(worker_changed, worker.pk))
-        taskstate.sync_status(task, f"{worker.name} started.", reason=None)
+        lifecycle.sync_status(task, f"{worker.name} started.", reason=None)
     return assignment
 
 
@@ -149,7 +149,7 @@ def fail(worker: Worker, assignment_id: UUID, reason: Any) -> Assignment:
         raise ValidationError({"reason": ["Say why the job failed (a non-empty string)."]})
     reason = " ".join(reason.split())[:250]
     with transaction.atomic():
-        assignment, task = taskstate.lock(assignment_id, worker=worker)
+        assignment, task = lifecycle.lock(assignment_id, worker=worker)
         if assignment.state not in (Assignment.State.OFFERED, Assignment.State.RUNNING):
             raise wrong_state(assignment.state, "it cannot fail now.")
         assignment.state = Assignment.State.EXPIRED
@@ -158,9 +158,9 @@ def fail(worker: Worker, assignment_id: UUID, reason: Any) -> Assignment:
         assignment.save(update_fields=["state", "settled_at", "reason"])
         transaction.on_commit(partial(worker_changed, worker.pk))
         transaction.on_commit(partial(uploads.discard, assignment.pk))
-        taskstate.penalise(worker.pk, FAIL_PENALTY)
-        taskstate.sync_status(task, f"{worker.name} could not finish ({reason[:150]}); reassigning.")
-        transaction.on_commit(partial(taskstate.schedule_later, task.pk))
+        lifecycle.penalise(worker.pk, FAIL_PENALTY)
+        lifecycle.sync_status(task, f"{worker.name} could not finish ({reason[:150]}); reassigning.")
+        transaction.on_commit(partial(lifecycle.schedule_later, task.pk))
     return assignment
 
 
@@ -189,7 +189,7 @@ def store_artifact(
     worker: Worker, assignment_id: UUID, name: str, upload: UploadedFile | None, content_range: str | None = None
 ) -> dict[str, Any]:
     """Keep one of the kind's declared artifacts for this running assignment, whole or in
-    ordered parts (``workers/uploads.py``); ``complete`` says whether it is all there."""
+    ordered parts (``workers/assignments/uploads.py``); ``complete`` says whether it is all there."""
     try:
         assignment = Assignment.objects.select_related("task").get(pk=assignment_id, worker=worker)
         allowed = KINDS[assignment.task.kind].artifacts
@@ -242,7 +242,7 @@ def submit(worker: Worker, assignment_id: UUID, body: Any) -> Assignment:
 
 def _close_with_result(worker: Worker, assignment_id: UUID, result: Any, tx_body: dict[str, Any]) -> Assignment:
     with transaction.atomic():
-        assignment, task = taskstate.lock(assignment_id, worker=worker)
+        assignment, task = lifecycle.lock(assignment_id, worker=worker)
         if assignment.state != Assignment.State.RUNNING:
             raise wrong_state(assignment.state, "it takes no result.")
         if result.task_id != str(assignment.task_id):
@@ -260,7 +260,7 @@ def _close_with_result(worker: Worker, assignment_id: UUID, result: Any, tx_body
         assignment.result = {"compute_result": result.to_json(), "transaction": tx_body}
         assignment.save(update_fields=["state", "submitted_at", "verify_sent_at", "result"])
         transaction.on_commit(partial(worker_changed, worker.pk))
-        taskstate.sync_status(task, f"{worker.name} submitted a result.", reason=None)
+        lifecycle.sync_status(task, f"{worker.name} submitted a result.", reason=None)
         transaction.on_commit(lambda: _enqueue_verification(assignment.pk))
     return assignment
 

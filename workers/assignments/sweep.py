@@ -28,7 +28,7 @@ from ledger import gas
 from ledger import services as ledger
 from ledger.models import Transaction, TxStatus
 from protocol import encoding
-from workers.jobs import Conflict
+from workers.assignments.jobs import Conflict
 from workers.models import UNSETTLED, Assignment, Worker
 
 

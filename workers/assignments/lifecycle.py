@@ -26,8 +26,8 @@ from django.utils import timezone
 from config.celery import enqueue
 from marketplace.models import ACTIVE, IllegalTransition, Task, TaskStatus
 from marketplace.services import set_reason_locked, transition_locked
-from workers import uploads
-from workers.control import LIVE_JOB, stop_on_commit
+from workers.assignments import uploads
+from workers.assignments.control import LIVE_JOB, stop_on_commit
 from workers.live.dashboard import worker_changed
 from workers.models import UNSETTLED, Assignment, Worker
 
@@ -121,7 +121,7 @@ def end_live_assignments(task: Task, reason: str) -> int:
     """Expire the task's offered and running jobs, without penalty: the task ended, not
     the worker. Refuses (IllegalTransition) while a replica's result awaits its verdict,
     since that result may still be paid from the escrow. Task row locked; returns how
-    many jobs ended. Each job's node is told to stop it after commit (``workers.control``).
+    many jobs ended. Each job's node is told to stop it after commit (``workers.assignments.control``).
     """
     if Assignment.objects.filter(task=task, state=Assignment.State.SUBMITTED).exists():
         raise IllegalTransition(
@@ -157,7 +157,7 @@ def end_worker_jobs(worker: Worker, target: str, *, by_platform: bool) -> int:
     timeline says an operator did it. The owner's own suspension or retirement is the
     owner giving the job up: it costs the reported give-up's ``FAIL_PENALTY``, not the
     heavier penalty of a node that went silent. Each job ends in its own transaction,
-    under its task's and its own row lock (taskstate's lock order); the worker's row is
+    under its task's and its own row lock (lifecycle's lock order); the worker's row is
     not held, so this runs after the state change committed. One that fails is left to
     the scheduler's periodic expiry, which ends it on the same terms (``suspension_terms``).
     Returns how many jobs ended.

@@ -24,8 +24,8 @@ from django.utils import timezone
 from ledger import services as ledger
 from marketplace.models import ACTIVE, Task, TaskStatus
 from marketplace.services import transition_locked
-from workers import taskstate
-from workers.jobs import tx_from_json
+from workers.assignments import lifecycle
+from workers.assignments.jobs import tx_from_json
 from workers.live.dashboard import worker_changed
 from workers.models import Assignment, Shortfall, Worker
 
@@ -59,7 +59,7 @@ def accept(assignment_id: UUID, metrics: dict[str, object]) -> Assignment | None
     Raises ResultVoid (changing nothing) when the worker voided its own transaction.
     """
     with transaction.atomic():
-        assignment, task = taskstate.lock(assignment_id)
+        assignment, task = lifecycle.lock(assignment_id)
         if assignment.state != Assignment.State.SUBMITTED:
             return None
         worker = assignment.worker
@@ -70,7 +70,7 @@ def accept(assignment_id: UUID, metrics: dict[str, object]) -> Assignment | None
             return assignment
         tx, signature = tx_from_json(assignment.result["transaction"])
         # The rows of the workers whose short results this acceptance penalises, before any
-        # account: a sweep locks its worker's row, then accounts (workers/sweep.py).
+        # account: a sweep locks its worker's row, then accounts (workers/assignments/sweep.py).
         short = _lock_shortfalls(task)
         # Every account this settlement touches, locked at once (see lock_task_accounts);
         # the nonce is read under the worker account's lock, so it cannot move after.
@@ -105,8 +105,8 @@ def accept(assignment_id: UUID, metrics: dict[str, object]) -> Assignment | None
             complete(task, assignment, metrics)
         else:
             message = f"{accepted}/{task.replication} replicas verified."
-            taskstate.sync_status(task, message, reason=message)
-            transaction.on_commit(partial(taskstate.schedule_later, task.pk))
+            lifecycle.sync_status(task, message, reason=message)
+            transaction.on_commit(partial(lifecycle.schedule_later, task.pk))
     return assignment
 
 
@@ -124,7 +124,7 @@ def _lock_shortfalls(task: Task) -> list[Assignment]:
 
 def _penalise_short(assignment: Assignment) -> None:
     """A result excused when rejected short of the bar costs ``SHORT_PENALTY``, once."""
-    taskstate.penalise(assignment.worker_id, SHORT_PENALTY)
+    lifecycle.penalise(assignment.worker_id, SHORT_PENALTY)
     assignment.shortfall = Shortfall.PENALISED
     assignment.save(update_fields=["shortfall"])
     transaction.on_commit(partial(worker_changed, assignment.worker_id))
@@ -155,7 +155,7 @@ def complete_stragglers() -> int:
     when one replica was verified, and the last acceptance then never completed it (the
     rest of its escrow stayed locked). Periodic, so such rows settle by themselves."""
     done = 0
-    for task_id in taskstate.fully_accepted().values_list("pk", flat=True)[:100]:
+    for task_id in lifecycle.fully_accepted().values_list("pk", flat=True)[:100]:
         with transaction.atomic():
             task = Task.objects.select_for_update().get(pk=task_id)
             last = Assignment.objects.filter(task=task, state=Assignment.State.ACCEPTED).order_by("-settled_at").first()
@@ -170,12 +170,12 @@ def give_up(assignment_id: UUID, reason: str) -> Assignment | None:
     """The platform cannot judge a submitted result (its own fault, for too long): the job
     ends without penalty to the worker and is reassigned. None when already settled."""
     with transaction.atomic():
-        assignment, task = taskstate.lock(assignment_id)
+        assignment, task = lifecycle.lock(assignment_id)
         if assignment.state != Assignment.State.SUBMITTED:
             return None
         _close(assignment, Assignment.State.EXPIRED, reason)
-        taskstate.sync_status(task, f"The result of {assignment.worker.name} could not be verified; reassigning.")
-        transaction.on_commit(partial(taskstate.schedule_later, task.pk))
+        lifecycle.sync_status(task, f"The result of {assignment.worker.name} could not be verified; reassigning.")
+        transaction.on_commit(partial(lifecycle.schedule_later, task.pk))
     return assignment
 
 
@@ -185,19 +185,19 @@ def reject(assignment_id: UUID, reason: str, *, penalise: bool = True) -> Assign
     another worker to meet the bar (``accept``), and the worker's provider is
     not offered the task again. Returns None when it was already settled."""
     with transaction.atomic():
-        assignment, task = taskstate.lock(assignment_id)
+        assignment, task = lifecycle.lock(assignment_id)
         if assignment.state != Assignment.State.SUBMITTED:
             return None
         ledger.reject_result(task.pk, assignment.worker.address, reason, reference=f"reject:{assignment.pk}")
         if penalise:
-            taskstate.penalise(assignment.worker_id, REPUTATION_DOWN)
+            lifecycle.penalise(assignment.worker_id, REPUTATION_DOWN)
         elif Assignment.objects.filter(task=task, state=Assignment.State.ACCEPTED).exists():
             _penalise_short(assignment)  # another replica already met the bar: it is reachable
         else:
             assignment.shortfall = Shortfall.PENDING
         _close(assignment, Assignment.State.REJECTED, reason)
-        taskstate.sync_status(task, f"Result of {assignment.worker.name} rejected: {reason[:200]}")
-        transaction.on_commit(partial(taskstate.schedule_later, task.pk))
+        lifecycle.sync_status(task, f"Result of {assignment.worker.name} rejected: {reason[:200]}")
+        transaction.on_commit(partial(lifecycle.schedule_later, task.pk))
     return assignment
 
 

@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.utils import timezone
 
-from workers import uploads
+from workers.assignments import uploads
 from workers.models import Assignment
 
 BATCH = 200

@@ -22,11 +22,11 @@ from ledger.models import Block
 from marketplace.kinds import KINDS
 from marketplace.models import ACTIVE, Task, TaskStatus
 from marketplace.services import set_reason_locked, transition_locked
-from workers import heldout, nodebroker, supply, taskstate, uploads
-from workers.control import stop_on_commit
+from workers.assignments import heldout, lifecycle, nodebroker, supply, uploads
+from workers.assignments.control import stop_on_commit
+from workers.assignments.settlement import refund_task
 from workers.live.dashboard import worker_changed
 from workers.models import BARS_PROVIDER, REPLICA_HELD, UNSETTLED, Assignment, Shortfall, Worker
-from workers.settlement import refund_task
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +84,7 @@ def _lock_free_workers(candidates: list[Worker], wanted: int) -> list[Worker]:
 
     Two tasks scheduled at once (each under its own task lock) could otherwise both offer
     a job to the same idle worker, and hand out one SUBMIT_RESULT nonce twice; a sweep of
-    the worker's earnings (workers/sweep.py) takes the same row lock. A row another
+    the worker's earnings (workers/assignments/sweep.py) takes the same row lock. A row another
     transaction holds is skipped, not waited for (PostgreSQL; SQLite serialises writers).
     """
     chosen: list[Worker] = []
@@ -121,12 +121,12 @@ def schedule(task_id: UUID) -> list[Assignment]:
         if failed_attempts >= task.max_attempts * task.replication:
             if any(state == Assignment.State.SUBMITTED for _, _, state in previous):
                 return []  # a result still awaits its verdict, which may pay; decide after it
-            taskstate.end_live_assignments(task, "The task failed: its other attempts were used up.")
+            lifecycle.end_live_assignments(task, "The task failed: its other attempts were used up.")
             failed = _ATTEMPTS_FAILED.format(attempts=failed_attempts, refund=_refund_words(task))
             transition_locked(task, TaskStatus.FAILED, failed[:300], reason=failed)
             _after_failure(task)
             return []
-        missing = taskstate.missing_replicas(task)
+        missing = lifecycle.missing_replicas(task)
         if missing <= 0:
             return []
         # A node that holds the task, or whose result on it was rejected, is not offered it
@@ -163,7 +163,7 @@ def schedule(task_id: UUID) -> list[Assignment]:
             for w in workers
         ]
         names = ", ".join(w.name for w in workers)
-        taskstate.sync_status(task, f"Assigned to {names}.", reason=reason)
+        lifecycle.sync_status(task, f"Assigned to {names}.", reason=reason)
         for assignment in created:
             transaction.on_commit(partial(dispatch, assignment))
             transaction.on_commit(partial(worker_changed, assignment.worker_id))
@@ -189,7 +189,7 @@ def waiting_since(task: Task) -> datetime | None:
     None while a job is offered, running or awaiting its verdict: that job's own deadline
     bounds the wait then."""
     jobs = Assignment.objects.filter(task=task)
-    if jobs.filter(state__in=taskstate.LIVE).exists():
+    if jobs.filter(state__in=lifecycle.LIVE).exists():
         return None
     ended = jobs.aggregate(last=Max("settled_at"))["last"]
     opened = task.opened_at or task.created_at
@@ -220,9 +220,9 @@ def give_up_waiting(now: datetime | None = None) -> int:
     # Tasks with a live job or one ended since the cutoff are left out here, so the oldest
     # tasks still running cannot fill the batch and hide a waited-out one behind them.
     old = (
-        taskstate.needing_workers()
+        lifecycle.needing_workers()
         .filter(Q(opened_at__lte=cutoff) | Q(opened_at__isnull=True, created_at__lte=cutoff))
-        .exclude(assignments__state__in=taskstate.LIVE)
+        .exclude(assignments__state__in=lifecycle.LIVE)
         .exclude(assignments__settled_at__gt=cutoff)
     )
     failed = 0
@@ -240,7 +240,7 @@ def _give_up(task_id: UUID, now: datetime) -> int:
         if task is None or task.status not in ACTIVE:
             return 0
         at = gives_up_at(task)
-        if at is None or at > now or taskstate.missing_replicas(task) <= 0:
+        if at is None or at > now or lifecycle.missing_replicas(task) <= 0:
             return 0
         failed = (
             f"Failed: no worker took it within {_duration(settings.TASK_MAX_WAIT)}. {_refund_words(task)}"
@@ -337,7 +337,7 @@ def open_tasks_waiting() -> list[UUID]:
     another scheduling pass (open ones, and those whose other replicas are in hand)."""
     runnable = [name for name, kind in KINDS.items() if kind.available]
     return list(
-        taskstate.needing_workers().filter(kind__in=runnable).order_by("opened_at").values_list("pk", flat=True)[:200]
+        lifecycle.needing_workers().filter(kind__in=runnable).order_by("opened_at").values_list("pk", flat=True)[:200]
     )
 
 
@@ -345,7 +345,7 @@ def expire_overdue() -> int:
     """Expire assignments past their deadline or whose worker went silent; reopen the task.
 
     Returns how many were expired. Each is expired under its task's and its own row lock
-    (taskstate's lock order), re-checked, so a result that arrives at the same moment
+    (lifecycle's lock order), re-checked, so a result that arrives at the same moment
     either wins cleanly or is refused. One failing row does not stop the others.
     """
     now = timezone.now()
@@ -365,7 +365,7 @@ def expire_overdue() -> int:
 
 def _expire(assignment_id: UUID, now: datetime, silent: datetime) -> int:
     with transaction.atomic():
-        assignment, task = taskstate.lock(assignment_id)
+        assignment, task = lifecycle.lock(assignment_id)
         worker = assignment.worker
         still_overdue = assignment.state in (Assignment.State.OFFERED, Assignment.State.RUNNING) and (
             assignment.deadline < now
@@ -381,16 +381,16 @@ def _expire(assignment_id: UUID, now: datetime, silent: datetime) -> int:
         )
         if worker.state in ("suspended", "retired"):
             # Its suspension or retirement ends the job, on its terms (an operator's is free).
-            reason, message, penalty = taskstate.suspension_terms(worker)
+            reason, message, penalty = lifecycle.suspension_terms(worker)
         assignment.state = Assignment.State.EXPIRED
         assignment.settled_at = now
         assignment.reason = reason
         assignment.save(update_fields=["state", "settled_at", "reason"])
         if penalty:
-            taskstate.penalise(worker.pk, penalty)
-        taskstate.sync_status(task, message)
+            lifecycle.penalise(worker.pk, penalty)
+        lifecycle.sync_status(task, message)
         stop_on_commit(worker.pk, assignment.pk, assignment.reason)
-        transaction.on_commit(partial(taskstate.schedule_later, task.pk))
+        transaction.on_commit(partial(lifecycle.schedule_later, task.pk))
         transaction.on_commit(partial(worker_changed, worker.pk))
         transaction.on_commit(partial(uploads.discard, assignment.pk))
     return 1

@@ -9,8 +9,8 @@ from typing import Any
 from django.conf import settings
 
 from marketplace.models import Task
-from workers import supply
-from workers.jobs import ledger_trail, result_file, result_files
+from workers.assignments import supply
+from workers.assignments.jobs import ledger_trail, result_file, result_files
 from workers.live.task_page import task_live_state as live_state
 from workers.models import Assignment
 

@@ -118,7 +118,7 @@ def close(assignment_id: Any) -> None:
 def discard(assignment_id: Any) -> None:
     """Delete an assignment's artifacts and unfinished parts: it expired (nothing it
     uploaded will ever be verified or handed out) or its rejected result is past retention
-    (``workers.retention``); accepted results stay. Waits for an upload in flight first."""
+    (``workers.assignments.retention``); accepted results stay. Waits for an upload in flight first."""
     with exclusive(assignment_id):
         shutil.rmtree(_local(artifact_dir(assignment_id)), ignore_errors=True)
         _local(f"{artifact_dir(assignment_id)}.lock").unlink(missing_ok=True)

@@ -24,7 +24,7 @@ from workers.live.events import StopEvent, worker_group
 from workers.models import Assignment
 
 LIVE_JOB = (Assignment.State.OFFERED, Assignment.State.RUNNING)
-# The reason ``workers.jobs.fail`` records: a job its own node gave up is not stopped.
+# The reason ``workers.assignments.jobs.fail`` records: a job its own node gave up is not stopped.
 GAVE_UP = "The worker gave up: "
 
 

@@ -21,7 +21,7 @@ from uuid import UUID
 from django.db.models import Exists, OuterRef
 
 from marketplace.kinds import KINDS, Kind, memory
-from workers import taskstate
+from workers.assignments import lifecycle
 from workers.models import BARS_PROVIDER, UNSETTLED, Assignment, Worker
 
 log = logging.getLogger(__name__)
@@ -330,7 +330,7 @@ def demand(worker: Worker) -> Demand:
     or what they ask beyond it. A task whose stored spec cannot be read is left out."""
     runnable = [name for name, kind in KINDS.items() if kind.available]
     tasks = list(
-        taskstate.needing_workers()
+        lifecycle.needing_workers()
         .filter(kind__in=runnable)
         .order_by("opened_at")
         .only("kind", "spec", "min_reputation")[: DEMAND_SAMPLE + 1]
