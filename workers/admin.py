@@ -17,8 +17,8 @@ from rest_framework.exceptions import ValidationError
 
 from ledger.admin import ReadOnlyAdmin
 from ledger.units import format_credits
-from workers import services
 from workers.assignments.control import LIVE_JOB
+from workers.identity import services
 from workers.models import Assignment, RegistrationToken, Worker
 
 

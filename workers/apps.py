@@ -24,6 +24,6 @@ class WorkersConfig(AppConfig):
         from django.contrib.auth import get_user_model
         from django.db.models.signals import post_save
 
-        from workers.services import on_user_saved
+        from workers.identity.services import on_user_saved
 
         post_save.connect(on_user_saved, sender=get_user_model(), dispatch_uid="workers.close_deactivated_nodes")

@@ -29,8 +29,8 @@ from ledger.units import format_credits
 from marketplace import formnonce
 from marketplace.errors import error_text
 from marketplace.models import Task, User
-from workers import services
 from workers.assignments import supply, sweep
+from workers.identity import services
 from workers.live.task_page import task_live_state
 from workers.models import Assignment, Worker
 

@@ -20,8 +20,8 @@ from django.urls import reverse
 from marketplace import formnonce, services
 from marketplace.models import ApiToken
 from tests.form_nonces import form_nonce, nonce_in
+from workers.identity.services import MAX_OPEN_REGISTRATION_TOKENS
 from workers.models import RegistrationToken
-from workers.services import MAX_OPEN_REGISTRATION_TOKENS
 
 pytestmark = pytest.mark.django_db
 
@@ -217,7 +217,7 @@ def test_a_refused_token_leaves_the_form_to_try_again(alice_web: Client, alice: 
 
 
 def test_a_refused_registration_token_leaves_the_form_to_try_again(alice_web: Client, alice: Any) -> None:
-    from workers import services as worker_services
+    from workers.identity import services as worker_services
 
     for _ in range(MAX_OPEN_REGISTRATION_TOKENS):
         worker_services.create_registration_token(alice)

@@ -165,7 +165,7 @@ def make_worker(
     from django.utils import timezone
 
     from protocol import keys
-    from workers import services
+    from workers.identity import services
     from workers.models import Worker
 
     key = keys.generate()
@@ -185,7 +185,7 @@ def make_worker(
 
 def register_agent(tmp: Path, url: str, owner: Any, name: str) -> Path:
     """``init`` and ``register`` a node with the real CLI; returns its key path."""
-    from workers import services
+    from workers.identity import services
 
     key = tmp / name / "worker.pem"
     env = child_env()

@@ -15,7 +15,7 @@ CHAIN = "proofwork-test-1"
 
 
 def register_template(address: str, **changes: Any) -> dict[str, Any]:
-    """The REGISTER_WORKER template workers.services.register_tx_template sends."""
+    """The REGISTER_WORKER template workers.identity.services.register_tx_template sends."""
     template = {
         "chain_id": CHAIN,
         "type": "REGISTER_WORKER",

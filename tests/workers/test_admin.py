@@ -14,8 +14,8 @@ from rest_framework.test import APIClient
 from ledger.units import UNITS_PER_CREDIT
 from tests.factories import UserFactory, post_task
 from tests.workers.processes import make_worker
-from workers import services
 from workers.assignments import scheduler
+from workers.identity import services
 from workers.models import Assignment, Worker
 
 pytestmark = pytest.mark.django_db

@@ -23,9 +23,9 @@ from marketplace.models import Task
 from tests.factories import post_task
 from tests.sockets import open_or_refused
 from tests.workers.processes import make_worker
-from workers import services
 from workers.api import node_socket
 from workers.assignments import jobs, scheduler
+from workers.identity import services
 from workers.models import Assignment, Worker
 
 # Transactional: the consumer's database_sync_to_async closes the connection it used,

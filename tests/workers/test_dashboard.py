@@ -278,7 +278,7 @@ def test_the_dashboards_follow_real_changes_of_tasks_and_workers(alice: Any, bob
     """No hand-sent events: a node connecting, its progress, a suspension and a cancel
     each reach the owner's dashboard through the code paths that cause them."""
     from marketplace import services as marketplace
-    from workers import services as workers
+    from workers.identity import services as workers
 
     running = post_task(bob, budget=UNITS_PER_CREDIT)
     waiting = post_task(bob, budget=UNITS_PER_CREDIT)

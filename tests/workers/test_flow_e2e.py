@@ -16,8 +16,8 @@ from ledger.units import UNITS_PER_CREDIT
 from marketplace.models import Task, TaskStatus
 from tests.factories import post_task
 from tests.workers import processes as p
-from workers import services
 from workers.assignments import scheduler
+from workers.identity import services
 from workers.models import Assignment, Worker
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]

@@ -19,8 +19,8 @@ from marketplace.models import TaskEvent
 from tests.factories import UserFactory, post_task
 from tests.workers.processes import make_worker
 from tests.workers.test_consumer import barrier, run, socket
-from workers import services
 from workers.assignments import jobs, scheduler
+from workers.identity import services
 from workers.models import Assignment, Worker
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -20,11 +20,11 @@ from protocol.encoding import ComputeResult
 from protocol.signing import sign_compute_result
 from tests.factories import post_task
 from tests.workers.processes import make_worker
-from workers import services
 from workers.agent import runners
 from workers.agent.identity import Credentials
 from workers.agent.jobs import Node
 from workers.assignments import jobs, scheduler, settlement, supply
+from workers.identity import services
 from workers.models import Assignment, Worker
 from workers.tasks import verify_assignment
 

@@ -28,8 +28,8 @@ from protocol import keys
 from protocol.keys import KeyPair
 from protocol.wire import registration_message, sign_template
 from tests.workers.processes import CAPS
-from workers import services
 from workers.assignments import nodebroker
+from workers.identity import services
 from workers.models import RegistrationToken, Worker
 
 needs_rabbitmq = pytest.mark.skipif(

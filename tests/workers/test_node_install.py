@@ -23,7 +23,7 @@ from ledger.units import UNITS_PER_CREDIT
 from marketplace import services as marketplace
 from marketplace.models import Task, TaskStatus
 from tests.workers import processes as p
-from workers import services
+from workers.identity import services
 from workers.models import Assignment, Worker
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]

@@ -18,7 +18,7 @@ from protocol import keys
 from protocol.bech32 import address_from_public_key
 from tests.factories import PASSWORD, post_task
 from tests.form_nonces import nonce_in, submit
-from workers import services
+from workers.identity import services
 from workers.models import Assignment, RegistrationToken, Worker
 
 pytestmark = pytest.mark.django_db

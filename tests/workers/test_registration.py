@@ -20,7 +20,7 @@ from ledger.models import Transaction
 from protocol import keys
 from protocol.wire import registration_message, sign_template
 from tests.form_nonces import submit
-from workers import services
+from workers.identity import services
 from workers.models import RegistrationToken, Worker
 
 CAPS = {"cpu_cores": 2, "ram_bytes": 8 * 2**30, "kinds": ["synthetic"], "agent_version": "test"}
@@ -250,7 +250,7 @@ def test_the_cli_registers_against_a_live_server(live_server, alice, tmp_path: P
 
 @pytest.mark.django_db
 def test_open_registration_tokens_are_capped_and_old_expired_ones_deleted(alice, alice_client) -> None:
-    from workers.services import MAX_OPEN_REGISTRATION_TOKENS
+    from workers.identity.services import MAX_OPEN_REGISTRATION_TOKENS
 
     for _ in range(MAX_OPEN_REGISTRATION_TOKENS):
         assert alice_client.post("/api/v1/workers/registration-tokens/").status_code == 201

@@ -15,8 +15,8 @@ from marketplace.kinds import KINDS
 from marketplace.models import Task, TaskStatus
 from tests.factories import post_task
 from tests.workers.processes import CAPS, make_worker
-from workers import services
 from workers.assignments import jobs, scheduler
+from workers.identity import services
 from workers.models import Assignment, Worker
 
 pytestmark = pytest.mark.django_db

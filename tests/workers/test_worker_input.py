@@ -13,8 +13,8 @@ from ledger.units import UNITS_PER_CREDIT
 from tests.factories import post_task
 from tests.form_nonces import submit
 from tests.workers.test_jobs import Provider
-from workers import services
 from workers.assignments import scheduler
+from workers.identity import services
 from workers.models import RegistrationToken, Worker
 
 pytestmark = pytest.mark.django_db

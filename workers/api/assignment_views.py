@@ -22,7 +22,7 @@ from config.api.uploads import OutOfOrder
 from config.downloads import download
 from config.serializers import refuse_body
 from workers.assignments import heldout, jobs
-from workers.authentication import IsWorker, WorkerTokenAuthentication
+from workers.identity.authentication import IsWorker, WorkerTokenAuthentication
 from workers.models import Assignment, Worker
 
 

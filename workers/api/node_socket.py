@@ -51,11 +51,11 @@ from marketplace.events import DashboardTaskEvent, dashboard_group, task_group
 from marketplace.models import Task, TaskStatus
 from workers.api.socket_limits import Allowance, Coalescer, Openings, Throttle, WriteBuffer
 from workers.assignments.control import ended_by_platform
-from workers.authentication import token_from_header
+from workers.identity.authentication import token_from_header
+from workers.identity.services import authenticate_worker
 from workers.live.dashboard import worker_changed
 from workers.live.events import worker_group
 from workers.models import Assignment, Worker
-from workers.services import authenticate_worker
 
 PERSIST_INTERVAL = 1.0  # seconds between progress writes per assignment
 FANOUT_INTERVAL = 0.1  # seconds between events of one type per assignment to its browsers

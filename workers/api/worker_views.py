@@ -17,9 +17,9 @@ from ledger.api.serializers import SubmitTransactionSerializer, TransactionSeria
 from ledger.api.views import refusal_errors
 from ledger.models import TxStatus
 from marketplace.api.serializers import JSONField
-from workers import services
 from workers.assignments import jobs, sweep
-from workers.authentication import IsWorker, WorkerTokenAuthentication
+from workers.identity import services
+from workers.identity.authentication import IsWorker, WorkerTokenAuthentication
 from workers.models import Worker, WorkerQuerySet
 
 

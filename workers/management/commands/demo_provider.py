@@ -18,10 +18,10 @@ from django.core.management.base import BaseCommand, CommandError
 from marketplace import services as marketplace_services
 from marketplace.models import User
 from protocol.wire import registration_message, sign_template
-from workers import services
 from workers.agent import capabilities
 from workers.agent.identity import Credentials, credentials_path, init_key, load_key
 from workers.assignments import nodebroker
+from workers.identity import services
 from workers.models import Worker
 
 

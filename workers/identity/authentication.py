@@ -13,8 +13,8 @@ from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions, permissions
 from rest_framework.request import Request
 
+from workers.identity.services import authenticate_worker
 from workers.models import Worker
-from workers.services import authenticate_worker
 
 KEYWORD = "worker"
 
