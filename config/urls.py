@@ -20,7 +20,7 @@ urlpatterns = [
     path("api/v1/payments/", include("payments.api_urls")),
     path("api/v1/", include("marketplace.api.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
-    # GET only: OPTIONS went through the HTML renderer, which has no template for it (a 500).
+    # GET and HEAD only: the HTML renderer has no template for OPTIONS.
     path(
         "api/docs/",
         SpectacularSwaggerView.as_view(url_name="schema", http_method_names=["get", "head"]),

@@ -14,9 +14,9 @@ The audit runs against a live platform. The blocks sealed when it starts never c
 transaction: a long audit holds no snapshot. The rest is read in one read-only snapshot
 (REPEATABLE READ on PostgreSQL; a DEFERRED transaction on SQLite, whose WAL journal
 gives a reader a snapshot without holding up writers): the blocks sealed meanwhile, the
-accounts and the mempool. Otherwise each query saw the database as of its own start,
-and a block sealed (or a transaction admitted) between reading the blocks, the accounts
-and the mempool was a "divergence" of a healthy chain. Called inside a transaction, it
+accounts and the mempool. Otherwise each query would see the database as of its own
+start, and a block sealed (or a transaction admitted) between reading the blocks, the
+accounts and the mempool would be a "divergence" of a healthy chain. Called inside a transaction, it
 reads everything in the caller's, which keeps its isolation.
 """
 

@@ -19,8 +19,8 @@ def credits_to_units(value: Decimal | str | int) -> int:
     if not amount.is_finite():
         raise ValueError("an amount must be a finite number")
     if amount.adjusted() >= MAX_CREDIT_DIGITS:
-        # '1e999999999' overflowed the decimal context (a 500), and '1e999990' took
-        # 25 s of CPU in int(): no amount anywhere comes near this bound.
+        # Bounded before any arithmetic: '1e999999999' would overflow the decimal context
+        # and '1e999990' would take 25 s of CPU in int(); no real amount comes near it.
         raise ValueError(f"an amount has at most {MAX_CREDIT_DIGITS} digits before the decimal point")
     units = amount * UNITS_PER_CREDIT
     if units != units.to_integral_value():

@@ -80,7 +80,7 @@ def explorer_search(request: HttpRequest) -> HttpResponse:
     )
     if not txs and len(text) == 64:  # a refused transaction is found by its whole hash only
         # Named with its status: the partial index on refused hashes serves it (hash alone
-        # matches neither partial index, and was a scan of the whole table).
+        # matches neither partial index and would scan the whole table).
         txs = list(Transaction.objects.filter(hash=text, status=TxStatus.REFUSED).order_by("-id")[:1])
     blocks = list(Block.objects.filter(hash__gte=text, hash__lt=past).order_by("hash")[: SEARCH_LIMIT + 1])
     if len(txs) + len(blocks) == 1:

@@ -130,7 +130,7 @@ def embeddings_shape(fileobj: IO[bytes], fmt: str, tensor: str = "embeddings") -
                 shape, _, dtype = np.lib.format.read_array_header_1_0(fileobj)
             elif version == (2, 0):
                 shape, _, dtype = np.lib.format.read_array_header_2_0(fileobj)
-            else:  # what the workers' np.load refuses (a 500 at posting before)
+            else:  # the workers' np.load refuses any other version, so posting refuses it too
                 raise ValueError(f"format version {version} is not supported (1.0 or 2.0)")
         except (ValueError, OSError, SyntaxError) as exc:
             raise ValueError(f"the .npy header cannot be read ({exc})") from None

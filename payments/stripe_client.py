@@ -148,7 +148,7 @@ def construct_event(payload: bytes, signature_header: str | None) -> dict[str, A
         raise SignatureError("The payload is not JSON") from None
     except (AttributeError, TypeError, RecursionError):
         # stripe parses the body after checking the signature and assumes an object:
-        # a signed ``[]``, ``null`` or ``[[[…`` raised from inside it (a 500).
+        # a signed ``[]``, ``null`` or ``[[[…`` raises from inside it and is refused here.
         raise SignatureError("The payload is not a JSON object") from None
     result: dict[str, Any] = event.to_dict()
     return result

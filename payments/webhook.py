@@ -312,7 +312,7 @@ def _replay_parked(intent_id: str) -> list[str]:
     for record in parked:
         handler = HANDLERS[record.type]
         try:
-            # Parked before its object was checked (kept whole then): check it now.
+            # Checked as it is applied, whichever of its object's fields were parked.
             outcome = handler.apply(_checked_object(handler, record.parked_object or {}))
         except Malformed as exc:
             outcome = f"ignored: malformed {exc}"

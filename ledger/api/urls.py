@@ -12,7 +12,7 @@ urlpatterns = [
     path("transactions/", views.TransactionSubmit.as_view(), name="ledger-submit"),
     path("transactions/<str:hash>/", views.TransactionDetail.as_view(), name="ledger-transaction"),
     path("transactions/<str:hash>/proof", views.TransactionProof.as_view(), name="ledger-proof"),
-    # With a slash, as every other ledger URL ends (it was a 404): sent on to the one above.
+    # With a slash, as every other ledger URL ends: redirected to the one above.
     path("transactions/<str:hash>/proof/", RedirectView.as_view(pattern_name="ledger-proof", permanent=True)),
     path("accounts/<str:address>/", views.AccountDetail.as_view(), name="ledger-account"),
     path(

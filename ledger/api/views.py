@@ -107,8 +107,8 @@ def get_account(address: str) -> Account:
 def get_transaction(tx_hash: str) -> Transaction:
     """The admitted transaction with this hash, else the latest refused one.
 
-    Anything but 64 hex characters names no transaction: it is not looked up (a NUL in
-    the path was a 500 on PostgreSQL, which refuses it in a text parameter)."""
+    Anything but 64 hex characters names no transaction: it is not looked up (PostgreSQL
+    refuses a NUL from the path in a text parameter)."""
     if not _TX_HASH.fullmatch(tx_hash):
         raise Http404("No such transaction.")
     rows = Transaction.objects.filter(hash=tx_hash.lower()).select_related("block")

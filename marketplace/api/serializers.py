@@ -29,9 +29,10 @@ class JSONField(serializers.JSONField):
     A form field's JSON is decoded here, after the parser's checks ran on the raw form
     text: ``json`` raises RecursionError on ``[[[[…``, which DRF does not catch, and a
     ``\\u0000`` or ``\\ud800`` escape decodes to a NUL or a lone surrogate, which
-    PostgreSQL refuses and no UTF-8 response echoing it can encode. Each was a 500 (a
-    worker's registration committed before its response failed to render). A form's
-    ``null`` reaches here as text, past DRF's null check; it was taken as the default.
+    PostgreSQL refuses and no UTF-8 response echoing it can encode. Each is a 400 here,
+    before anything is saved (a registration must not commit and then fail to render its
+    response). A form's ``null`` reaches here as text, past DRF's null check, and is
+    refused as a JSON body's null is.
     """
 
     def to_internal_value(self, data: Any) -> Any:

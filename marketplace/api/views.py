@@ -35,7 +35,7 @@ from marketplace.work import work
 class _UtcIsoDateTimeField(IsoDateTimeField):
     """An ISO 8601 date-time, refused with a 400 when it leaves years 1–9999 in UTC:
     ``0001-01-01T00:00:00+14:00`` parses, but the database cannot store it (SQLite's
-    adapter raised OverflowError, a 500)."""
+    adapter raises OverflowError)."""
 
     def to_python(self, value: Any) -> datetime | None:
         parsed = super().to_python(value)

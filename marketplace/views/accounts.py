@@ -34,8 +34,8 @@ ALREADY_CREATED = (
 def _next_url(request: HttpRequest) -> str:
     """Where the login page was sending the user (``next``), if it is a page of this site:
     a path from the root. A bare word passes Django's host check as a relative URL, and
-    ``redirect()`` then tried it as a URL name (NoReverseMatch, a 500 after the account
-    was created)."""
+    ``redirect()`` would try it as a URL name (NoReverseMatch, after the account is
+    created)."""
     url = request.POST.get("next") or request.GET.get("next") or ""
     safe = url_has_allowed_host_and_scheme(url, allowed_hosts={request.get_host()}, require_https=request.is_secure())
     return url if safe and url.startswith("/") else ""
@@ -43,7 +43,7 @@ def _next_url(request: HttpRequest) -> str:
 
 class LoginView(auth_views.LoginView):
     """Django's login page, for a signed-in user too: it goes on to ``next``, except when
-    ``next`` is the login page itself (Django raises on that loop: a 500)."""
+    ``next`` is the login page itself (Django raises on that loop)."""
 
     redirect_authenticated_user = True
 
