@@ -1,14 +1,22 @@
-"""factory_boy factories for the marketplace's models."""
+"""Typed factories: users (factory_boy), and tasks, datasets, workers and assignments built
+through the services the API and the scheduler use."""
 
 from __future__ import annotations
 
-from typing import Any
+import secrets
+from collections.abc import Mapping
+from typing import Any, NamedTuple
 
 import factory
+from django.utils import timezone
 
 from ledger.units import UNITS_PER_CREDIT
 from marketplace import services
-from marketplace.models import User
+from marketplace.models import Task, User
+from protocol import keys
+from workers.assignments import scheduler
+from workers.identity import services as identity
+from workers.models import Assignment, Worker
 
 PASSWORD = "correct-horse-battery-staple"
 
@@ -82,3 +90,58 @@ def upload(content: bytes, filename: str = "data.bin") -> Any:
 def make_dataset(owner: Any, content: bytes | None = None, filename: str = "data.npy", name: str = "") -> Any:
     """Upload a dataset through the real service (an .npy array by default)."""
     return services.upload_dataset(owner, upload(npy_bytes() if content is None else content, filename), name)
+
+
+# A small CPU node that takes synthetic work: what most scheduler tests register.
+CAPS: dict[str, Any] = {
+    "cpu_cores": 2,
+    "ram_bytes": 8 * 2**30,
+    "gpu_memory_bytes": 0,
+    "kinds": ["synthetic"],
+    "features": ["poc:aes256ctr", "poc:shake128"],
+    "agent_version": "test",
+}
+
+
+class MadeWorker(NamedTuple):
+    """A worker row with the raw API token that authenticates it and its key pair."""
+
+    worker: Worker
+    token: str
+    key: keys.KeyPair
+
+
+def make_worker(
+    owner: User,
+    *,
+    name: str = "",
+    online: bool = True,
+    reputation: int = 50,
+    caps: Mapping[str, Any] | None = None,
+    **fields: Any,
+) -> MadeWorker:
+    """A worker with a real key and API token, online (a fresh heartbeat) unless told not.
+
+    Created as a row rather than through registration (test_registration covers that);
+    ``fields`` set any other column (``state``, ``jobs_done``, ``earnings`` …).
+    """
+    key = keys.generate()
+    raw = identity.WORKER_TOKEN_PREFIX + secrets.token_urlsafe(32)
+    worker = Worker.objects.create(
+        owner=owner,
+        name=name or f"node-{key.address[4:10]}",
+        address=key.address,
+        public_key=key.public_key.hex(),
+        token_hash=identity.hash_secret(raw),
+        capabilities=dict(caps or CAPS),
+        reputation=reputation,
+        last_heartbeat_at=timezone.now() if online else None,
+        **fields,
+    )
+    return MadeWorker(worker, raw, key)
+
+
+def assign(task: Task) -> Assignment:
+    """The one assignment the scheduler hands out for ``task`` now, as in production."""
+    (assignment,) = scheduler.schedule(task.pk)
+    return assignment

@@ -20,8 +20,9 @@ from websockets.sync.client import connect
 from ledger.units import UNITS_PER_CREDIT
 from tests.conftest import funded
 from tests.e2e.browsing import expect, log_in
-from tests.factories import UserFactory, post_task
-from tests.workers.test_pages import make_assignment, make_worker
+from tests.factories import UserFactory, make_worker, post_task
+from tests.workers.test_pages import CAPS as RIG_CAPS
+from tests.workers.test_pages import make_assignment, make_rig
 from workers.models import Assignment, RegistrationToken, Worker
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
@@ -48,7 +49,7 @@ def test_progress_chart_and_log_arrive_live_and_survive_a_reload(page: Any, live
     requester: Any = funded(UserFactory(username="rita"))
     provider: Any = UserFactory(username="paul")
     task = post_task(requester, title="Live matmul", budget=UNITS_PER_CREDIT)
-    worker, raw = make_worker(provider, "paul-h100")
+    worker, raw, _ = make_worker(provider, name="paul-h100", caps=RIG_CAPS)
     assignment = make_assignment(task, worker)
 
     log_in(page, "rita")
@@ -108,8 +109,8 @@ def test_progress_chart_and_log_arrive_live_and_survive_a_reload(page: Any, live
 
 def test_a_provider_registers_a_node_and_manages_workers(page: Any, live_url: str) -> None:
     provider: Any = UserFactory(username="petra")
-    worker, _ = make_worker(provider, "petra-h100", benchmark_gflops=48123.4, jobs_done=3, earnings=2_500_000_000)
-    make_worker(provider, "petra-old", online=False, capabilities={"cpu_cores": 8, "kinds": ["synthetic"]})
+    worker = make_rig(provider, "petra-h100", benchmark_gflops=48123.4, jobs_done=3, earnings=2_500_000_000)
+    make_rig(provider, "petra-old", online=False, capabilities={"cpu_cores": 8, "kinds": ["synthetic"]})
 
     log_in(page, "petra")
     page.get_by_role("link", name="Workers", exact=True).click()

@@ -32,9 +32,10 @@ from marketplace.models import Task, TaskStatus
 from protocol import encoding
 from tests.conftest import funded
 from tests.e2e.browsing import expect, log_in
-from tests.factories import UserFactory, post_task
+from tests.factories import UserFactory, make_worker, post_task
 from tests.workers.test_jobs import Provider
-from tests.workers.test_pages import make_assignment, make_worker
+from tests.workers.test_pages import CAPS as RIG_CAPS
+from tests.workers.test_pages import make_assignment, make_rig
 from workers.assignments import scheduler
 from workers.models import Assignment, Worker
 from workers.tasks import verify_assignment
@@ -113,7 +114,7 @@ def test_ledger_rows_turn_sealed_without_a_reload(page: Any, live_url: str, tmp_
 
 def test_the_step_and_time_left_go_once_the_run_is_over(page: Any, live_url: str) -> None:
     requester: Any = funded(UserFactory(username="fay"))
-    worker, raw = make_worker(UserFactory(username="finn"), "finn-rig")
+    worker, raw, _ = make_worker(UserFactory.create(username="finn"), name="finn-rig", caps=RIG_CAPS)
     task = post_task(requester, "synthetic", {"n": 64}, budget=UNITS_PER_CREDIT)
     assignment = make_assignment(task, worker)
     move(task, TaskStatus.RUNNING)
@@ -156,11 +157,11 @@ def test_a_reload_of_state_keeps_the_log_lines_the_page_shows(page: Any, live_ur
     requester: Any = funded(UserFactory(username="lola"))
     provider: Any = UserFactory(username="luke")
     task = post_task(requester, "synthetic", {"n": 64}, budget=UNITS_PER_CREDIT)
-    old_worker, _ = make_worker(provider, "luke-old")
+    old_worker = make_rig(provider, "luke-old")
     make_assignment(
         task, old_worker, state=Assignment.State.EXPIRED, log_tail=["synthetic started on luke-old", "lost"]
     )
-    worker, raw = make_worker(provider, "luke-new")
+    worker, raw, _ = make_worker(provider, name="luke-new", caps=RIG_CAPS)
     assignment = make_assignment(task, worker, attempt=2, state=Assignment.State.OFFERED)
 
     open_task_page(page, "lola", task)
@@ -209,7 +210,7 @@ def test_a_reload_of_state_keeps_the_log_lines_the_page_shows(page: Any, live_ur
 
 def test_a_silent_worker_is_said_to_be_silent(page: Any, live_url: str) -> None:
     requester: Any = funded(UserFactory(username="sara"))
-    worker, raw = make_worker(UserFactory(username="sven"), "sven-rig")
+    worker, raw, _ = make_worker(UserFactory.create(username="sven"), name="sven-rig", caps=RIG_CAPS)
     task = post_task(requester, "synthetic", {"n": 64}, budget=UNITS_PER_CREDIT)
     assignment = make_assignment(task, worker, progress=40.0)
     move(task, TaskStatus.RUNNING)

@@ -251,7 +251,7 @@ def test_quote_prices_a_task_and_says_who_could_take_it_without_posting(
 ) -> None:
     from ledger.units import format_credits
     from marketplace.kinds import KINDS
-    from tests.workers.processes import make_worker
+    from tests.factories import make_worker
 
     quote = alice_client.post(
         TASKS + "quote/", {"kind": "synthetic", "spec": {"n": 512}, "replication": 2}, format="json"

@@ -69,7 +69,7 @@ def test_owner_receives_the_status_event_when_the_task_is_cancelled(alice: Any) 
 
 def test_a_waiting_tasks_new_reason_reaches_its_page(alice: Any, bob: Any) -> None:
     """The status stays open; the page still hears why it waits now (a worker came online)."""
-    from tests.workers.processes import make_worker
+    from tests.factories import make_worker
     from workers.assignments import scheduler
 
     task = post_task(alice, "synthetic", {"n": 64}, min_reputation=90)

@@ -408,7 +408,7 @@ def test_check_endpoint_returns_errors_and_estimate(alice_web: Client, settings:
 
 def test_the_estimate_says_whether_an_online_worker_can_take_the_task(alice_web: Client, alice: Any, bob: Any) -> None:
     """Before the budget is held: how many online workers fit, or why none does."""
-    from tests.workers.processes import CAPS, make_worker
+    from tests.factories import CAPS, make_worker
 
     url = reverse("task-check", args=["synthetic"])
     none = text(alice_web.post(url, synthetic_form(), HTTP_HX_REQUEST="true"))

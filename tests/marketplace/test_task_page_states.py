@@ -19,7 +19,7 @@ from ledger.sealer import seal_all
 from marketplace import services
 from marketplace.models import Task, TaskEvent, TaskStatus
 from tests.factories import post_task
-from tests.workers.test_pages import make_assignment, make_worker
+from tests.workers.test_pages import make_assignment, make_rig
 from workers.models import Assignment
 
 pytestmark = pytest.mark.django_db
@@ -81,7 +81,7 @@ def test_started_is_the_run_in_hand_or_labelled_as_the_first(alice_web: Client, 
     task = post_task(alice, spec={"n": 512})
     assert "Started" not in summary(alice_web, task)
 
-    first_worker, _ = make_worker(bob, "bob-1")
+    first_worker = make_rig(bob, "bob-1")
     first = make_assignment(task, first_worker, started_at=timezone.now() - timedelta(minutes=10))
     move(task, TaskStatus.RUNNING)
     text = summary(alice_web, task)
@@ -96,7 +96,7 @@ def test_started_is_the_run_in_hand_or_labelled_as_the_first(alice_web: Client, 
     assert not re.search(r"(?<!First )Started", text)
 
     # Another worker runs it: both starts, each named.
-    second_worker, _ = make_worker(bob, "bob-2")
+    second_worker = make_rig(bob, "bob-2")
     later = timezone.now()
     make_assignment(task, second_worker, attempt=2, started_at=later)
     move(task, TaskStatus.RUNNING)

@@ -10,7 +10,6 @@ returns quietly when they are gone.
 from __future__ import annotations
 
 import os
-import secrets
 import socket
 import socketserver
 import subprocess
@@ -136,51 +135,6 @@ def wait_for(
             return
         time.sleep(interval)
     raise AssertionError(message + ("\n" + explain() if explain else ""))
-
-
-# --- Rows for in-process tests (no processes involved) ---------------------------------
-
-CAPS = {
-    "cpu_cores": 2,
-    "ram_bytes": 8 * 2**30,
-    "gpu_memory_bytes": 0,
-    "kinds": ["synthetic"],
-    "features": ["poc:aes256ctr", "poc:shake128"],
-    "agent_version": "test",
-}
-
-
-def make_worker(
-    owner: Any,
-    *,
-    name: str = "",
-    online: bool = True,
-    reputation: int = 50,
-    caps: dict[str, Any] | None = None,
-) -> tuple[Any, str, Any]:
-    """A worker row with a real key and API token: (worker, raw token, key pair).
-
-    Created directly rather than through registration, which test_registration covers.
-    """
-    from django.utils import timezone
-
-    from protocol import keys
-    from workers.identity import services
-    from workers.models import Worker
-
-    key = keys.generate()
-    raw = services.WORKER_TOKEN_PREFIX + secrets.token_urlsafe(32)
-    worker = Worker.objects.create(
-        owner=owner,
-        name=name or f"node-{key.address[4:10]}",
-        address=key.address,
-        public_key=key.public_key.hex(),
-        token_hash=services.hash_secret(raw),
-        capabilities=dict(caps or CAPS),
-        reputation=reputation,
-        last_heartbeat_at=timezone.now() if online else None,
-    )
-    return worker, raw, key
 
 
 def register_agent(tmp: Path, url: str, owner: Any, name: str) -> Path:

@@ -12,8 +12,7 @@ from django.test import Client
 from rest_framework.test import APIClient
 
 from ledger.units import UNITS_PER_CREDIT
-from tests.factories import UserFactory, post_task
-from tests.workers.processes import make_worker
+from tests.factories import UserFactory, make_worker, post_task
 from workers.assignments import scheduler
 from workers.identity import services
 from workers.models import Assignment, Worker

@@ -19,9 +19,8 @@ from rest_framework.exceptions import ValidationError
 from ledger import services as ledger
 from ledger.units import UNITS_PER_CREDIT
 from marketplace.models import Task, TaskStatus
-from tests.factories import make_dataset, post_task
-from tests.workers.processes import CAPS
-from tests.workers.test_cube_kinds import Provider, assign, completed_training, submitted
+from tests.factories import CAPS, assign, make_dataset, post_task
+from tests.workers.test_cube_kinds import Provider, completed_training, submitted
 from training.asl.infer import predict
 from training.asl.run import run
 from training.asl.split import prepare

@@ -20,9 +20,8 @@ from config.asgi import application
 from ledger.units import UNITS_PER_CREDIT
 from marketplace.events import task_group
 from marketplace.models import Task
-from tests.factories import post_task
+from tests.factories import make_worker, post_task
 from tests.sockets import open_or_refused
-from tests.workers.processes import make_worker
 from workers.api import node_socket
 from workers.assignments import jobs, scheduler
 from workers.identity import services

@@ -21,8 +21,7 @@ from safetensors.numpy import load, save_file
 from ledger import services as ledger
 from ledger.units import UNITS_PER_CREDIT
 from marketplace.models import Task, TaskStatus
-from tests.factories import make_dataset, post_task
-from tests.workers.processes import CAPS, make_worker
+from tests.factories import CAPS, assign, make_dataset, make_worker, post_task
 from training import kinds
 from training.cube.data import synthetic_embeddings
 from training.cube.run import infer, run
@@ -109,11 +108,6 @@ def beta(alice: Any) -> Provider:
 def training_task(owner: Any, array: np.ndarray | None = None, **spec: Any) -> Task:
     dataset = make_dataset(owner, npy(teacher() if array is None else array), "teacher.npy")
     return post_task(owner, "cube_training", {**SPEC, **spec}, dataset=dataset.pk, budget=10 * UNITS_PER_CREDIT)
-
-
-def assign(task: Task) -> Assignment:
-    (one,) = scheduler.schedule(task.pk)
-    return one
 
 
 # --- The held-out split ----------------------------------------------------------------

@@ -18,10 +18,11 @@ from channels.testing import WebsocketCommunicator
 
 from config.asgi import application
 from ledger.units import UNITS_PER_CREDIT
-from tests.factories import post_task
+from tests.factories import make_worker, post_task
 from tests.marketplace.test_consumers import ORIGIN, session_cookie
 from tests.sockets import open_or_refused
-from tests.workers.test_pages import make_assignment, make_worker
+from tests.workers.test_pages import CAPS as RIG_CAPS
+from tests.workers.test_pages import make_assignment, make_rig
 from workers.live.dashboard import send_dashboard_event
 from workers.models import Assignment
 
@@ -40,7 +41,7 @@ def browser_socket(path: str, headers: list[tuple[bytes, bytes]]) -> WebsocketCo
 
 def test_the_task_owner_receives_progress_and_log_lines_from_the_worker(alice: Any, bob: Any) -> None:
     task = post_task(bob, budget=UNITS_PER_CREDIT)
-    worker, raw = make_worker(alice, "alice-h100")
+    worker, raw, _ = make_worker(alice, name="alice-h100", caps=RIG_CAPS)
     assignment = make_assignment(task, worker)
     browser = browser_socket(f"/ws/tasks/{task.pk}/", session_cookie("bob"))
     node = worker_socket(raw)
@@ -119,7 +120,7 @@ def test_one_ownership_check_serves_every_tab_of_the_owner(
 
     monkeypatch.setattr(task_consumers, "ACCESS_TTL", 60.0)  # both events within one answer's life
     task = post_task(bob, budget=UNITS_PER_CREDIT)
-    worker, raw = make_worker(alice, "alice-h100")
+    worker, raw, _ = make_worker(alice, name="alice-h100", caps=RIG_CAPS)
     assignment = make_assignment(task, worker)
     tabs = [browser_socket(f"/ws/tasks/{task.pk}/", session_cookie("bob")) for _ in range(5)]
     node = worker_socket(raw)
@@ -153,7 +154,7 @@ def test_a_deactivated_owner_is_disconnected_from_the_task_on_the_next_event(
 
     monkeypatch.setattr(task_consumers, "ACCESS_TTL", 0.0)  # no grace: the next event re-asks
     task = post_task(bob, budget=UNITS_PER_CREDIT)
-    worker, raw = make_worker(alice, "alice-h100")
+    worker, raw, _ = make_worker(alice, name="alice-h100", caps=RIG_CAPS)
     assignment = make_assignment(task, worker)
     tab = browser_socket(f"/ws/tasks/{task.pk}/", session_cookie("bob"))
     node = worker_socket(raw)
@@ -184,7 +185,7 @@ def test_a_failed_access_check_withholds_the_event_but_keeps_the_tab(
 
     monkeypatch.setattr(task_consumers, "ACCESS_TTL", 0.0)
     task = post_task(bob, budget=UNITS_PER_CREDIT)
-    worker, raw = make_worker(alice, "alice-h100")
+    worker, raw, _ = make_worker(alice, name="alice-h100", caps=RIG_CAPS)
     assignment = make_assignment(task, worker)
     tab = browser_socket(f"/ws/tasks/{task.pk}/", session_cookie("bob"))
     node = worker_socket(raw)
@@ -226,7 +227,7 @@ def test_anonymous_is_refused_on_the_dashboard() -> None:
 def test_the_dashboard_relays_a_users_own_task_and_worker_events_only(alice: Any, bob: Any) -> None:
     alices_task = post_task(alice, budget=UNITS_PER_CREDIT)
     bobs_task = post_task(bob, budget=UNITS_PER_CREDIT)
-    worker, _ = make_worker(alice, "alice-h100")
+    worker = make_rig(alice, "alice-h100")
     alice_feed = browser_socket("/ws/dashboard/", session_cookie("alice"))
     bob_feed = browser_socket("/ws/dashboard/", session_cookie("bob"))
 
@@ -259,7 +260,7 @@ def test_the_dashboard_relays_a_users_own_task_and_worker_events_only(alice: Any
 
 
 def test_a_deactivated_user_is_disconnected_on_the_next_event(alice: Any) -> None:
-    worker, _ = make_worker(alice, "alice-h100")
+    worker = make_rig(alice, "alice-h100")
     feed = browser_socket("/ws/dashboard/", session_cookie("alice"))
 
     async def conversation() -> dict[str, Any]:
@@ -282,7 +283,7 @@ def test_the_dashboards_follow_real_changes_of_tasks_and_workers(alice: Any, bob
 
     running = post_task(bob, budget=UNITS_PER_CREDIT)
     waiting = post_task(bob, budget=UNITS_PER_CREDIT)
-    worker, raw = make_worker(alice, "alice-h100", online=False)
+    worker, raw, _ = make_worker(alice, name="alice-h100", caps=RIG_CAPS, online=False)
     assignment = make_assignment(running, worker)
     alice_feed = browser_socket("/ws/dashboard/", session_cookie("alice"))
     bob_feed = browser_socket("/ws/dashboard/", session_cookie("bob"))

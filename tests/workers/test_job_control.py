@@ -16,8 +16,7 @@ from django.utils import timezone
 from ledger.units import UNITS_PER_CREDIT
 from marketplace import services as marketplace
 from marketplace.models import TaskEvent
-from tests.factories import UserFactory, post_task
-from tests.workers.processes import make_worker
+from tests.factories import UserFactory, make_worker, post_task
 from tests.workers.test_consumer import barrier, run, socket
 from workers.assignments import jobs, scheduler
 from workers.identity import services

@@ -18,8 +18,7 @@ from marketplace.models import Task, TaskStatus
 from protocol import keys
 from protocol.encoding import ComputeResult
 from protocol.signing import sign_compute_result
-from tests.factories import post_task
-from tests.workers.processes import make_worker
+from tests.factories import make_worker, post_task
 from workers.agent import runners
 from workers.agent.identity import Credentials
 from workers.agent.jobs import Node

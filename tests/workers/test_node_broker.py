@@ -27,7 +27,7 @@ from rest_framework.test import APIClient
 from protocol import keys
 from protocol.keys import KeyPair
 from protocol.wire import registration_message, sign_template
-from tests.workers.processes import CAPS
+from tests.factories import CAPS
 from workers.assignments import nodebroker
 from workers.identity import services
 from workers.models import RegistrationToken, Worker
@@ -321,7 +321,7 @@ def test_a_registration_the_broker_cannot_take_is_a_503_and_registers_nothing(al
 def test_a_suspension_the_broker_misses_still_refuses_the_node(
     alice: Any, broken_broker: None, django_capture_on_commit_callbacks: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tests.workers.processes import make_worker
+    from tests.factories import make_worker
     from workers import tasks
 
     retried: list[str] = []
@@ -426,8 +426,7 @@ def test_a_job_the_node_broker_cannot_take_is_logged_and_the_pass_goes_on(
     caplog: pytest.LogCaptureFixture,
     django_capture_on_commit_callbacks: Any,
 ) -> None:
-    from tests.factories import post_task
-    from tests.workers.processes import make_worker
+    from tests.factories import make_worker, post_task
     from workers.assignments import scheduler
     from workers.models import Assignment
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-import secrets
 from datetime import timedelta
 from typing import Any
 
@@ -14,9 +13,7 @@ from django.test import Client
 from django.utils import timezone
 
 from ledger.units import UNITS_PER_CREDIT
-from protocol import keys
-from protocol.bech32 import address_from_public_key
-from tests.factories import PASSWORD, post_task
+from tests.factories import PASSWORD, make_worker, post_task
 from tests.form_nonces import nonce_in, submit
 from workers.identity import services
 from workers.models import Assignment, RegistrationToken, Worker
@@ -35,21 +32,9 @@ CAPS = {
 }
 
 
-def make_worker(owner: Any, name: str = "rig-1", *, online: bool = True, **fields: Any) -> tuple[Worker, str]:
-    """A registered worker with a real key-derived address; returns it and its raw API token."""
-    key = keys.generate()
-    raw = services.WORKER_TOKEN_PREFIX + secrets.token_urlsafe(32)
-    worker = Worker.objects.create(
-        owner=owner,
-        name=name,
-        address=address_from_public_key(key.public_key),
-        public_key=key.public_key.hex(),
-        token_hash=services.hash_secret(raw),
-        capabilities=fields.pop("capabilities", CAPS),
-        last_heartbeat_at=timezone.now() if online else None,
-        **fields,
-    )
-    return worker, raw
+def make_rig(owner: Any, name: str, *, capabilities: dict[str, Any] = CAPS, **fields: Any) -> Worker:
+    """A worker with this module's H100 capabilities (``tests.factories.make_worker``)."""
+    return make_worker(owner, name=name, caps=capabilities, **fields).worker
 
 
 def make_assignment(task: Any, worker: Worker, **fields: Any) -> Assignment:
@@ -82,7 +67,7 @@ def test_anonymous_visitors_are_sent_to_log_in(client: Client, path: str) -> Non
 
 
 def test_another_users_worker_is_not_found_and_not_listed(alice: Any, bob: Any) -> None:
-    worker, _ = make_worker(alice, "alice-rig")
+    worker = make_rig(alice, "alice-rig")
     bob_client = login("bob")
     assert bob_client.get(f"/workers/{worker.pk}/").status_code == 404
     assert "alice-rig" not in text(bob_client.get("/workers/"))
@@ -151,11 +136,11 @@ def test_creating_a_token_needs_the_csrf_token(alice: Any) -> None:
 
 
 def test_my_workers_lists_status_capabilities_and_record(alice: Any, bob: Any) -> None:
-    online, _ = make_worker(alice, "h100-box", benchmark_gflops=51234.5, jobs_done=7, earnings=12_500_000_000)
-    make_worker(alice, "sleepy", online=False, capabilities={"cpu_cores": 4, "kinds": ["synthetic"]})
-    make_worker(alice, "paused", state=Worker.State.SUSPENDED)
-    make_worker(alice, "gone", state=Worker.State.RETIRED)
-    make_worker(bob, "bobs-rig")
+    online = make_rig(alice, "h100-box", benchmark_gflops=51234.5, jobs_done=7, earnings=12_500_000_000)
+    make_rig(alice, "sleepy", online=False, capabilities={"cpu_cores": 4, "kinds": ["synthetic"]})
+    make_rig(alice, "paused", state=Worker.State.SUSPENDED)
+    make_rig(alice, "gone", state=Worker.State.RETIRED)
+    make_rig(bob, "bobs-rig")
 
     response = login("alice").get("/workers/")
     assert response.status_code == 200
@@ -189,14 +174,14 @@ def test_my_workers_lists_status_capabilities_and_record(alice: Any, bob: Any) -
 
 def test_a_worker_with_a_running_assignment_is_busy(alice: Any, bob: Any) -> None:
     task = post_task(bob, budget=UNITS_PER_CREDIT)
-    worker, _ = make_worker(alice, "worker-a")
+    worker = make_rig(alice, "worker-a")
     make_assignment(task, worker)
     html = login("alice").get("/workers/").content.decode()
     assert 'data-worker-status="busy"' in html
 
 
 def test_suspend_resume_and_retire_through_the_page(alice: Any) -> None:
-    worker, _ = make_worker(alice, "rig")
+    worker = make_rig(alice, "rig")
     client = login("alice")
 
     response = client.post(f"/workers/{worker.pk}/suspend/", follow=True)
@@ -219,7 +204,7 @@ def test_suspend_resume_and_retire_through_the_page(alice: Any) -> None:
 
 
 def test_an_illegal_transition_is_a_message_not_an_error(alice: Any) -> None:
-    worker, _ = make_worker(alice, "rig", state=Worker.State.RETIRED)
+    worker = make_rig(alice, "rig", state=Worker.State.RETIRED)
     response = login("alice").post(f"/workers/{worker.pk}/resume/", follow=True)
     assert response.status_code == 200
     assert "A retired worker cannot become active." in text(response)
@@ -228,14 +213,14 @@ def test_an_illegal_transition_is_a_message_not_an_error(alice: Any) -> None:
 
 
 def test_an_unknown_action_is_not_found(alice: Any) -> None:
-    worker, _ = make_worker(alice, "rig")
+    worker = make_rig(alice, "rig")
     assert login("alice").post(f"/workers/{worker.pk}/explode/").status_code == 404
     assert login("alice").get(f"/workers/{worker.pk}/suspend/").status_code == 405
 
 
 def test_the_worker_page_shows_its_recent_assignments(alice: Any, bob: Any) -> None:
     task = post_task(bob, title="Matmul for bob", budget=UNITS_PER_CREDIT)
-    worker, _ = make_worker(alice, "rig", reputation=73)
+    worker = make_rig(alice, "rig", reputation=73)
     make_assignment(task, worker, state=Assignment.State.EXPIRED, progress=40.0, reason="Heartbeat timed out.")
     response = login("alice").get(f"/workers/{worker.pk}/")
     assert response.status_code == 200
@@ -252,7 +237,7 @@ def test_the_worker_page_shows_its_recent_assignments(alice: Any, bob: Any) -> N
 
 def test_the_task_page_renders_assignments_history_and_log_tail(alice: Any, bob: Any) -> None:
     task = post_task(bob, budget=UNITS_PER_CREDIT)
-    worker, _ = make_worker(alice, "alice-h100")
+    worker = make_rig(alice, "alice-h100")
     history = [{"t": 1.0, "step": 1, "loss": 0.9}, {"t": 2.0, "step": 2, "loss": 0.7}]
     make_assignment(task, worker, progress=20.0, history=history, log_tail=["epoch 1 done"])
     response = login("bob").get(f"/tasks/{task.pk}/")
@@ -269,7 +254,7 @@ def test_the_task_page_renders_assignments_history_and_log_tail(alice: Any, bob:
 
 def test_live_json_is_for_the_task_owner_only(alice: Any, bob: Any) -> None:
     task = post_task(bob, budget=UNITS_PER_CREDIT)
-    worker, _ = make_worker(alice, "alice-h100")
+    worker = make_rig(alice, "alice-h100")
     make_assignment(task, worker, progress=50.0, history=[{"t": 1.0, "step": 5, "loss": 0.5}], log_tail=["hi"])
 
     response = login("bob").get(f"/workers/tasks/{task.pk}/live.json")
@@ -290,7 +275,7 @@ def test_live_json_is_for_the_task_owner_only(alice: Any, bob: Any) -> None:
 
 def test_a_workers_page_says_which_waiting_tasks_it_could_take_and_what_the_rest_need(alice: Any, bob: Any) -> None:
     """Counts only: the provider learns what would win its node more work, not whose tasks wait."""
-    worker, _ = make_worker(
+    worker = make_rig(
         alice, "old-rig", capabilities={**CAPS, "kinds": ["synthetic"], "features": ["poc:shake128"]}, reputation=50
     )
     page = login("alice").get(f"/workers/{worker.pk}/")
@@ -315,7 +300,7 @@ def test_a_workers_page_says_which_waiting_tasks_it_could_take_and_what_the_rest
     body = text(login("alice").get(f"/workers/{worker.pk}/"))
     assert " 1 of the 5 waiting fits this worker" in body
     # Another of alice's nodes holds a replica of a task: not this node's to take either.
-    sibling, _ = make_worker(alice, "new-rig", capabilities={**CAPS, "kinds": ["synthetic"]}, reputation=50)
+    sibling = make_rig(alice, "new-rig", capabilities={**CAPS, "kinds": ["synthetic"]}, reputation=50)
     pair = post_task(bob, "synthetic", {"n": 64, "generator": "shake128"}, budget=UNITS_PER_CREDIT, replication=2)
     make_assignment(pair, sibling, state=Assignment.State.RUNNING)
     body = text(login("alice").get(f"/workers/{worker.pk}/"))

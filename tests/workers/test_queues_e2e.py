@@ -13,7 +13,7 @@ from ledger import services as ledger
 from ledger.models import Block, Transaction, TxStatus
 from ledger.tasks import seal_pending
 from ledger.units import UNITS_PER_CREDIT
-from tests.factories import post_task
+from tests.factories import make_worker, post_task
 from tests.workers import processes as p
 from workers.models import Assignment
 from workers.tasks import verify_assignment
@@ -22,7 +22,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 
 def test_blocks_and_scheduling_do_not_wait_for_verification(alice: Any, bob: Any, tmp_path: Path) -> None:
-    node, _, _ = p.make_worker(alice, name="node")
+    node, _, _ = make_worker(alice, name="node")
     ledger.deposit(bob, 10 * UNITS_PER_CREDIT, reference="test-deposit")
     with p.platform_worker(tmp_path, queues="control"):
         # A submitted result whose verification nobody can take: no platform worker runs.

@@ -13,8 +13,7 @@ from django.core.files.storage import default_storage
 from django.utils import timezone
 
 from ledger.units import UNITS_PER_CREDIT
-from tests.factories import post_task
-from tests.workers.processes import make_worker
+from tests.factories import make_worker, post_task
 from workers.assignments import scheduler, uploads
 from workers.models import Assignment
 from workers.tasks import purge_rejected_artifacts

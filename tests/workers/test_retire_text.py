@@ -21,7 +21,7 @@ from django.utils import timezone
 from ledger import services as ledger
 from ledger.units import UNITS_PER_CREDIT, format_credits
 from tests.form_nonces import submit
-from tests.workers.test_pages import make_worker
+from tests.workers.test_pages import make_rig
 from workers.assignments import sweep
 from workers.models import Worker
 
@@ -54,7 +54,7 @@ def retire_confirmation(page: str, worker: Worker) -> str:
 
 
 def test_retiring_a_worker_with_unswept_earnings_names_them_and_says_to_sweep_first(alice: Any, bob: Any) -> None:
-    rig, _ = make_worker(alice, "rig")
+    rig = make_rig(alice, "rig")
     unswept = pay(rig, bob, 3 * UNITS_PER_CREDIT)
     assert unswept > sweep.sweep_fee()
     client = web(alice)
@@ -75,7 +75,7 @@ def test_retiring_a_worker_with_unswept_earnings_names_them_and_says_to_sweep_fi
 def test_retiring_a_suspended_worker_says_what_sweeping_first_takes(alice: Any, bob: Any) -> None:
     """A suspended worker's token is refused, so it sweeps only once resumed; one an
     operator holds suspended cannot be resumed by its owner."""
-    rig, _ = make_worker(alice, "rig")
+    rig = make_rig(alice, "rig")
     pay(rig, bob, 3 * UNITS_PER_CREDIT)
     client = web(alice)
     Worker.objects.filter(pk=rig.pk).update(state=Worker.State.SUSPENDED)
@@ -88,7 +88,7 @@ def test_retiring_a_suspended_worker_says_what_sweeping_first_takes(alice: Any, 
 
 
 def test_retiring_a_worker_with_nothing_to_sweep_says_only_that_it_is_final(alice: Any) -> None:
-    empty, _ = make_worker(alice, "empty")
+    empty = make_rig(alice, "empty")
     client = web(alice)
     for page in (client.get("/workers/"), client.get(f"/workers/{empty.pk}/")):
         assert retire_confirmation(page.content.decode(), empty) == (
@@ -97,7 +97,7 @@ def test_retiring_a_worker_with_nothing_to_sweep_says_only_that_it_is_final(alic
 
 
 def test_a_balance_under_the_sweep_fee_is_named_but_not_worth_sweeping(alice: Any, bob: Any) -> None:
-    dust, _ = make_worker(alice, "dust")
+    dust = make_rig(alice, "dust")
     left = pay(dust, bob, sweep.sweep_fee() // 2)
     assert 0 < left <= sweep.sweep_fee()
     text = retire_confirmation(web(alice).get("/workers/").content.decode(), dust)
@@ -146,8 +146,8 @@ def test_the_shown_commands_run_as_shown_from_the_repository_root(alice: Any) ->
 
 
 def test_a_heartbeat_under_a_minute_old_is_just_now(alice: Any) -> None:
-    make_worker(alice, "fresh")  # heartbeat: now
-    quiet, _ = make_worker(alice, "quiet")
+    make_rig(alice, "fresh")  # heartbeat: now
+    quiet = make_rig(alice, "quiet")
     Worker.objects.filter(pk=quiet.pk).update(last_heartbeat_at=timezone.now() - timedelta(minutes=5, seconds=3))
     body = re.sub(r"<[^>]+>", " ", web(alice).get("/workers/").content.decode())
     body = re.sub(r"\s+", " ", body)

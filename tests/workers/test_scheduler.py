@@ -13,8 +13,7 @@ from ledger import services as ledger
 from ledger.units import UNITS_PER_CREDIT
 from marketplace.kinds import KINDS
 from marketplace.models import Task, TaskStatus
-from tests.factories import post_task
-from tests.workers.processes import CAPS, make_worker
+from tests.factories import CAPS, make_worker, post_task
 from workers.assignments import jobs, scheduler
 from workers.identity import services
 from workers.models import Assignment, Worker

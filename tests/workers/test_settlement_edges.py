@@ -19,7 +19,7 @@ from marketplace import services as marketplace
 from marketplace.models import Task, TaskStatus
 from protocol import encoding
 from protocol.wire import sign_template
-from tests.factories import post_task
+from tests.factories import assign, post_task
 from tests.workers.test_jobs import Provider, money
 from workers.assignments import scheduler
 from workers.models import Assignment, Worker
@@ -112,7 +112,7 @@ def test_a_worker_at_low_reputation_is_rejected_cleanly(alice: Any, bob: Any, tm
     alpha = Provider(alice, "alpha")
     Worker.objects.filter(pk=alpha.worker.pk).update(reputation=5)
     task = post_task(bob, "synthetic", {"n": 64}, budget=UNITS_PER_CREDIT, max_attempts=2)
-    (assignment,) = scheduler.schedule(task.pk)
+    assignment = assign(task)
     body = alpha.run_job(assignment, tmp_path, tamper=True)
     assert alpha.submit(assignment, body).status_code == 202
     assert verify_assignment(str(assignment.pk)) == "rejected"
@@ -126,7 +126,7 @@ def test_giving_up_at_low_reputation_still_costs_it(alice: Any, bob: Any) -> Non
     alpha = Provider(alice, "alpha")
     Worker.objects.filter(pk=alpha.worker.pk).update(reputation=2)
     task = post_task(bob, "synthetic", {"n": 64}, budget=UNITS_PER_CREDIT)
-    (assignment,) = scheduler.schedule(task.pk)
+    assignment = assign(task)
     assert alpha.client.post(alpha.url(assignment, "fail/"), {"reason": "out of memory"}).status_code == 200
     refreshed(alpha.worker)
     assert alpha.worker.reputation == 0
@@ -135,7 +135,7 @@ def test_giving_up_at_low_reputation_still_costs_it(alice: Any, bob: Any) -> Non
 def test_cancelling_a_running_task_ends_its_job_without_penalty(alice: Any, bob: Any, tmp_path: Path) -> None:
     alpha = Provider(alice, "alpha")
     task = post_task(bob, "synthetic", {"n": 64}, budget=UNITS_PER_CREDIT)
-    (assignment,) = scheduler.schedule(task.pk)
+    assignment = assign(task)
     body = alpha.run_job(assignment, tmp_path)
     reputation = Worker.objects.get(pk=alpha.worker.pk).reputation
 
@@ -223,7 +223,7 @@ def test_a_worker_that_spends_its_results_nonce_is_rejected_not_stranded(
     ledger.lock_escrow(earlier, bob, UNITS_PER_CREDIT, reference=f"lock:{earlier}")
     ledger.release_to_worker(earlier, alpha.worker.address, UNITS_PER_CREDIT, reference=f"reward:{earlier}")
     task = post_task(bob, "synthetic", {"n": 64}, budget=UNITS_PER_CREDIT, max_attempts=2)
-    (assignment,) = scheduler.schedule(task.pk)
+    assignment = assign(task)
     assert alpha.submit(assignment, alpha.run_job(assignment, tmp_path)).status_code == 202
 
     template = {
@@ -258,7 +258,7 @@ def test_a_worker_that_spends_its_results_nonce_is_rejected_not_stranded(
 def test_a_node_that_restarts_gives_up_what_it_was_running(alice: Any, bob: Any) -> None:
     alpha = Provider(alice, "alpha")
     task = post_task(bob, "synthetic", {"n": 64}, budget=UNITS_PER_CREDIT)
-    (assignment,) = scheduler.schedule(task.pk)
+    assignment = assign(task)
     assert alpha.client.post(alpha.url(assignment, "start/")).status_code == 200
 
     answer = alpha.client.post("/api/v1/workers/me/abandon/")
@@ -276,7 +276,7 @@ def test_a_node_that_restarts_gives_up_what_it_was_running(alice: Any, bob: Any)
 def test_a_job_over_is_no_longer_a_key_to_the_data(alice: Any, bob: Any) -> None:
     alpha = Provider(alice, "alpha")
     task = post_task(bob, "synthetic", {"n": 64}, budget=UNITS_PER_CREDIT)
-    (assignment,) = scheduler.schedule(task.pk)
+    assignment = assign(task)
     assert alpha.client.post(alpha.url(assignment, "fail/"), {"reason": "no"}).status_code == 200
     closed = alpha.client.get(alpha.url(assignment, "dataset/"))
     assert closed.status_code == 409
@@ -289,7 +289,7 @@ def test_a_proof_too_large_for_a_transaction_is_a_400_naming_it(alice: Any, bob:
 
     alpha = Provider(alice, "alpha")
     task = post_task(bob, "synthetic", {"n": 64}, budget=UNITS_PER_CREDIT)
-    (assignment,) = scheduler.schedule(task.pk)
+    assignment = assign(task)
     job = alpha.client.get(alpha.url(assignment)).json()
     assert alpha.client.post(alpha.url(assignment, "start/")).status_code == 200
     template = job["submit"]
@@ -322,7 +322,7 @@ def test_a_proof_too_large_for_a_transaction_is_a_400_naming_it(alice: Any, bob:
 def test_the_verified_benchmark_is_measured_by_the_platform(alice: Any, bob: Any, tmp_path: Path) -> None:
     alpha = Provider(alice, "alpha")
     task = post_task(bob, "synthetic", {"n": 64}, budget=UNITS_PER_CREDIT)
-    (assignment,) = scheduler.schedule(task.pk)
+    assignment = assign(task)
     body = alpha.run_job(assignment, tmp_path)
     assert alpha.submit(assignment, body).status_code == 202
     assert verify_assignment(str(assignment.pk)) == "accepted"
@@ -415,7 +415,7 @@ def test_a_result_the_platform_cannot_judge_is_given_up_without_penalty_in_the_e
 
     alpha = Provider(alice, "alpha")
     task = post_task(bob, "synthetic", {"n": 64}, budget=UNITS_PER_CREDIT, max_attempts=2)
-    (assignment,) = scheduler.schedule(task.pk)
+    assignment = assign(task)
     assert alpha.submit(assignment, alpha.run_job(assignment, tmp_path)).status_code == 202
     reputation = Worker.objects.get(pk=alpha.worker.pk).reputation
 
@@ -450,7 +450,7 @@ def test_a_synthetic_task_whose_stored_spec_the_verifier_cannot_read_never_blame
 
     alpha = Provider(alice, "alpha")
     task = post_task(bob, "synthetic", {"n": 64}, budget=UNITS_PER_CREDIT)
-    (assignment,) = scheduler.schedule(task.pk)
+    assignment = assign(task)
     assert alpha.submit(assignment, alpha.run_job(assignment, tmp_path)).status_code == 202
     reputation = Worker.objects.get(pk=alpha.worker.pk).reputation
     Task.objects.filter(pk=task.pk).update(spec={**task.spec, "generator": "mt19937"})
@@ -475,7 +475,7 @@ def test_a_verifier_that_loses_the_race_reports_that_it_decided_nothing(
 
     alpha = Provider(alice, "alpha")
     task = post_task(bob, "synthetic", {"n": 64}, budget=UNITS_PER_CREDIT)
-    (assignment,) = scheduler.schedule(task.pk)
+    assignment = assign(task)
     assert alpha.submit(assignment, alpha.run_job(assignment, tmp_path)).status_code == 202
     honest = verification.verify
 

@@ -23,8 +23,7 @@ from ledger.sealer import seal_all
 from ledger.units import UNITS_PER_CREDIT
 from marketplace.kinds import KINDS
 from marketplace.models import Task, TaskStatus
-from tests.factories import post_task
-from tests.workers.processes import CAPS, make_worker
+from tests.factories import CAPS, make_worker, post_task
 from workers.assignments import jobs, scheduler, settlement
 from workers.models import Assignment, Worker
 from workers.tasks import schedule_waiting

@@ -25,12 +25,11 @@ from ledger.units import UNITS_PER_CREDIT, format_credits
 from marketplace.models import TaskStatus
 from protocol import encoding, keys
 from protocol.wire import sign_template, template_tx
-from tests.factories import post_task
+from tests.factories import assign, make_worker, post_task
 from tests.workers import processes as p
 from workers.agent import runners
 from workers.agent.identity import Credentials
 from workers.agent.jobs import Node
-from workers.assignments import scheduler
 from workers.models import Assignment, Worker
 from workers.tasks import verify_assignment
 
@@ -44,7 +43,7 @@ class Rig:
     """One registered node as it talks to the platform: its worker row, key and client."""
 
     def __init__(self, owner: Any, name: str) -> None:
-        self.worker, self.token, self.key = p.make_worker(owner, name=name)
+        self.worker, self.token, self.key = make_worker(owner, name=name)
         self.client = APIClient()
         self.client.credentials(HTTP_AUTHORIZATION=f"Worker {self.token}")
 
@@ -77,7 +76,7 @@ def pay(worker: Worker, payer: Any, units: int) -> int:
 def earn(rig: Rig, requester: Any, workdir: Path) -> Assignment:
     """A synthetic job run, signed and submitted as the agent does, verified and paid."""
     task = post_task(requester, "synthetic", {"n": 64}, budget=UNITS_PER_CREDIT)
-    (assignment,) = scheduler.schedule(task.pk)
+    assignment = assign(task)
     assert assignment.worker == rig.worker
     url = f"/api/v1/assignments/{assignment.pk}/"
     job = rig.client.get(url).json()
@@ -177,7 +176,7 @@ def test_a_worker_sweeps_its_earnings_into_its_owners_wallet(
 def test_no_sweep_while_an_assignment_is_unsettled(paid_alpha: Rig, bob: Any, state: str) -> None:
     template = paid_alpha.template().json()
     task = post_task(bob, "synthetic", {"n": 64}, budget=UNITS_PER_CREDIT)
-    (assignment,) = scheduler.schedule(task.pk)
+    assignment = assign(task)
     Assignment.objects.filter(pk=assignment.pk).update(state=state)
     before = money()
 
@@ -365,7 +364,7 @@ def test_the_sweep_command_against_a_live_server(alice: Any, bob: Any, tmp_path:
         pay(worker, bob, UNITS_PER_CREDIT)
         task = post_task(bob, "synthetic", {"n": 64}, budget=UNITS_PER_CREDIT)
         Worker.objects.filter(pk=worker.pk).update(last_heartbeat_at=timezone.now())
-        (assignment,) = scheduler.schedule(task.pk)
+        assignment = assign(task)
         busy = sweep(key)
         assert busy.returncode == 1
         assert "not now (HTTP 409)" in busy.stderr

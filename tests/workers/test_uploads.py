@@ -15,7 +15,7 @@ from rest_framework.test import APIClient
 
 from ledger.units import UNITS_PER_CREDIT
 from marketplace.models import Task
-from tests.factories import post_task
+from tests.factories import assign, post_task
 from tests.workers.test_jobs import Provider
 from workers.agent import transfer
 from workers.agent.identity import Credentials
@@ -35,7 +35,7 @@ def alpha(alice: Any) -> Provider:
 @pytest.fixture
 def running(alpha: Provider, bob: Any) -> Assignment:
     task: Task = post_task(bob, "synthetic", {"n": 64}, budget=UNITS_PER_CREDIT)
-    (assignment,) = scheduler.schedule(task.pk)
+    assignment = assign(task)
     assert alpha.client.post(alpha.url(assignment, "start/")).status_code == 200
     return assignment
 
@@ -184,7 +184,7 @@ def test_the_last_part_sent_again_after_a_lost_answer_is_not_a_restart(alpha: Pr
 def test_submitting_closes_the_artifacts(alpha: Provider, bob: Any, tmp_path: Path) -> None:
     """Unfinished parts go with the submission, and nothing is written after it."""
     task = post_task(bob, "synthetic", {"n": 64}, budget=UNITS_PER_CREDIT)
-    (assignment,) = scheduler.schedule(task.pk)
+    assignment = assign(task)
     body = alpha.run_job(assignment, tmp_path)
     url = alpha.url(assignment, "artifacts/product.safetensors/")
     product = stored(assignment)

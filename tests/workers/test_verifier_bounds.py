@@ -16,10 +16,10 @@ from django.conf import settings
 from ledger import services as ledger
 from ledger.units import UNITS_PER_CREDIT
 from marketplace.models import TaskStatus
-from tests.factories import post_task
+from tests.factories import assign, post_task
 from tests.workers import test_asl_kinds, test_cube_kinds, test_jobs
 from tests.workers.test_asl_kinds import AslProvider
-from tests.workers.test_cube_kinds import Provider, assign, completed_training, inference_task, submitted
+from tests.workers.test_cube_kinds import Provider, completed_training, inference_task, submitted
 from training.cube.data import synthetic_embeddings
 from workers import verification
 from workers.assignments import jobs, scheduler
@@ -111,7 +111,7 @@ def test_a_result_that_keeps_killing_the_verifier_is_rejected_and_the_task_refun
     before = ledger.balance(bob)
     provider = test_jobs.Provider(alice, "alpha")
     task = post_task(bob, "synthetic", {"n": 64}, budget=UNITS_PER_CREDIT, max_attempts=1)
-    (assignment,) = scheduler.schedule(task.pk)
+    assignment = assign(task)
     assert provider.submit(assignment, provider.run_job(assignment, tmp_path)).status_code == 202
     reputation = Worker.objects.get(pk=provider.worker.pk).reputation
 
@@ -165,7 +165,7 @@ def test_a_run_retried_on_a_locked_database_counts_once_and_the_result_is_still_
 
     provider = test_jobs.Provider(alice, "alpha")
     task = post_task(bob, "synthetic", {"n": 64}, budget=UNITS_PER_CREDIT)
-    (assignment,) = scheduler.schedule(task.pk)
+    assignment = assign(task)
     assert provider.submit(assignment, provider.run_job(assignment, tmp_path)).status_code == 202
     honest = verification.verify
 

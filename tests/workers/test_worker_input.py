@@ -10,10 +10,9 @@ from django.test import Client
 from rest_framework.test import APIClient
 
 from ledger.units import UNITS_PER_CREDIT
-from tests.factories import post_task
+from tests.factories import assign, post_task
 from tests.form_nonces import submit
 from tests.workers.test_jobs import Provider
-from workers.assignments import scheduler
 from workers.identity import services
 from workers.models import RegistrationToken, Worker
 
@@ -25,7 +24,7 @@ DEEP = "[" * 100_000 + "]" * 100_000
 def test_deeply_nested_json_is_a_400_on_every_worker_endpoint(alice: Any, bob: Any) -> None:
     alpha = Provider(alice, "alpha")
     task = post_task(bob, "synthetic", {"n": 64}, budget=UNITS_PER_CREDIT)
-    (assignment,) = scheduler.schedule(task.pk)
+    assignment = assign(task)
     anonymous = APIClient()
     for client, url in [
         (anonymous, "/api/v1/workers/register/"),
@@ -84,7 +83,7 @@ def test_a_failure_reason_no_column_can_hold_is_a_400_and_the_job_stays(
     # no database could encode the lone surrogate, both a 500. The form body too.
     alpha = Provider(alice, "alpha")
     task = post_task(bob, "synthetic", {"n": 64}, budget=UNITS_PER_CREDIT)
-    (assignment,) = scheduler.schedule(task.pk)
+    assignment = assign(task)
     url = alpha.url(assignment, "fail/")
     response = alpha.client.post(url, json.dumps({"reason": reason}), content_type="application/json")
     assert response.status_code == 400
@@ -167,7 +166,7 @@ def test_a_result_transaction_must_be_the_template_exactly(
     # stored with the result unchecked.
     alpha = Provider(alice, "alpha")
     task = post_task(bob, "synthetic", {"n": 64}, budget=UNITS_PER_CREDIT)
-    (assignment,) = scheduler.schedule(task.pk)
+    assignment = assign(task)
     body = alpha.run_job(assignment, tmp_path)
     bent = {**body, "transaction": {**body["transaction"], **change}}
     response = alpha.submit(assignment, bent)
@@ -189,7 +188,7 @@ def test_a_payload_signed_with_a_bool_for_a_number_is_refused_at_submission(
 
     alpha = Provider(alice, "alpha")
     task = post_task(bob, "synthetic", {"n": 64}, budget=UNITS_PER_CREDIT)
-    (assignment,) = scheduler.schedule(task.pk)
+    assignment = assign(task)
     body = alpha.run_job(assignment, tmp_path)
     compute = body["transaction"]["payload"]["compute_result"]
     assert compute["nonce"] == 0
