@@ -44,7 +44,7 @@ class Kind:
     model_files: tuple[str, ...]
     source_kind: str | None
     # fn(spec, upload path | None, out_dir) -> (worker-facing file | None, held-out file):
-    # run on the platform once per task before scheduling (workers.heldout); the worker
+    # run on the platform once per task before scheduling (workers.assignments.heldout); the worker
     # then gets only the first file and the verifier scores on the second.
     prepare: Callable[[Spec, Path | None, Path], tuple[Path | None, Path]] | None
     features: Callable[[Spec], tuple[str, ...]]
@@ -97,7 +97,7 @@ class Kind:
 def minimum_reward() -> int:
     """The least a task may pay: after the platform's fee share, the worker's reward
     must still cover the gas of the SUBMIT_RESULT it signs (paid out of that reward) and
-    of the TRANSFER that sweeps the rest to its provider's wallet (workers/sweep.py)."""
+    of the TRANSFER that sweeps the rest to its provider's wallet (workers/assignments/sweep.py)."""
     from ledger import gas
     from protocol import encoding
 

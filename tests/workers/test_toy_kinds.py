@@ -17,9 +17,8 @@ from ledger.units import UNITS_PER_CREDIT
 from marketplace import kinds as platform_kinds
 from marketplace.models import Task, TaskStatus
 from marketplace.specs import serializer_for
-from tests.factories import post_task
+from tests.factories import CAPS, make_worker, post_task
 from tests.toykind.kind import ARTIFACT, TOY
-from tests.workers.processes import CAPS, make_worker
 from training import kinds as node_kinds
 from training.plugin import Outcome, sha256_file
 from workers.agent import runners

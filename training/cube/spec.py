@@ -48,7 +48,7 @@ class CubeTrainingSpec:
     compile: bool = param(False, "Use torch.compile where available.")
     seed: int = param(0, "Random seed for a deterministic run.", lo=0, hi=2**31 - 1)
     # The platform's acceptance bar, not a training setting: the trainer ignores it, and the
-    # platform leaves it out of the job it sends (workers.jobs), so agents that predate it
+    # platform leaves it out of the job it sends (workers.assignments.jobs), so agents that predate it
     # still take the task.
     min_loss_reduction: int = param(
         0,
