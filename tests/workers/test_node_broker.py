@@ -352,6 +352,7 @@ def test_a_real_agent_runs_jobs_from_its_own_login_and_loses_it_when_retired(
     from marketplace.models import Task, TaskStatus
     from tests.factories import post_task
     from tests.workers import processes as p
+    from workers.agent.app import LOGIN_GONE
     from workers.agent.identity import Credentials, credentials_path
     from workers.assignments import scheduler
     from workers.models import Assignment
@@ -383,7 +384,7 @@ def test_a_real_agent_runs_jobs_from_its_own_login_and_loses_it_when_retired(
         def online() -> bool:
             return Worker.objects.get(pk=worker.pk).is_online
 
-        with p.spawn(p.agent_cmd(key, "run"), log, p.child_env()):  # no --broker: its own login
+        with p.spawn(p.agent_cmd(key, "run"), log, p.child_env()) as agent:  # no --broker: its own login
             p.wait_for(online, 60, "the agent never connected", explain=lambda: log.read_text()[-3000:])
             assert f"consuming w.{worker.address} from amqp" in log.read_text()
             run_one()
@@ -396,7 +397,12 @@ def test_a_real_agent_runs_jobs_from_its_own_login_and_loses_it_when_retired(
             # Suspended: its connection is closed at once; resumed, it takes jobs again.
             lost = log.read_text().count("Connection to broker lost")
             services.set_worker_state(alice, worker.pk, Worker.State.SUSPENDED)
-            p.wait_for(lambda: log.read_text().count("Connection to broker lost") > lost, 5, "still connected")
+            p.wait_for(
+                lambda: log.read_text().count("Connection to broker lost") > lost,
+                5,
+                "still connected",
+                explain=lambda: log.read_text()[-6000:],
+            )
             with pytest.raises(NotAllowed):
                 connect(login)
             # Refused, the agent waits longer and longer between logins (not five a second).
@@ -406,12 +412,15 @@ def test_a_real_agent_runs_jobs_from_its_own_login_and_loses_it_when_retired(
             p.wait_for(online, 60, "the resumed agent never came back", explain=lambda: log.read_text()[-3000:])
             run_one()
 
-            # Retired: its connection is closed within 5 s and its login refused for good.
-            lost = log.read_text().count("Connection to broker lost")
+            # Retired: its connection is closed, its login refused for good, and the agent
+            # says so and stops (a process manager sees why in the exit status).
             services.set_worker_state(alice, worker.pk, Worker.State.RETIRED)
-            p.wait_for(lambda: log.read_text().count("Connection to broker lost") > lost, 5, "still connected")
             with pytest.raises(AccessRefused):
                 connect(login)
+            p.wait_for(lambda: agent.poll() is not None, 15, "still running", explain=lambda: log.read_text()[-6000:])
+            assert agent.returncode == LOGIN_GONE
+            assert "the broker no longer knows this node's login" in log.read_text()
+            assert "Unrecoverable error" not in log.read_text()
     worker.refresh_from_db()
     assert worker.jobs_done == 2
     nodebroker.remove_node(worker.address)

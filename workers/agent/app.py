@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -28,6 +29,7 @@ from urllib.parse import urlsplit
 import httpx
 from amqp.exceptions import AccessRefused, NotAllowed
 from celery import Celery, bootsteps
+from celery.exceptions import CPendingDeprecationWarning, WorkerShutdown
 from celery.signals import worker_init, worker_ready
 from celery.worker import state as worker_state
 from celery.worker.consumer import Consumer
@@ -89,6 +91,7 @@ def amqp_tls(broker: str, ca: str | None) -> dict[str, Any] | None:
 
 
 LOGIN_RETRY_MAX = 30.0  # seconds between logins the broker refuses, at most
+LOGIN_GONE = 78  # exit status (EX_CONFIG) once the broker no longer knows the node's login
 
 
 class PatientConsumer(Consumer):
@@ -96,16 +99,24 @@ class PatientConsumer(Consumer):
     the broker refuses, instead of trying about five times a second.
 
     RabbitMQ refuses a node's login while the node is suspended or its owner's account
-    deactivated (NOT_ALLOWED: no access to the vhost), and for good once it is retired or
-    registered again elsewhere (ACCESS_REFUSED: the user or password is gone). Celery
-    treats both as a lost connection and reconnects at once. Waits end early when the
-    node is told to stop.
+    deactivated (NOT_ALLOWED: no access to the vhost): Celery treats that as a lost
+    connection and would reconnect at once. Waits end early when the node is told to stop.
+    A login the broker no longer knows (ACCESS_REFUSED: the node was retired, or its key
+    registered again, which gave it a new password) never comes back: the node says so
+    and exits with LOGIN_GONE.
     """
 
     refusals = 0
 
     def connect(self) -> Any:
-        connection = super().connect()
+        try:
+            connection = super().connect()
+        except AccessRefused:
+            log.error(
+                "the broker no longer knows this node's login: the node was retired, or its key registered"
+                " again (start the agent again to use the new login in worker.json); stopping"
+            )
+            raise WorkerShutdown(LOGIN_GONE) from None
         self.refusals = 0
         return connection
 
@@ -170,6 +181,9 @@ def make_app(broker: str, queue: str, broker_folder: str | None = None, broker_c
         worker_enable_remote_control=False,
         worker_send_task_events=False,
         task_send_sent_event=False,
+        # A job keeps running when the broker connection drops: the platform, not the
+        # broker, decides whether it is stopped (over the node's socket, job-control.md).
+        worker_cancel_long_running_tasks_on_connection_loss=False,
     )
     return app
 
@@ -186,6 +200,9 @@ def run_node(
     """Run the node until it is told to stop. ``broker`` None: the node's own broker login
     from registration (``worker.json``)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # The app sets worker_cancel_long_running_tasks_on_connection_loss itself (make_app);
+    # Celery warns about its default on every lost connection all the same.
+    warnings.filterwarnings("ignore", category=CPendingDeprecationWarning, module="celery.worker.consumer.consumer")
     key = load_key(key_path)
     creds = Credentials.load(credentials_path(key_path))
     if creds.address != key.address:
