@@ -194,7 +194,9 @@ class Assignment(models.Model):
         help_text="A true claim short of the task's quality bar: penalised only once another worker meets the bar.",
     )
     artifacts_deleted_at = models.DateTimeField(
-        null=True, blank=True, help_text="When a rejected result's uploads were deleted (workers/retention.py)."
+        null=True,
+        blank=True,
+        help_text="When a rejected result's uploads were deleted (workers/assignments/retention.py).",
     )
 
     class Meta:
