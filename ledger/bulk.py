@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from operator import attrgetter
+from typing import cast
 
 from django.db import connection
 from django.db.models import Max
@@ -89,29 +91,12 @@ def mark_sealed(block_id: int, tx_ids: Sequence[int]) -> None:
 
 
 _SEPARATOR = "\x1f"  # ASCII unit separator: never in a hash, refused in references
-_TX_COLUMNS = [
-    "id",
-    "hash",
-    "chain_id",
-    "type",
-    "sender",
-    "recipient",
-    "amount",
-    "fee",
-    "nonce",
-    "gas_price",
-    "gas_limit",
-    "payload",
-    "public_key",
-    "signature",
-    "status",
-    "reason",
-    "reason_detail",
-    "reference",
-    "block_id",
-    "index_in_block",
-    "created_at",
-]
+# Every column of the table in the model's order, and each row's values in that order:
+# COPY takes them as they are, but for the payload, which it takes as JSON text.
+_TX_FIELDS = Transaction._meta.concrete_fields
+_TX_COLUMNS = [cast(str, f.column) for f in _TX_FIELDS]  # a concrete field always has one
+_tx_values = attrgetter(*(f.attname for f in _TX_FIELDS))
+_PAYLOAD = _TX_COLUMNS.index("payload")
 COPY_MIN = 64
 
 
@@ -155,31 +140,9 @@ def insert_transactions(rows: Sequence[Transaction]) -> None:
         raw = cursor.cursor
         with raw.copy(f"COPY {table} ({', '.join(_TX_COLUMNS)}) FROM STDIN") as copy:
             for r in rows:
-                copy.write_row(
-                    (
-                        r.pk,
-                        r.hash,
-                        r.chain_id,
-                        r.type,
-                        r.sender,
-                        r.recipient,
-                        r.amount,
-                        r.fee,
-                        r.nonce,
-                        r.gas_price,
-                        r.gas_limit,
-                        json.dumps(r.payload, separators=(",", ":")),
-                        r.public_key,
-                        r.signature,
-                        r.status,
-                        r.reason,
-                        r.reason_detail,
-                        r.reference,
-                        r.block_id,
-                        r.index_in_block,
-                        r.created_at,
-                    )
-                )
+                values = list(_tx_values(r))
+                values[_PAYLOAD] = json.dumps(values[_PAYLOAD], separators=(",", ":"))
+                copy.write_row(values)
     for r in rows:
         r._state.adding = False
         r._state.db = connection.alias

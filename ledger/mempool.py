@@ -27,7 +27,7 @@ from config.celery import enqueue
 from ledger import hooks
 from ledger.bulk import insert_transactions, taken, update_accounts
 from ledger.chain import context
-from ledger.models import Account, AccountKind, Transaction, TxStatus
+from ledger.models import Account, AccountKind, Transaction, TxStatus, signed_columns
 from ledger.rules import ChainContext, Refusal, SignatureChecks, apply, check_stateless, start_signature_checks
 from protocol import encoding
 from protocol.encoding import ComputeResult, EncodingError, Tx
@@ -65,17 +65,7 @@ def _row(p: _Prepared, status: str, now: datetime) -> Transaction:
     values: dict[str, Any] = {
         "id": None,
         "hash": p.hash,
-        "chain_id": tx.chain_id,
-        "type": tx.type,
-        "sender": tx.sender,
-        "recipient": tx.recipient,
-        "amount": tx.amount,
-        "fee": tx.fee,
-        "nonce": tx.nonce,
-        "gas_price": tx.gas_price,
-        "gas_limit": tx.gas_limit,
-        "payload": dict(tx.payload),
-        "public_key": tx.public_key.hex(),
+        **signed_columns(tx),
         "signature": p.sub.signature.hex(),
         "status": status,
         "reason": p.refusal.code if p.refusal else "",

@@ -11,7 +11,10 @@ was admissible stays valid when it is sealed.
 
 from __future__ import annotations
 
-from typing import ClassVar
+import dataclasses
+from collections.abc import Iterable
+from operator import attrgetter
+from typing import Any, ClassVar
 
 from django.conf import settings
 from django.db import models
@@ -124,6 +127,30 @@ def timestamp_us(moment: object) -> int:
     return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 
+# The Transaction columns that store a transaction's signed fields: protocol.encoding.Tx's
+# fields, in its order and under its names. Only public_key is stored in another form (hex).
+SIGNED_COLUMNS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(encoding.Tx))
+
+
+def tx_from_columns(values: Iterable[Any]) -> encoding.Tx:
+    """The Tx whose SIGNED_COLUMNS hold ``values``, in that order. ValueError when the
+    public key is not hex."""
+    fields = dict(zip(SIGNED_COLUMNS, values, strict=True))
+    fields["public_key"] = bytes.fromhex(fields["public_key"])
+    return encoding.Tx(**fields)
+
+
+def signed_columns(tx: encoding.Tx) -> dict[str, Any]:
+    """The SIGNED_COLUMNS values that store ``tx``: what ``tx_from_columns`` reads back."""
+    values = {name: getattr(tx, name) for name in SIGNED_COLUMNS}
+    values["payload"] = dict(tx.payload)
+    values["public_key"] = tx.public_key.hex()
+    return values
+
+
+_signed_values = attrgetter(*SIGNED_COLUMNS)
+
+
 class TxType(models.TextChoices):
     DEPOSIT = encoding.DEPOSIT, "Deposit"
     TRANSFER = encoding.TRANSFER, "Transfer"
@@ -212,16 +239,4 @@ class Transaction(models.Model):
 
     def as_tx(self) -> encoding.Tx:
         """The signed fields, exactly as encoded."""
-        return encoding.Tx(
-            chain_id=self.chain_id,
-            type=self.type,
-            sender=self.sender,
-            recipient=self.recipient,
-            amount=self.amount,
-            fee=self.fee,
-            nonce=self.nonce,
-            gas_price=self.gas_price,
-            gas_limit=self.gas_limit,
-            payload=self.payload,
-            public_key=bytes.fromhex(self.public_key),
-        )
+        return tx_from_columns(_signed_values(self))

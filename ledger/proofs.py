@@ -40,23 +40,6 @@ def header_json(block: Block) -> dict[str, Any]:
     }
 
 
-def signed_fields(tx: Transaction) -> dict[str, Any]:
-    """Every field the sender signed, under the names the API uses (``from``, ``to``)."""
-    return {
-        "chain_id": tx.chain_id,
-        "type": tx.type,
-        "from": tx.sender,
-        "to": tx.recipient,
-        "amount": tx.amount,
-        "fee": tx.fee,
-        "nonce": tx.nonce,
-        "gas_price": tx.gas_price,
-        "gas_limit": tx.gas_limit,
-        "payload": tx.payload,
-        "public_key": tx.public_key,
-    }
-
-
 def build_proof(tx: Transaction) -> dict[str, Any] | None:
     """The proof of a sealed transaction; None while it is pending or if refused."""
     block = tx.block
@@ -69,7 +52,7 @@ def build_proof(tx: Transaction) -> dict[str, Any] | None:
     proof: dict[str, Any] = {
         "version": PROOF_VERSION,
         "block": header_json(block),
-        "transaction": {**signed_fields(tx), "hash": tx.hash, "signature": tx.signature},
+        "transaction": {**encoding.tx_to_json(tx.as_tx()), "hash": tx.hash, "signature": tx.signature},
         "tx_inclusion": {
             "leaf_index": tx.index_in_block,
             "tree_size": len(leaves),

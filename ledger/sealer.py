@@ -21,7 +21,16 @@ from django.utils import timezone
 from ledger import custody
 from ledger.bulk import mark_sealed, overlapped, reserve_block_id, update_accounts
 from ledger.events import BlockSealedEvent, send_block_event
-from ledger.models import Account, AccountKind, Block, Transaction, TxStatus, timestamp_us
+from ledger.models import (
+    SIGNED_COLUMNS,
+    Account,
+    AccountKind,
+    Block,
+    Transaction,
+    TxStatus,
+    timestamp_us,
+    tx_from_columns,
+)
 from ledger.rules import Refusal, apply
 from ledger.statetree import StateTree
 from protocol import encoding, merkle
@@ -129,33 +138,16 @@ class PendingRow(NamedTuple):
 
     pk: int
     hash: str
-    chain_id: str
-    type: str
-    sender: str
-    recipient: str
-    amount: int
-    fee: int
-    nonce: int
-    gas_price: int
-    gas_limit: int
-    payload: Any
-    public_key: str
     signature: str
+    tx: encoding.Tx
 
-    def as_tx(self) -> encoding.Tx:
-        return encoding.Tx(
-            chain_id=self.chain_id,
-            type=self.type,
-            sender=self.sender,
-            recipient=self.recipient,
-            amount=self.amount,
-            fee=self.fee,
-            nonce=self.nonce,
-            gas_price=self.gas_price,
-            gas_limit=self.gas_limit,
-            payload=self.payload,
-            public_key=bytes.fromhex(self.public_key),
-        )
+    @property
+    def type(self) -> str:
+        return self.tx.type
+
+    @property
+    def payload(self) -> Any:
+        return self.tx.payload
 
 
 def tx_leaf_hashes(txs: Sequence[_Leafy]) -> list[bytes]:
@@ -185,21 +177,21 @@ def seal_block(max_txs: int | None = None) -> Block | None:
             return None
         ensure_system_accounts()
         head = _ensure_genesis_locked()
-        pending = [
-            PendingRow(*row)
-            for row in Transaction.objects.filter(status=TxStatus.PENDING)
+        rows = (
+            Transaction.objects.filter(status=TxStatus.PENDING)
             .order_by("id")
-            .values_list(*PendingRow._fields)[:limit]
-        ]
+            .values_list("pk", "hash", "signature", *SIGNED_COLUMNS)[:limit]
+        )
+        pending = [PendingRow(pk, hash_, signature, tx_from_columns(signed)) for pk, hash_, signature, *signed in rows]
         if not pending:
             return None
-        collector = {validator.address} if any(t.fee for t in pending) else set()
-        addresses = sorted({a for t in pending for a in (t.sender, t.recipient)} | collector)
+        collector = {validator.address} if any(t.tx.fee for t in pending) else set()
+        addresses = sorted({a for t in pending for a in (t.tx.sender, t.tx.recipient)} | collector)
         accounts = list(Account.objects.select_for_update().filter(address__in=addresses).order_by("address"))
         state = {a.address: [a.balance, a.nonce] for a in accounts}
         for t in pending:
             try:
-                apply(state, t.as_tx(), validator.address)
+                apply(state, t.tx, validator.address)
             except (Refusal, KeyError) as exc:
                 raise LedgerCorrupt(f"pending transaction {t.hash} cannot be sealed: {exc}") from exc
         for account in accounts:
@@ -232,7 +224,7 @@ def seal_block(max_txs: int | None = None) -> Block | None:
             compute_root=compute_root,
             state_root=tree.root(),
             tx_count=len(pending),
-            gas_used=sum(t.gas_limit for t in pending),
+            gas_used=sum(t.tx.gas_limit for t in pending),
         )
         block = _save_block(header, now, pk=block_id)
         event = BlockSealedEvent(

@@ -223,6 +223,24 @@ def tx_from_json(fields: Mapping[str, Any]) -> Tx:
     )
 
 
+def tx_to_json(tx: Tx) -> dict[str, Any]:
+    """A transaction's JSON form, which ``tx_from_json`` reads back: the API's names
+    (``from``, ``to``), in encoding order, hex for the public key; no signature."""
+    return {
+        "chain_id": tx.chain_id,
+        "type": tx.type,
+        "from": tx.sender,
+        "to": tx.recipient,
+        "amount": tx.amount,
+        "fee": tx.fee,
+        "nonce": tx.nonce,
+        "gas_price": tx.gas_price,
+        "gas_limit": tx.gas_limit,
+        "payload": dict(tx.payload),
+        "public_key": tx.public_key.hex(),
+    }
+
+
 def encode_tx(tx: Tx) -> bytes:
     """The signed bytes of a transaction (version 1)."""
     if tx.type not in TX_TYPES:

@@ -41,6 +41,11 @@ def signed(
     return Submission(tx, sig)
 
 
+def submission_json(sub: Submission) -> dict[str, Any]:
+    """A signed transaction as the submission endpoint takes it."""
+    return {**encoding.tx_to_json(sub.tx), "signature": sub.signature.hex()}
+
+
 def submit_result(pair: keys.KeyPair, nonce: int, task_id: uuid.UUID | None = None, **over: Any) -> Submission:
     """A SUBMIT_RESULT exactly as a worker would sign it."""
     result = sign_compute_result(

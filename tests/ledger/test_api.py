@@ -21,7 +21,7 @@ from ledger.sealer import seal_block
 from protocol import encoding
 from tests.factories import UserFactory
 from tests.ledger.chain import build_chain
-from tests.ledger.helpers import CREDIT, signed, submit_result, worker_keys
+from tests.ledger.helpers import CREDIT, signed, submission_json, submit_result, worker_keys
 
 pytestmark = pytest.mark.django_db
 
@@ -165,28 +165,10 @@ def test_wallet_shows_balance_escrow_and_history(chain: dict[str, Any], anon_cli
     assert anon_client.get("/api/v1/ledger/wallet/").status_code in (401, 403)
 
 
-def tx_body(sub: Any) -> dict[str, Any]:
-    """A signed transaction as the submission endpoint takes it."""
-    return {
-        "chain_id": sub.tx.chain_id,
-        "type": sub.tx.type,
-        "from": sub.tx.sender,
-        "to": sub.tx.recipient,
-        "amount": sub.tx.amount,
-        "fee": sub.tx.fee,
-        "nonce": sub.tx.nonce,
-        "gas_price": sub.tx.gas_price,
-        "gas_limit": sub.tx.gas_limit,
-        "payload": sub.tx.payload,
-        "public_key": sub.tx.public_key.hex(),
-        "signature": sub.signature.hex(),
-    }
-
-
 def test_submitting_a_signed_transfer(chain: dict[str, Any], alice_client: APIClient) -> None:
     worker = chain["worker"]
     sub = signed(worker, encoding.TRANSFER, worker_keys(77).address, 1000, 1, {})
-    body = tx_body(sub)
+    body = submission_json(sub)
     memo = alice_client.post("/api/v1/ledger/transactions/", {**body, "memo": "for lunch"}, format="json")
     assert memo.status_code == 400  # not signed, not kept: refused, not dropped
     assert memo.json() == {"memo": ["Unknown field."]}
@@ -210,7 +192,7 @@ def test_a_transaction_is_submitted_as_json_only(chain: dict[str, Any], alice_cl
     """A form cannot carry the payload object: DRF read a form's payload as absent, so a
     signed payload silently became {}. The answer says to send JSON."""
     worker = chain["worker"]
-    body = tx_body(signed(worker, encoding.TRANSFER, worker_keys(78).address, 1000, 1, {}))
+    body = submission_json(signed(worker, encoding.TRANSFER, worker_keys(78).address, 1000, 1, {}))
     del body["payload"]  # a form has no object to put there
     if fmt == "multipart":
         res = alice_client.post("/api/v1/ledger/transactions/", body, format="multipart")
@@ -231,23 +213,6 @@ def test_the_offline_verifier_needs_no_django() -> None:
     assert result.returncode == 0, result.stderr
 
 
-def _body(sub: Any) -> dict[str, Any]:
-    return {
-        "chain_id": sub.tx.chain_id,
-        "type": sub.tx.type,
-        "from": sub.tx.sender,
-        "to": sub.tx.recipient,
-        "amount": sub.tx.amount,
-        "fee": sub.tx.fee,
-        "nonce": sub.tx.nonce,
-        "gas_price": sub.tx.gas_price,
-        "gas_limit": sub.tx.gas_limit,
-        "payload": dict(sub.tx.payload),
-        "public_key": sub.tx.public_key.hex(),
-        "signature": sub.signature.hex(),
-    }
-
-
 PLATFORM_ONLY = [t for t in encoding.TX_TYPES if t != encoding.TRANSFER]
 
 
@@ -260,7 +225,7 @@ def test_only_transfers_may_be_submitted(chain: dict[str, Any], alice_client: AP
     signer = treasury if tx_type == encoding.DEPOSIT else worker
     sub = signed(signer, tx_type, worker_keys(78).address, CREDIT, 0, {})
     before = list(Transaction.objects.values_list("hash", flat=True))
-    res = alice_client.post("/api/v1/ledger/transactions/", _body(sub), format="json")
+    res = alice_client.post("/api/v1/ledger/transactions/", submission_json(sub), format="json")
     assert res.status_code == 400
     message = res.json()["type"][0]
     assert message.startswith(f"A {tx_type} cannot be submitted here: ")
@@ -277,7 +242,7 @@ def test_a_platform_deposit_signed_by_the_treasury_is_refused_and_credits_nothin
     nonce = services.next_nonce(treasury.address)
     sub = signed(treasury, encoding.DEPOSIT, me.address, 1000 * CREDIT, nonce, {"reference": "x"})
     balance = services.balance(alice)
-    res = alice_client.post("/api/v1/ledger/transactions/", _body(sub), format="json")
+    res = alice_client.post("/api/v1/ledger/transactions/", submission_json(sub), format="json")
     assert res.status_code == 400
     assert "verified payment" in res.json()["type"][0]
     assert services.balance(alice) == balance
@@ -286,7 +251,7 @@ def test_a_platform_deposit_signed_by_the_treasury_is_refused_and_credits_nothin
 
 def test_an_unknown_type_is_named(chain: dict[str, Any], alice_client: APIClient) -> None:
     sub = signed(chain["worker"], encoding.TRANSFER, worker_keys(77).address, 1000, 1, {})
-    res = alice_client.post("/api/v1/ledger/transactions/", {**_body(sub), "type": "MINT"}, format="json")
+    res = alice_client.post("/api/v1/ledger/transactions/", {**submission_json(sub), "type": "MINT"}, format="json")
     assert res.status_code == 400
     assert "type" in res.json()
 
@@ -310,7 +275,7 @@ def test_a_payload_no_column_can_hold_is_a_400_and_records_nothing(alice_client:
     # insert a 500 on PostgreSQL's jsonb.
     pair = worker_keys(5)
     sub = signed(pair, encoding.TRANSFER, worker_keys(6).address, 1, 0, {})
-    body = {**tx_body(sub), "payload": {"memo": "a\x00b"}}
+    body = {**submission_json(sub), "payload": {"memo": "a\x00b"}}
     before = Transaction.objects.count()
     response = alice_client.post("/api/v1/ledger/transactions/", body, format="json")
     assert response.status_code == 400
@@ -328,7 +293,7 @@ def test_a_client_looping_on_submissions_is_throttled(
     cache.clear()  # throttle history lives in the cache
     try:
         worker = chain["worker"]
-        body = tx_body(signed(worker, encoding.TRANSFER, worker_keys(77).address, 1000, 1, {}))
+        body = submission_json(signed(worker, encoding.TRANSFER, worker_keys(77).address, 1000, 1, {}))
         bad = {**body, "amount": 2000}  # signature no longer matches: refused, and stored
         codes = [alice_client.post("/api/v1/ledger/transactions/", bad, format="json").status_code for _ in range(61)]
         assert codes[:60] == [400] * 60
@@ -450,7 +415,7 @@ def test_a_refused_submission_names_the_field_at_fault(
     """Addresses are signed in lower case and gas is priced at the chain's minimum: the
     400 names the field the sender must change, as every other refusal does."""
     sub = build(chain["worker"], worker_keys(77).address)
-    res = alice_client.post("/api/v1/ledger/transactions/", tx_body(sub), format="json")
+    res = alice_client.post("/api/v1/ledger/transactions/", submission_json(sub), format="json")
     assert res.status_code == 400
     body = res.json()
     assert set(body) == {field, "code"}, body

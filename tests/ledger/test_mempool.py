@@ -11,7 +11,7 @@ from django.db import IntegrityError, transaction
 
 from ledger import custody, services
 from ledger.mempool import admit
-from ledger.models import Account, Transaction, TxStatus
+from ledger.models import SIGNED_COLUMNS, Account, Transaction, TxStatus, signed_columns, tx_from_columns
 from ledger.replay import verify_chain
 from ledger.sealer import ensure_genesis, seal_block
 from protocol import encoding
@@ -49,6 +49,20 @@ def test_submit_result_with_an_assignment_is_admitted_and_charges_the_fee(
     assert funded_worker.available == CREDIT - FEE
     assert funded_worker.next_nonce == 1
     assert funded_worker.public_key == W.public_key.hex()
+
+
+def test_a_stored_transaction_reads_back_as_the_one_signed(funded_worker: Account, assignments: set) -> None:
+    """The row holds every signed field: the Tx built from it (and from the sealer's
+    tuple of its columns) is the one submitted, to the byte."""
+    task = uuid.uuid4()
+    assignments.add((task, W.address))
+    sub = submit_result(W, 0, task)
+    admit([sub])
+    row = Transaction.objects.get(hash=sub.tx.hash().hex())
+    assert row.as_tx() == sub.tx
+    columns = Transaction.objects.filter(pk=row.pk).values_list(*SIGNED_COLUMNS).get()
+    assert tx_from_columns(columns) == sub.tx
+    assert tuple(signed_columns(sub.tx).values()) == columns
 
 
 def _balances() -> list[tuple[str, int, int]]:

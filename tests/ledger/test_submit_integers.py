@@ -17,7 +17,7 @@ from rest_framework.test import APIClient
 from ledger.models import Transaction
 from protocol import encoding
 from tests.ledger.chain import build_chain
-from tests.ledger.helpers import signed, worker_keys
+from tests.ledger.helpers import signed, submission_json, worker_keys
 
 pytestmark = pytest.mark.django_db
 
@@ -30,21 +30,7 @@ def transfer(assignments: set) -> dict[str, Any]:
     """A TRANSFER of 1000 base units, validly signed by a funded worker, as the API takes it."""
     chain = build_chain(assignments)
     sub = signed(chain["worker"], encoding.TRANSFER, worker_keys(91).address, 1000, 1, {})
-    tx = sub.tx
-    return {
-        "chain_id": tx.chain_id,
-        "type": tx.type,
-        "from": tx.sender,
-        "to": tx.recipient,
-        "amount": tx.amount,
-        "fee": tx.fee,
-        "nonce": tx.nonce,
-        "gas_price": tx.gas_price,
-        "gas_limit": tx.gas_limit,
-        "payload": {},
-        "public_key": tx.public_key.hex(),
-        "signature": sub.signature.hex(),
-    }
+    return submission_json(sub)
 
 
 def post_raw(client: APIClient, body: dict[str, Any], field: str, json_text: str) -> Any:

@@ -203,3 +203,11 @@ def test_parse_signed_compute_result_gives_the_signed_bytes() -> None:
     with pytest.raises(EncodingError) as err:
         encoding.parse_signed_compute_result({**signed.to_json(), "proof": {"x": 0.5}})
     assert err.value.field == "payload.compute_result.proof.x"
+
+
+def test_the_json_form_reads_back_as_the_same_transaction() -> None:
+    tx, _ = sign_tx(_tx(), ALICE)
+    body = encoding.tx_to_json(tx)
+    assert (body["from"], body["to"]) == (ALICE.address, MALLORY.address)
+    assert body["public_key"] == ALICE.public_key.hex()
+    assert encoding.tx_from_json(json.loads(json.dumps(body))) == tx

@@ -347,6 +347,8 @@ def check_tx(ex: Example, examples: dict[str, Example]) -> None:
     body = ex.json("json")
     enc = ex.hex("encoding")
     tx = encoding.tx_from_json(body)
+    # The JSON form the API and proofs write: the document's names, in its order.
+    assert list(encoding.tx_to_json(tx).items()) == list(body.items())
     assert tx.encode() == enc == doc_encode_tx(body)
     assert ex.hex("hash") == tx.hash() == hashlib.sha256(enc).digest()
     signature = ex.hex("signature")
