@@ -1,5 +1,6 @@
 """State changes of the marketplace. Views and API endpoints call these; nothing else
-writes tasks, datasets or tokens.
+writes tasks, datasets or tokens. A task's status moves, and its row lock, are
+``marketplace.lifecycle``'s: the services here call it, as the workers app does.
 
 Each service opens its own transaction, locks the rows it changes, and schedules side
 effects with ``transaction.on_commit``. Validation errors are DRF ValidationErrors with
@@ -10,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import timedelta
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -24,15 +24,13 @@ from django.db import transaction
 from django.utils import timezone
 from rest_framework.exceptions import ValidationError
 
-from config.celery import enqueue
-from config.events import send_event
 from ledger import services as ledger
 from ledger.units import format_credits
 from marketplace.datasets import clean_name, embeddings_map, embeddings_shape, inspect_upload
-from marketplace.events import DashboardTaskEvent, TaskStatusEvent, dashboard_group, task_group
 from marketplace.kinds import Kind, get_kind
-from marketplace.models import ApiToken, Dataset, Task, TaskEvent, TaskStatus, User, check_transition, hash_token
-from marketplace.signals import task_cancelling
+from marketplace.lifecycle import cancel_locked, lock_own_task, open_locked
+from marketplace.lifecycle import transition_locked as transition_locked  # tests/e2e/test_task_page_text.py
+from marketplace.models import ApiToken, Dataset, Task, TaskEvent, TaskStatus, User, hash_token
 from training.plugin import DatasetProblem, Upload
 
 # How long a dataset's content checks are remembered (by its content hash).
@@ -177,46 +175,16 @@ def post_task(owner: User, request: TaskRequest) -> Task:
         )
         TaskEvent.objects.create(task=task, status=TaskStatus.DRAFT, message="Task created.")
         if not request.draft:
-            _open_locked(task)
+            open_locked(task)
     return task
 
 
 def publish_task(owner: User, task_id: UUID) -> Task:
     """Open a draft for workers."""
     with transaction.atomic():
-        task = _lock_own(owner, task_id)
-        _open_locked(task)
+        task = lock_own_task(owner, task_id)
+        open_locked(task)
     return task
-
-
-def _open_locked(task: Task) -> None:
-    """Move a locked draft to OPEN with its budget in escrow; schedule it after commit.
-
-    Expects the caller's transaction and row lock. When the owner's available balance
-    cannot cover the budget, raises a ValidationError naming ``budget`` and, with the
-    caller's transaction rolled back, nothing is written.
-    """
-    kind = get_kind(task.kind)
-    try:
-        ledger.lock_escrow(task.pk, task.owner, task.budget, reference=f"escrow:{task.pk}")
-    except ledger.InsufficientFunds:
-        available = format_credits(ledger.balance(task.owner))
-        raise ValidationError(
-            {"budget": [f"Your available balance is {available} credits; it does not cover this budget."]}
-        ) from None
-    opened = timezone.now()
-    give_up = opened + timedelta(seconds=settings.TASK_MAX_WAIT)
-    reason = (
-        ""
-        if kind.available
-        else f"No provider runs {kind.label} tasks yet; if none does by {give_up:%Y-%m-%d %H:%M} UTC,"
-        " the task fails with a full refund."
-    )
-    transition_locked(task, TaskStatus.OPEN, "Task opened for workers; budget held in escrow.", reason=reason)
-    task.opened_at = opened
-    task.save(update_fields=["opened_at"])
-    if kind.available:
-        transaction.on_commit(partial(enqueue, "workers.schedule_task", str(task.pk)))
 
 
 def cancel_task(owner: User, task_id: UUID) -> Task:
@@ -226,86 +194,18 @@ def cancel_task(owner: User, task_id: UUID) -> Task:
     The workers app ends the task's jobs in the same transaction (``task_cancelling``), or
     refuses while a replica's result is being verified: that result may still be paid."""
     with transaction.atomic():
-        task = _lock_own(owner, task_id)
-        check_transition(task.status, TaskStatus.CANCELLED)
-        task_cancelling.send(sender=Task, task=task)
-        transition_locked(task, TaskStatus.CANCELLED, "Cancelled by the requester.")
-        ledger.refund(task.pk, reference=f"refund:{task.pk}")
+        task = lock_own_task(owner, task_id)
+        cancel_locked(task)
     return task
 
 
 def welcome_user(user: User) -> None:
     """Open a new user's ledger account; in development, grant the configured credits
     so the embedded platform can be tried before payments exist."""
-    from django.conf import settings
 
     ledger.ensure_user_account(user)
     if settings.SIGNUP_GRANT_UNITS:
         ledger.deposit(user, settings.SIGNUP_GRANT_UNITS, reference=f"signup-grant:{user.pk}")
-
-
-def transition_locked(task: Task, target: str, message: str, *, reason: str = "") -> None:
-    """Move a task along the state machine and record it in the timeline.
-
-    Expects the task row to be locked (select_for_update) in the caller's transaction.
-    Raises IllegalTransition, changing nothing, when the move is not allowed.
-    """
-    check_transition(task.status, target)
-    now = timezone.now()
-    task.status = target
-    task.status_reason = reason
-    fields = ["status", "status_reason", "updated_at"]
-    if target == TaskStatus.RUNNING and task.started_at is None:
-        task.started_at = now
-        fields.append("started_at")
-    if target in (TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.CANCELLED):
-        task.finished_at = now
-        fields.append("finished_at")
-    task.save(update_fields=fields)
-    TaskEvent.objects.create(task=task, at=now, status=target, message=message)
-    event = TaskStatusEvent(
-        type="task.status", task_id=str(task.pk), status=target, status_reason=reason, progress=task.progress
-    )
-    summary = DashboardTaskEvent(
-        type="dashboard.task",
-        task_id=str(task.pk),
-        status=target,
-        status_label=TaskStatus(target).label,
-        progress=task.progress,
-    )
-    owner_id = task.owner_id
-
-    def publish() -> None:
-        send_event(task_group(task.pk), event)
-        send_event(dashboard_group(owner_id), summary)
-
-    transaction.on_commit(publish)
-
-
-def set_reason_locked(task: Task, reason: str) -> None:
-    """Say why the task is where it is now, its status unchanged (task row locked).
-
-    The task's page hears of it like a status change, so a requester watching a waiting
-    task reads the current reason (a worker came online, or went busy), not the first one.
-    """
-    if task.status_reason == reason:
-        return
-    task.status_reason = reason
-    task.save(update_fields=["status_reason", "updated_at"])
-    event = TaskStatusEvent(
-        type="task.status", task_id=str(task.pk), status=task.status, status_reason=reason, progress=task.progress
-    )
-    transaction.on_commit(lambda: send_event(task_group(task.pk), event))
-
-
-def _lock_own(owner: User, task_id: UUID) -> Task:
-    """Lock and return one of owner's tasks; another user's task is reported missing."""
-    try:
-        return Task.objects.owned_by(owner).select_for_update().get(pk=task_id)
-    except Task.DoesNotExist:
-        from rest_framework.exceptions import NotFound
-
-        raise NotFound("No such task.") from None
 
 
 # --- Datasets -----------------------------------------------------------------------

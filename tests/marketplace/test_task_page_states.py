@@ -16,7 +16,7 @@ from django.test import Client
 from django.utils import timezone
 
 from ledger.sealer import seal_all
-from marketplace import services
+from marketplace import lifecycle, services
 from marketplace.models import Task, TaskEvent, TaskStatus
 from tests.factories import post_task
 from tests.workers.test_pages import make_assignment, make_rig
@@ -42,7 +42,7 @@ def section(html: str, element_id: str) -> str:
 def move(task: Task, target: str, message: str = "") -> None:
     with transaction.atomic():
         locked = Task.objects.select_for_update().get(pk=task.pk)
-        services.transition_locked(locked, target, message or f"Now {target}.")
+        lifecycle.transition_locked(locked, target, message or f"Now {target}.")
 
 
 # --- The timeline ---------------------------------------------------------------------

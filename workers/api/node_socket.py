@@ -48,6 +48,7 @@ from django.utils import timezone
 from config.api.parsers import text_error
 from marketplace.consumers import LiveConsumer
 from marketplace.events import DashboardTaskEvent, dashboard_group, task_group
+from marketplace.lifecycle import lock_task
 from marketplace.models import Task, TaskStatus
 from workers.api.socket_limits import Allowance, Coalescer, Openings, Throttle, WriteBuffer
 from workers.assignments.control import ended_by_platform
@@ -392,18 +393,16 @@ class WorkerConsumer(LiveConsumer):
         step and no last step was written yet (the row's progress is below 100).
         """
         with transaction.atomic():
-            # The task row first, then the assignment's (workers.assignments.lifecycle's lock order), so
+            # The task row first, then the assignment's (marketplace.lifecycle's lock order), so
             # an expiry or a cancellation at the same moment cannot deadlock with this write.
-            owner_status = (
-                Task.objects.select_for_update().filter(pk=assignment.task_id).values_list("owner_id", "status").first()
-            )
+            task = lock_task(assignment.task_id, "owner", "status")
             row = (
                 Assignment.objects.select_for_update()
                 .filter(pk=assignment.pk, state__in=REPORTABLE)
                 .values("history", "progress", "last_progress_at")
                 .first()
             )
-            if row is None or owner_status is None:
+            if row is None or task is None:
                 return None
             now = timezone.now()
             last = row["last_progress_at"]
@@ -422,7 +421,7 @@ class WorkerConsumer(LiveConsumer):
                 progress=event["percent"], metrics=event["metrics"], history=history, last_progress_at=now
             )
             Task.objects.filter(pk=assignment.task_id).update(progress=event["percent"], metrics=event["metrics"])
-            return owner_status
+            return task.owner_id, task.status
 
     async def _log(self, content: dict[str, Any]) -> None:
         lines = content.get("lines")

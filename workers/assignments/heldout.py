@@ -31,10 +31,9 @@ from django.core.files.base import ContentFile
 from django.core.files.storage import default_storage
 from django.db import transaction
 
-from ledger import services as ledger
 from marketplace.kinds import KINDS
+from marketplace.lifecycle import fail_locked, lock_task
 from marketplace.models import Task, TaskStatus
-from marketplace.services import transition_locked
 
 log = logging.getLogger(__name__)
 
@@ -144,9 +143,8 @@ def _fail_unusable(task_id: Any, problem: str) -> None:
     """Fail an open task whose data cannot be used, refunding its escrow."""
     message = f"The dataset cannot be used: {problem}"
     with transaction.atomic():
-        task = Task.objects.select_for_update().filter(pk=task_id).first()
+        task = lock_task(task_id)
         if task is None or task.status != TaskStatus.OPEN:
             return
-        transition_locked(task, TaskStatus.FAILED, message[:300], reason=message[:300])
-        ledger.refund(task.pk, reference=f"refund:{task.pk}")
+        fail_locked(task, message[:300], reason=message[:300])
     log.info("task %s failed in preparation: %s", task_id, problem)

@@ -8,8 +8,9 @@ live. Every place that changes an assignment calls ``sync_status`` under the tas
 lock, so a replica verified while another still runs leaves the task running, never
 open (where the last acceptance could not complete it).
 
-Lock order, everywhere: the task row first, then its assignment rows (``lock``), so a
-cancellation or an expiry racing a node's call cannot deadlock with it.
+Lock order, everywhere: the task row first (``marketplace.lifecycle.lock_task``, which
+owns the task's row lock and every status move), then its assignment rows (``lock``), so
+a cancellation or an expiry racing a node's call cannot deadlock with it.
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ from django.db.models.functions import Greatest
 from django.utils import timezone
 
 from config.celery import enqueue
+from marketplace.lifecycle import lock_task, set_reason_locked, transition_locked
 from marketplace.models import ACTIVE, IllegalTransition, Task, TaskStatus
-from marketplace.services import set_reason_locked, transition_locked
 from workers.assignments import uploads
 from workers.assignments.control import LIVE_JOB, stop_on_commit
 from workers.live.dashboard import worker_changed
@@ -47,7 +48,9 @@ def lock(assignment_id: Any, **match: Any) -> tuple[Assignment, Task]:
     task_id = Assignment.objects.filter(pk=assignment_id, **match).values_list("task_id", flat=True).first()
     if task_id is None:
         raise Assignment.DoesNotExist(f"no assignment {assignment_id}")
-    task = Task.objects.select_for_update().get(pk=task_id)
+    task = lock_task(task_id)
+    if task is None:
+        raise Task.DoesNotExist(f"no task {task_id}")
     assignment = Assignment.objects.select_for_update().select_related("worker").get(pk=assignment_id, **match)
     return assignment, task
 

@@ -20,11 +20,10 @@ from django.utils import timezone
 
 from ledger.models import Block
 from marketplace.kinds import KINDS
-from marketplace.models import ACTIVE, Task, TaskStatus
-from marketplace.services import set_reason_locked, transition_locked
+from marketplace.lifecycle import fail_locked, lock_task, set_reason_locked
+from marketplace.models import ACTIVE, Task
 from workers.assignments import heldout, lifecycle, nodebroker, supply, uploads
 from workers.assignments.control import stop_on_commit
-from workers.assignments.settlement import refund_task
 from workers.live.dashboard import worker_changed
 from workers.models import BARS_PROVIDER, REPLICA_HELD, UNSETTLED, Assignment, Shortfall, Worker
 
@@ -111,7 +110,7 @@ def schedule(task_id: UUID) -> list[Assignment]:
     if not heldout.ensure_prepared(task_id):
         return []
     with transaction.atomic():
-        task = Task.objects.select_for_update().filter(pk=task_id).first()
+        task = lock_task(task_id)
         if task is None or task.status not in ACTIVE or not KINDS[task.kind].available:
             return []
         previous = list(Assignment.objects.filter(task=task).values_list("worker_id", "worker__owner_id", "state"))
@@ -123,8 +122,7 @@ def schedule(task_id: UUID) -> list[Assignment]:
                 return []  # a result still awaits its verdict, which may pay; decide after it
             lifecycle.end_live_assignments(task, "The task failed: its other attempts were used up.")
             failed = _ATTEMPTS_FAILED.format(attempts=failed_attempts, refund=_refund_words(task))
-            transition_locked(task, TaskStatus.FAILED, failed[:300], reason=failed)
-            _after_failure(task)
+            fail_locked(task, failed[:300], reason=failed)
             return []
         missing = lifecycle.missing_replicas(task)
         if missing <= 0:
@@ -147,8 +145,7 @@ def schedule(task_id: UUID) -> list[Assignment]:
             shortfall = _latest_shortfall(task)
             if shortfall is not None and _waited_out(shortfall):
                 failed = _SHORTFALL_FAILED.format(minutes=_wait_minutes())
-                transition_locked(task, TaskStatus.FAILED, failed, reason=failed)
-                _after_failure(task)
+                fail_locked(task, failed, reason=failed)
                 return []
             # A shortfall gives up sooner, and its note says when.
             note = _SHORTFALL_NOTE.format(minutes=_wait_minutes()) if shortfall else ""
@@ -236,7 +233,7 @@ def give_up_waiting(now: datetime | None = None) -> int:
 
 def _give_up(task_id: UUID, now: datetime) -> int:
     with transaction.atomic():
-        task = Task.objects.select_for_update().filter(pk=task_id).first()
+        task = lock_task(task_id)
         if task is None or task.status not in ACTIVE:
             return 0
         at = gives_up_at(task)
@@ -246,8 +243,7 @@ def _give_up(task_id: UUID, now: datetime) -> int:
             f"Failed: no worker took it within {_duration(settings.TASK_MAX_WAIT)}. {_refund_words(task)}"
             f" {_why_waiting(task)}"
         ).strip()
-        transition_locked(task, TaskStatus.FAILED, failed[:300], reason=failed[:1000])
-        _after_failure(task)
+        fail_locked(task, failed[:300], reason=failed[:1000])
     log.info("task %s waited %s for a worker; failed and refunded", task_id, _duration(settings.TASK_MAX_WAIT))
     return 1
 
@@ -312,11 +308,6 @@ def _waited_out(shortfall: Assignment) -> bool:
     the task's bar may be unreachable."""
     settled = shortfall.settled_at or timezone.now()
     return timezone.now() - settled >= timedelta(seconds=settings.SHORTFALL_WAIT)
-
-
-def _after_failure(task: Task) -> None:
-    """Refund a failed task's escrow (wired to ledger.services.refund)."""
-    refund_task(task)
 
 
 def dispatch(assignment: Assignment) -> None:

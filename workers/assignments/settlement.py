@@ -22,8 +22,8 @@ from django.db.models.functions import Coalesce, Greatest, Least
 from django.utils import timezone
 
 from ledger import services as ledger
-from marketplace.models import ACTIVE, Task, TaskStatus
-from marketplace.services import transition_locked
+from marketplace.lifecycle import complete_locked, lock_task
+from marketplace.models import ACTIVE, Task
 from workers.assignments import lifecycle
 from workers.assignments.jobs import tx_from_json
 from workers.live.dashboard import worker_changed
@@ -133,19 +133,19 @@ def _penalise_short(assignment: Assignment) -> None:
 def complete(task: Task, last: Assignment, metrics: dict[str, object]) -> None:
     """Every replica is verified: the task completes with ``last``'s result and the rest of
     its escrow goes back to the requester (task row locked, active task)."""
-    task.result_summary = {
-        "result_hash": last.result["compute_result"]["result_hash"],
-        "workers": list(
-            Assignment.objects.filter(task=task, state=Assignment.State.ACCEPTED)
-            .order_by("settled_at")
-            .values_list("worker__address", flat=True)
-        ),
-        **{k: v for k, v in metrics.items() if isinstance(v, int | float | str)},
-    }
-    task.progress = 100.0
-    task.save(update_fields=["result_summary", "progress"])
-    transition_locked(task, TaskStatus.COMPLETED, "Verified and paid.")
-    ledger.refund(task.pk, reference=f"refund:{task.pk}")
+    workers = (
+        Assignment.objects.filter(task=task, state=Assignment.State.ACCEPTED)
+        .order_by("settled_at")
+        .values_list("worker__address", flat=True)
+    )
+    complete_locked(
+        task,
+        {
+            "result_hash": last.result["compute_result"]["result_hash"],
+            "workers": list(workers),
+            **{k: v for k, v in metrics.items() if isinstance(v, int | float | str)},
+        },
+    )
 
 
 def complete_stragglers() -> int:
@@ -157,9 +157,11 @@ def complete_stragglers() -> int:
     done = 0
     for task_id in lifecycle.fully_accepted().values_list("pk", flat=True)[:100]:
         with transaction.atomic():
-            task = Task.objects.select_for_update().get(pk=task_id)
-            last = Assignment.objects.filter(task=task, state=Assignment.State.ACCEPTED).order_by("-settled_at").first()
-            if task.status not in ACTIVE or last is None:
+            task = lock_task(task_id)
+            last = (
+                Assignment.objects.filter(task=task_id, state=Assignment.State.ACCEPTED).order_by("-settled_at").first()
+            )
+            if task is None or task.status not in ACTIVE or last is None:
                 continue
             complete(task, last, dict(last.metrics))
             done += 1
@@ -208,8 +210,3 @@ def _close(assignment: Assignment, state: str, reason: str = "") -> None:
     assignment.reason = reason[:300]
     assignment.save(update_fields=["state", "settled_at", "reason", "metrics", "shortfall"])
     transaction.on_commit(partial(worker_changed, assignment.worker_id))
-
-
-def refund_task(task: Task) -> None:
-    """Return a failed or cancelled task's whole escrow (within the caller's transaction)."""
-    ledger.refund(task.pk, reference=f"refund:{task.pk}")
