@@ -184,7 +184,7 @@ def test_a_payload_signed_with_a_bool_for_a_number_is_refused_at_submission(
     import dataclasses
 
     from protocol.signing import sign_tx
-    from workers.assignments.jobs import tx_from_json
+    from workers.assignments.jobs import signed_tx_from_json
 
     alpha = Provider(alice, "alpha")
     task = post_task(bob, "synthetic", {"n": 64}, budget=UNITS_PER_CREDIT)
@@ -193,7 +193,7 @@ def test_a_payload_signed_with_a_bool_for_a_number_is_refused_at_submission(
     compute = body["transaction"]["payload"]["compute_result"]
     assert compute["nonce"] == 0
     payload = {"compute_result": {**compute, "nonce": False}}
-    tx, _ = tx_from_json(body["transaction"])
+    tx, _ = signed_tx_from_json(body["transaction"])
     _, signature = sign_tx(dataclasses.replace(tx, payload=payload), alpha.key)
     bent = {**body, "transaction": {**body["transaction"], "payload": payload, "signature": signature.hex()}}
     response = alpha.submit(assignment, bent)

@@ -265,8 +265,9 @@ def _close_with_result(worker: Worker, assignment_id: UUID, result: Any, tx_body
     return assignment
 
 
-def tx_from_json(body: dict[str, Any]) -> tuple[encoding.Tx, bytes]:
-    """A signed transaction from its JSON form (hex for bytes); ValidationError on bad shape."""
+def signed_tx_from_json(body: dict[str, Any]) -> tuple[encoding.Tx, bytes]:
+    """A transaction and its signature from the JSON form a node submits (``protocol.encoding.tx_from_json``
+    with the hex signature beside it); ValidationError naming ``transaction`` on bad shape."""
     try:
         tx = encoding.tx_from_json(body)
         signature = bytes.fromhex(str(body["signature"]))
@@ -297,7 +298,7 @@ def _check_submit_tx(worker: Worker, tx_body: dict[str, Any], result: Any) -> No
         same = False
     if not same:
         raise ValidationError({"transaction": ["payload must be {'compute_result': <the ComputeResult>}."]})
-    tx, signature = tx_from_json(tx_body)
+    tx, signature = signed_tx_from_json(tx_body)
     try:
         signed = tx.public_key.hex() == worker.public_key and verify_tx(tx, signature)
     except EncodingError as exc:  # e.g. a proof that makes the payload larger than a transaction may carry

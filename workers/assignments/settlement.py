@@ -25,7 +25,7 @@ from ledger import services as ledger
 from marketplace.lifecycle import complete_locked, lock_task
 from marketplace.models import ACTIVE, Task
 from workers.assignments import lifecycle
-from workers.assignments.jobs import tx_from_json
+from workers.assignments.jobs import signed_tx_from_json
 from workers.live.dashboard import worker_changed
 from workers.models import Assignment, Shortfall, Worker
 
@@ -68,7 +68,7 @@ def accept(assignment_id: UUID, metrics: dict[str, object]) -> Assignment | None
             # waits for it, so this is a backstop: nothing is left in escrow to pay from.
             _close(assignment, Assignment.State.EXPIRED, f"The task was {task.status} before the result was verified.")
             return assignment
-        tx, signature = tx_from_json(assignment.result["transaction"])
+        tx, signature = signed_tx_from_json(assignment.result["transaction"])
         # The rows of the workers whose short results this acceptance penalises, before any
         # account: a sweep locks its worker's row, then accounts (workers/assignments/sweep.py).
         short = _lock_shortfalls(task)

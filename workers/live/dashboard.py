@@ -1,6 +1,6 @@
 """``/ws/dashboard/``: a signed-in user's live feed of their own tasks and workers.
 
-Task status changes come from ``marketplace.services`` (every transition) and progress
+Task status changes come from ``marketplace.lifecycle`` (every transition) and progress
 from the ``/ws/worker/`` consumer; worker status (online, busy, suspended, …) from
 ``worker_changed``, called on commit wherever a worker's state, connection or jobs
 change. The consumer joins the user's group (and its session's) on connect and relays
