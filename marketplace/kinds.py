@@ -2,22 +2,37 @@
 serializer, its price estimate and its verifier (platform side, in ``workers/``).
 
 What a kind needs, costs, takes and hands back is its plug-in's (``training/<family>/kind.py``);
-this module adds only what the platform alone knows.
+this module adds only what the platform alone knows, and names no kind but the ones the
+platform checks beyond their dataclass (``SPEC_CHECKS``). The verifiers sit above, in
+``workers.verification``, which registers each under its kind's name; the workers app hands
+that registry over at ready() (``install_verifiers``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from rest_framework import serializers
 
 from marketplace import specs
 from training import kinds as plugins
 from training.plugin import CheckDataset, Resources, Spec
+
+# fn(assignment, its uploaded artifacts by name) -> verdict: a kind's verifier
+# (``workers.verification``), typed loosely here, below the app that defines both.
+Verifier = Callable[[Any, dict[str, Path]], Any]
+
+# The platform's own limits on a spec, beyond its dataclass's bounds: a serializer the
+# derived one builds on, for the kinds that have any.
+SPEC_CHECKS: dict[str, type[specs.SpecSerializer]] = {"synthetic": specs.SyntheticChecks}
+
+# The verifiers by kind name, once the workers app installed them.
+_verifiers: Mapping[str, Verifier] = {}
 
 
 def memory(size: int) -> str:
@@ -50,16 +65,18 @@ class Kind:
     features: Callable[[Spec], tuple[str, ...]]
     # fn(spec, upload, source spec | None): refuses a dataset (training.plugin.DatasetProblem).
     check_dataset: CheckDataset | None
-    verifier: str | None
+    verifier: Verifier | None
 
     @classmethod
-    def of(cls, plugin: plugins.Kind, spec_serializer: type[specs.SpecSerializer], verifier: str | None) -> Kind:
-        """The platform's view of a plug-in: the plug-in's facts, a serializer and a verifier."""
+    def of(cls, plugin: plugins.Kind) -> Kind:
+        """The platform's view of a plug-in: the plug-in's facts, the serializer of its spec
+        dataclass (on the platform's own checks where it has any) and its verifier, where
+        one is installed."""
         return cls(
             name=plugin.name,
             label=plugin.label,
             description=plugin.description,
-            spec_serializer=spec_serializer,
+            spec_serializer=specs.serializer_for(plugin.spec, SPEC_CHECKS.get(plugin.name)),
             resources=plugin.resources,
             flops=plugin.flops,
             dataset_formats=plugin.dataset_formats,
@@ -70,7 +87,7 @@ class Kind:
             prepare=plugin.prepare,
             check_dataset=plugin.check_dataset,
             features=plugin.features,
-            verifier=verifier,
+            verifier=_verifiers.get(plugin.name),
         )
 
     @property
@@ -107,20 +124,21 @@ def minimum_reward() -> int:
     return -(-fee * 10_000 // keep) if keep > 0 else fee
 
 
-# The platform's side of each kind: its verifier, and the platform's own checks on a spec
-# (a serializer the dataclass's derived one builds on) where it has any.
-_PLATFORM: dict[str, tuple[str, type[specs.SpecSerializer] | None]] = {
-    "synthetic": ("workers.verification.synthetic.verify_synthetic", specs.SyntheticChecks),
-    "cube_training": ("workers.verification.cube.verify_cube_training", None),
-    "cube_inference": ("workers.verification.cube.verify_cube_inference", None),
-    "asl_training": ("workers.verification.asl.verify_asl_training", None),
-    "asl_inference": ("workers.verification.asl.verify_asl_inference", None),
-}
+KINDS: dict[str, Kind] = {name: Kind.of(plugin) for name, plugin in plugins.KINDS.items()}
 
-KINDS: dict[str, Kind] = {
-    name: Kind.of(plugin, specs.serializer_for(plugin.spec, _PLATFORM[name][1]), _PLATFORM[name][0])
-    for name, plugin in plugins.KINDS.items()
-}
+
+def install_verifiers(verifiers: Mapping[str, Verifier]) -> None:
+    """Give each kind its verifier from ``verifiers`` (``workers.verification.VERIFIERS``,
+    handed over by the workers app at ready(), and read again by ``Kind.of``); a kind
+    without one stays listed but is not offered. A verifier of no known kind is a typo."""
+    global _verifiers
+    unknown = sorted(set(verifiers) - set(KINDS))
+    if unknown:
+        raise ImproperlyConfigured(f"Verifiers of unknown kinds: {', '.join(unknown)}.")
+    _verifiers = verifiers
+    for name, kind in KINDS.items():
+        KINDS[name] = replace(kind, verifier=verifiers.get(name))
+
 
 # The kinds as an API enum (TaskKindEnum in the OpenAPI schema).
 KIND_NAMES = list(KINDS)

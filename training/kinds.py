@@ -2,7 +2,8 @@
 
 The provider node runs a job with its kind's ``run``; the platform (``marketplace.kinds``)
 adds pricing, validation and the verifier to each. Adding a kind is one ``kind.py`` in its
-folder of ``training/``, listed below, and one verifier in ``workers/verification/``.
+folder of ``training/``, listed below, and one module in ``workers/verification/`` whose
+verifier registers itself under the kind's name; the platform names no kind.
 """
 
 from __future__ import annotations

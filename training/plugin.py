@@ -8,6 +8,11 @@ inference kind reads its model from, the platform's held-out split (``prepare``)
 node's ``run``. Nothing here imports Django: the provider node looks kinds up in
 ``training.kinds`` and the platform (``marketplace.kinds``) adds pricing, validation and the verifier.
 
+Most kinds take one of two roles, each declared with its helper so that what the role
+shares is written once: ``training_kind`` (a model trained on a held-out split, handed back
+as its files and metrics.json) and ``inference_kind`` (a model from an earlier task run on
+uploaded inputs). A kind of neither, such as synthetic, is a plain ``Kind``.
+
 A runner commits to its result by content hash: ``Outcome.result_hash`` is the sha256
 (hex) of the artifact bytes the platform will verify. The proof is signed canonical JSON,
 so it carries integers only: losses in micro-units, durations in microseconds.
@@ -162,3 +167,118 @@ def model_dir(job: dict[str, Any], workdir: Path, files: tuple[str, ...]) -> Pat
     for name in files:
         fetch(f"/api/v1/assignments/{job['id']}/model/{name}/", folder / name)
     return folder
+
+
+def numbers(values: Mapping[str, Any]) -> dict[str, float]:
+    """The numeric entries of a trainer's metrics, as the floats progress reports carry."""
+    return {k: float(v) for k, v in values.items() if isinstance(v, int | float)}
+
+
+# The weights a training run commits to (``Outcome.result_hash``), and the file of its figures.
+WEIGHTS = "model.safetensors"
+METRICS = "metrics.json"
+
+# fn(job, workdir, out_dir, progress) -> the proof: train into out_dir, which then holds
+# the model's files and metrics.json.
+Train = Callable[[dict[str, Any], Path, Path, Progress], dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Datasets:
+    """The datasets a kind takes: their formats, whether a spec needs one, the pure check
+    that refuses one before a task is funded, and the platform's held-out split."""
+
+    formats: tuple[str, ...]
+    required: Callable[[Spec], bool] = always
+    check: CheckDataset | None = None
+    prepare: Prepare | None = None
+
+    def kind_fields(self) -> dict[str, Any]:
+        """The datasets as a ``Kind``'s fields."""
+        return {
+            "dataset_formats": self.formats,
+            "dataset_required": self.required,
+            "check_dataset": self.check,
+            "prepare": self.prepare,
+        }
+
+
+def training_kind(
+    *,
+    name: str,
+    label: str,
+    description: str,
+    spec: type,
+    datasets: Datasets,
+    model_files: tuple[str, ...],
+    train: Train,
+    resources: Callable[[Spec], Resources],
+    flops: Callable[[Spec], float],
+) -> Kind:
+    """A kind that trains a model: ``train`` writes ``model_files`` (``WEIGHTS`` among them)
+    and metrics.json into ``<workdir>/model``; the run commits to the weights and hands back
+    those files."""
+    artifacts = (*model_files, METRICS)
+
+    def run(job: dict[str, Any], workdir: Path, progress: Progress) -> Outcome:
+        out_dir = workdir / "model"
+        proof = train(job, workdir, out_dir, progress)
+        return Outcome(sha256_file(out_dir / WEIGHTS), proof, {file: out_dir / file for file in artifacts})
+
+    return Kind(
+        name=name,
+        label=label,
+        description=description,
+        spec=spec,
+        model_files=model_files,
+        resources=resources,
+        flops=flops,
+        run=run,
+        artifacts=artifacts,
+        **datasets.kind_fields(),
+    )
+
+
+# fn(job, workdir, downloaded dataset, source model folder, progress) -> (output file in
+# workdir, proof): run the source task's model on the job's inputs.
+Predict = Callable[[dict[str, Any], Path, Path, Path, Progress], tuple[Path, dict[str, Any]]]
+
+
+def inference_kind(
+    *,
+    name: str,
+    label: str,
+    description: str,
+    spec: type,
+    datasets: Datasets,
+    source: Kind,
+    inputs: str,
+    predict: Predict,
+    output: str,
+) -> Kind:
+    """A kind that runs the model of a completed ``source`` task (named by the spec's
+    ``source_task``) on a dataset of ``inputs``: the run fetches the model's files over the
+    node's authenticated download, commits to the ``output`` file ``predict`` writes and
+    hands it back. Priced and sized as inference (``inference_flops``, ``inference_resources``)."""
+
+    def run(job: dict[str, Any], workdir: Path, progress: Progress) -> Outcome:
+        if job.get("fetch") is None:
+            raise RuntimeError(f"{name} needs the node's authenticated download (job['fetch']).")
+        if not job.get("dataset"):
+            raise RuntimeError(f"{name} needs a dataset of {inputs}.")
+        model = model_dir(job, workdir, source.model_files)
+        path, proof = predict(job, workdir, workdir / f"dataset.{job['dataset']['format']}", model, progress)
+        return Outcome(sha256_file(path), proof, {output: path})
+
+    return Kind(
+        name=name,
+        label=label,
+        description=description,
+        spec=spec,
+        source_kind=source.name,
+        resources=inference_resources,
+        flops=inference_flops,
+        run=run,
+        artifacts=(output,),
+        **datasets.kind_fields(),
+    )

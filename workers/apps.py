@@ -16,6 +16,11 @@ class WorkersConfig(AppConfig):
 
         work.install(workers_work)
 
+        from marketplace import kinds
+        from workers import verification
+
+        kinds.install_verifiers(verification.load())
+
         from marketplace.signals import task_cancelling
         from workers.assignments.lifecycle import on_task_cancelling
 

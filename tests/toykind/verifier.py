@@ -6,9 +6,10 @@ from pathlib import Path
 
 from tests.toykind.kind import ARTIFACT, total
 from workers.models import Assignment
-from workers.verification.base import Verdict, check_result_hash, read_small_json
+from workers.verification.base import Verdict, check_result_hash, read_small_json, verifies
 
 
+@verifies("toy_sum")
 def verify_toy(assignment: Assignment, artifacts: dict[str, Path]) -> Verdict:
     """Accept only the exact sum of the task's spec."""
     path = artifacts[ARTIFACT]

@@ -6,6 +6,8 @@ and a wrong answer under a matching hash is refused and not paid."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
+from importlib import import_module
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +18,6 @@ from ledger import services as ledger
 from ledger.units import UNITS_PER_CREDIT
 from marketplace import kinds as platform_kinds
 from marketplace.models import Task, TaskStatus
-from marketplace.specs import serializer_for
 from tests.factories import CAPS, make_worker, post_task
 from tests.toykind.kind import ARTIFACT, TOY
 from training import kinds as node_kinds
@@ -35,10 +36,14 @@ TOY_CAPS = {**CAPS, "kinds": ["toy_sum"], "features": []}
 
 @pytest.fixture(autouse=True)
 def toy_kind(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Register the toy kind on both sides, as its two files would be listed."""
+    """Register the toy kind as a new kind is registered: its verifier module loaded (it
+    registers itself with ``@verifies``, as ``workers.verification.load`` loads each module of
+    that package at start), its plug-in listed with the node's kinds (as ``training/kinds.py``
+    lists each), and the platform's view derived from the two (as ``marketplace.kinds`` derives
+    every kind's). The verifier stays registered; the kind is listed for the test only."""
+    import_module("tests.toykind.verifier")
     monkeypatch.setitem(node_kinds.KINDS, TOY.name, TOY)
-    platform = platform_kinds.Kind.of(TOY, serializer_for(TOY.spec), "tests.toykind.verifier.verify_toy")
-    monkeypatch.setitem(platform_kinds.KINDS, TOY.name, platform)
+    monkeypatch.setitem(platform_kinds.KINDS, TOY.name, platform_kinds.Kind.of(TOY))
 
 
 class ToyNode:
@@ -92,6 +97,29 @@ def test_the_toy_kind_is_listed_with_the_schema_of_its_dataclass(anon_client: AP
         "default": 100,
         "description": "How many integers to sum.",
     }
+
+
+def test_the_platform_finds_the_verifier_a_module_registers_and_offers_no_kind_without_one() -> None:
+    from tests.toykind.verifier import verify_toy
+    from workers.verification.base import VERIFIERS
+
+    assert platform_kinds.KINDS["toy_sum"].verifier is verify_toy
+    assert platform_kinds.KINDS["toy_sum"].available
+    # Each real kind's verifier is the one its family's module registered for it.
+    for name in platform_kinds.KIND_NAMES:
+        assert platform_kinds.KINDS[name].verifier is VERIFIERS[name]
+    unverified = replace(TOY, name="toy_unverified")
+    listed = platform_kinds.Kind.of(unverified)
+    assert (listed.verifier, listed.available) == (None, False)
+
+
+def test_a_verifier_of_no_known_kind_is_refused_at_start() -> None:
+    from django.core.exceptions import ImproperlyConfigured
+
+    from workers.verification.base import VERIFIERS
+
+    with pytest.raises(ImproperlyConfigured, match="toy_typo"):
+        platform_kinds.install_verifiers({**VERIFIERS, "toy_typo": VERIFIERS["toy_sum"]})
 
 
 def test_a_toy_spec_out_of_bounds_is_refused_naming_the_field(bob: Any) -> None:

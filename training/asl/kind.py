@@ -8,26 +8,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from training import plugin
 from training.asl.spec import AslInferenceSpec, AslTrainingSpec
-from training.plugin import (
-    GIB,
-    DatasetProblem,
-    Kind,
-    Outcome,
-    Progress,
-    Resources,
-    Spec,
-    Upload,
-    always,
-    inference_flops,
-    inference_resources,
-    micro,
-    model_dir,
-    sha256_file,
-)
+from training.plugin import GIB, WEIGHTS, DatasetProblem, Progress, Resources, Spec, Upload, micro, numbers
 from training.specs import default
 
-MODEL_FILES = ("model.safetensors", "config.json", "labels.json")
+MODEL_FILES = (WEIGHTS, "config.json", "labels.json")
 
 
 def _training_flops(spec: Spec) -> float:
@@ -86,16 +72,6 @@ def check_training_dataset(spec: Spec, upload: Upload, source: Spec | None) -> N
     _archive(upload, "islr-index", split_would_take)
 
 
-def check_inference_dataset(spec: Spec, upload: Upload, source: Spec | None) -> None:
-    """Refuse an archive of inference inputs the worker's predict would refuse before reading
-    a sequence: not a zip, no sequence files, a train.csv naming missing files (the archive's
-    directory and train.csv only). A .parquet dataset is one sequence, its format sniffed."""
-    from training.asl.infer import count_inputs
-
-    if upload.format == "zip":
-        _archive(upload, "islr-inputs", count_inputs)
-
-
 def _gpu_capabilities() -> dict[str, Any]:
     """What the ASL batch presets read: this node's GPU memory (none on CPU)."""
     import torch
@@ -105,9 +81,9 @@ def _gpu_capabilities() -> dict[str, Any]:
     return {"gpu_memory_bytes": int(torch.cuda.get_device_properties(0).total_memory)}
 
 
-def run_training(job: dict[str, Any], workdir: Path, progress: Progress) -> Outcome:
+def train(job: dict[str, Any], workdir: Path, out_dir: Path, progress: Progress) -> dict[str, Any]:
     """Train with training.asl.run on the downloaded (held-out-free) zip; claim val_top1."""
-    from training.asl.run import run as train
+    from training.asl.run import run as train_asl
 
     if not job.get("dataset"):
         raise RuntimeError("asl_training needs an ISLR dataset.")
@@ -119,88 +95,79 @@ def run_training(job: dict[str, Any], workdir: Path, progress: Progress) -> Outc
         if kind == "epoch":
             # The latest validation figures ride along with every later step, so they chart
             # even when the reporter coalesces the epoch event away.
-            validation.update({k: float(v) for k, v in event.get("val", {}).items() if isinstance(v, int | float)})
+            validation.update(numbers(event.get("val", {})))
         elif kind != "step":
             return
         total = max(int(event["total_steps"]), 1)
         metrics = dict(validation)
         if kind == "step":
             metrics.update({"loss": float(event["loss"]), "lr": float(event["lr"])})
-            metrics.update({k: float(v) for k, v in event.get("metrics", {}).items() if isinstance(v, int | float)})
+            metrics.update(numbers(event.get("metrics", {})))
         progress(min(int(event["step"]), total), total, metrics)
 
-    out_dir = workdir / "model"
     data = workdir / f"dataset.{job['dataset']['format']}"
-    metrics = train(
+    metrics = train_asl(
         job["spec"], data, out_dir, report, capabilities=_gpu_capabilities(), cache_dir=workdir / "cache", resume=False
     )
-    proof = {
+    return {
         "val_top1_micro": micro(metrics["val_top1"]),
         "val_top5_micro": micro(metrics["val_top5"]),
         "train_sequences": int(metrics["train_sequences"]),
         "val_sequences": int(metrics["val_sequences"]),
         "micros": micro(metrics["seconds"]),
     }
-    return Outcome(
-        result_hash=sha256_file(out_dir / "model.safetensors"),
-        proof=proof,
-        artifacts={name: out_dir / name for name in ASL_TRAINING.artifacts},
-    )
 
 
-def run_inference(job: dict[str, Any], workdir: Path, progress: Progress) -> Outcome:
-    """Fetch the source task's model, predict the top signs, commit to sha256(predictions.csv)."""
-    from training.asl.infer import PREDICTIONS_FILE, predict
-
-    if job.get("fetch") is None:
-        raise RuntimeError("asl_inference needs the node's authenticated download (job['fetch']).")
-    if not job.get("dataset"):
-        raise RuntimeError("asl_inference needs a dataset of landmark sequences.")
-    folder = model_dir(job, workdir, MODEL_FILES)
-    t0 = time.monotonic()
-    out_dir = workdir / "predictions"
-    summary = predict(
-        folder,
-        workdir / f"dataset.{job['dataset']['format']}",
-        out_dir,
-        top_k=int(job["spec"].get("top_k", default(AslInferenceSpec, "top_k"))),
-        progress=lambda event: progress(int(event["done"]), max(int(event["total"]), 1), {}),
-    )
-    path = out_dir / PREDICTIONS_FILE
-    return Outcome(
-        result_hash=sha256_file(path),
-        proof={"sequences": int(summary["sequences"]), "micros": micro(time.monotonic() - t0)},
-        artifacts={PREDICTIONS_FILE: path},
-    )
-
-
-ASL_TRAINING = Kind(
+ASL_TRAINING = plugin.training_kind(
     name="asl_training",
     label="ASL recognition training",
     description="Train an isolated sign recogniser on ISLR-format landmark sequences.",
     spec=AslTrainingSpec,
+    datasets=plugin.Datasets(("zip",), check=check_training_dataset, prepare=prepare),
+    model_files=MODEL_FILES,
+    train=train,
     resources=_training_resources,
     flops=_training_flops,
-    run=run_training,
-    artifacts=(*MODEL_FILES, "metrics.json"),
-    dataset_formats=("zip",),
-    dataset_required=always,
-    model_files=MODEL_FILES,
-    prepare=prepare,
-    check_dataset=check_training_dataset,
 )
 
-ASL_INFERENCE = Kind(
+
+def check_inference_dataset(spec: Spec, upload: Upload, source: Spec | None) -> None:
+    """Refuse an archive of inference inputs the worker's predict would refuse before reading
+    a sequence: not a zip, no sequence files, a train.csv naming missing files (the archive's
+    directory and train.csv only). A .parquet dataset is one sequence, its format sniffed."""
+    from training.asl.infer import count_inputs
+
+    if upload.format == "zip":
+        _archive(upload, "islr-inputs", count_inputs)
+
+
+def predict(
+    job: dict[str, Any], workdir: Path, inputs: Path, model: Path, progress: Progress
+) -> tuple[Path, dict[str, Any]]:
+    """Predict the top signs of each uploaded sequence with the source task's model."""
+    from training.asl.infer import PREDICTIONS_FILE
+    from training.asl.infer import predict as top_signs
+
+    t0 = time.monotonic()
+    out_dir = workdir / "predictions"
+    summary = top_signs(
+        model,
+        inputs,
+        out_dir,
+        top_k=int(job["spec"].get("top_k", default(AslInferenceSpec, "top_k"))),
+        progress=lambda event: progress(int(event["done"]), max(int(event["total"]), 1), {}),
+    )
+    return out_dir / PREDICTIONS_FILE, {"sequences": int(summary["sequences"]), "micros": micro(time.monotonic() - t0)}
+
+
+ASL_INFERENCE = plugin.inference_kind(
     name="asl_inference",
     label="ASL recognition inference",
     description="Predict the top signs for uploaded landmark sequences with a trained model.",
     spec=AslInferenceSpec,
-    resources=inference_resources,
-    flops=inference_flops,
-    run=run_inference,
-    artifacts=("predictions.csv",),
-    dataset_formats=("zip", "parquet"),
-    dataset_required=always,
-    source_kind="asl_training",
-    check_dataset=check_inference_dataset,
+    datasets=plugin.Datasets(("zip", "parquet"), check=check_inference_dataset),
+    source=ASL_TRAINING,
+    inputs="landmark sequences",
+    predict=predict,
+    output="predictions.csv",
 )

@@ -7,26 +7,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+from training import plugin
 from training.cube.spec import CubeInferenceSpec, CubeTrainingSpec
-from training.plugin import (
-    GIB,
-    DatasetProblem,
-    Kind,
-    Outcome,
-    Progress,
-    Resources,
-    Spec,
-    Upload,
-    always,
-    inference_flops,
-    inference_resources,
-    micro,
-    model_dir,
-    sha256_file,
-)
+from training.plugin import GIB, WEIGHTS, DatasetProblem, Progress, Resources, Spec, Upload, micro, numbers
 from training.specs import default
 
-MODEL_FILES = ("model.safetensors", "config.json")
+MODEL_FILES = (WEIGHTS, "config.json")
+# An upload of embeddings: either format training.cube.data reads.
+EMBEDDINGS = ("npy", "safetensors")
+OUTPUTS = "outputs.npy"
 
 
 def _cells(spec: Spec) -> int:
@@ -114,11 +103,6 @@ def check_training_dataset(spec: Spec, upload: Upload, source: Spec | None) -> N
         raise DatasetProblem(f"{upload.name}: {targets} target rows but {rows} embedding rows.")
 
 
-def check_inference_dataset(spec: Spec, upload: Upload, source: Spec | None) -> None:
-    """Refuse inputs the source model cannot embed (its teacher_dim)."""
-    _embeddings(upload, int((source or {}).get("teacher_dim", default(CubeTrainingSpec, "teacher_dim"))))
-
-
 def _data_dir(job: dict[str, Any], workdir: Path) -> Path:
     """The downloaded dataset where training.cube.data looks for it (``embeddings.<format>``)."""
     data_dir = workdir / "data"
@@ -129,18 +113,16 @@ def _data_dir(job: dict[str, Any], workdir: Path) -> Path:
     return data_dir
 
 
-def run_training(job: dict[str, Any], workdir: Path, progress: Progress) -> Outcome:
-    """Train with training.cube.run; commit to sha256(model.safetensors), claim val_loss."""
+def train(job: dict[str, Any], workdir: Path, out_dir: Path, progress: Progress) -> dict[str, Any]:
+    """Train with training.cube.run; claim val_loss."""
     import training.cube as cube
 
     def report(event: dict[str, Any]) -> None:
         if event.get("event") != "step":
             return
-        metrics = {"loss": float(event["loss"]), "lr": float(event["lr"])}
-        metrics.update({k: float(v) for k, v in event.get("metrics", {}).items() if isinstance(v, int | float)})
+        metrics = {"loss": float(event["loss"]), "lr": float(event["lr"]), **numbers(event.get("metrics", {}))}
         progress(int(event["step"]), int(event["total_steps"]), metrics)
 
-    out_dir = workdir / "model"
     metrics = cube.run(job["spec"], _data_dir(job, workdir), out_dir, progress=report)
     proof: dict[str, Any] = {
         "val_loss_micro": micro(metrics["val_loss"]),
@@ -150,68 +132,56 @@ def run_training(job: dict[str, Any], workdir: Path, progress: Progress) -> Outc
     }
     if isinstance(metrics.get("cosine"), int | float):
         proof["cosine_micro"] = micro(metrics["cosine"])
-    return Outcome(
-        result_hash=sha256_file(out_dir / "model.safetensors"),
-        proof=proof,
-        artifacts={name: out_dir / name for name in CUBE_TRAINING.artifacts},
-    )
+    return proof
 
 
-def run_inference(job: dict[str, Any], workdir: Path, progress: Progress) -> Outcome:
-    """Fetch the source task's model, embed the uploaded rows, commit to sha256(outputs.npy)."""
+CUBE_TRAINING = plugin.training_kind(
+    name="cube_training",
+    label="Cube training",
+    description="Train a 3D cellular neural network on teacher embeddings.",
+    spec=CubeTrainingSpec,
+    datasets=plugin.Datasets(EMBEDDINGS, _needs_dataset, check_training_dataset, prepare),
+    model_files=MODEL_FILES,
+    train=train,
+    resources=_training_resources,
+    flops=_training_flops,
+)
+
+
+def check_inference_dataset(spec: Spec, upload: Upload, source: Spec | None) -> None:
+    """Refuse inputs the source model cannot embed (its teacher_dim)."""
+    _embeddings(upload, int((source or {}).get("teacher_dim", default(CubeTrainingSpec, "teacher_dim"))))
+
+
+def embed(
+    job: dict[str, Any], workdir: Path, inputs: Path, model: Path, progress: Progress
+) -> tuple[Path, dict[str, Any]]:
+    """Embed the uploaded rows with the source task's model into outputs.npy."""
     import numpy as np
 
     import training.cube as cube
     from training.cube.data import load_array
 
-    if job.get("fetch") is None:
-        raise RuntimeError("cube_inference needs the node's authenticated download (job['fetch']).")
-    if not job.get("dataset"):
-        raise RuntimeError("cube_inference needs a dataset of input embeddings.")
-    folder = model_dir(job, workdir, MODEL_FILES)
-    inputs = load_array(workdir / f"dataset.{job['dataset']['format']}", "embeddings")
+    rows = load_array(inputs, "embeddings")
     t0 = time.monotonic()
     progress(0, 1, {})
     outputs = cube.infer(
-        folder, inputs, batch_size=int(job["spec"].get("batch_size", default(CubeInferenceSpec, "batch_size")))
+        model, rows, batch_size=int(job["spec"].get("batch_size", default(CubeInferenceSpec, "batch_size")))
     )
-    path = workdir / "outputs.npy"
+    path = workdir / OUTPUTS
     np.save(path, outputs)
     progress(1, 1, {})
-    return Outcome(
-        result_hash=sha256_file(path),
-        proof={"rows": int(outputs.shape[0]), "micros": micro(time.monotonic() - t0)},
-        artifacts={"outputs.npy": path},
-    )
+    return path, {"rows": int(outputs.shape[0]), "micros": micro(time.monotonic() - t0)}
 
 
-CUBE_TRAINING = Kind(
-    name="cube_training",
-    label="Cube training",
-    description="Train a 3D cellular neural network on teacher embeddings.",
-    spec=CubeTrainingSpec,
-    resources=_training_resources,
-    flops=_training_flops,
-    run=run_training,
-    artifacts=("model.safetensors", "config.json", "metrics.json"),
-    dataset_formats=("npy", "safetensors"),
-    dataset_required=_needs_dataset,
-    model_files=MODEL_FILES,
-    prepare=prepare,
-    check_dataset=check_training_dataset,
-)
-
-CUBE_INFERENCE = Kind(
+CUBE_INFERENCE = plugin.inference_kind(
     name="cube_inference",
     label="Cube inference",
     description="Embed uploaded teacher embeddings with a trained cube model.",
     spec=CubeInferenceSpec,
-    resources=inference_resources,
-    flops=inference_flops,
-    run=run_inference,
-    artifacts=("outputs.npy",),
-    dataset_formats=("npy", "safetensors"),
-    dataset_required=always,
-    source_kind="cube_training",
-    check_dataset=check_inference_dataset,
+    datasets=plugin.Datasets(EMBEDDINGS, check=check_inference_dataset),
+    source=CUBE_TRAINING,
+    inputs="input embeddings",
+    predict=embed,
+    output=OUTPUTS,
 )

@@ -14,21 +14,15 @@ from __future__ import annotations
 
 import json
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from training.asl.spec import AslInferenceSpec, AslTrainingSpec
 from training.specs import default
 from workers.models import Assignment
-from workers.verification.base import (
-    Verdict,
-    claimed,
-    copy_dataset,
-    heldout_path,
-    read_small_json,
-    spot_check,
-)
+from workers.verification import base
+from workers.verification.base import Verdict, copy_dataset, heldout_path, read_small_json
 
 
 def expected_config(spec: dict[str, Any], num_classes: int) -> dict[str, Any]:
@@ -65,23 +59,21 @@ def model_problem(spec: dict[str, Any], signs: list[str], model_dir: Path) -> st
     return ""
 
 
-def verify_asl_training(assignment: Assignment, artifacts: dict[str, Path]) -> Verdict:
+@base.verifies("asl_training")
+@base.training_claim("val_top1_micro")
+def verify_asl_training(assignment: Assignment, model_dir: Path, reported: float) -> Verdict:
     """Recompute held-out top-1 accuracy and compare it with the claim and the required minimum."""
-    from training.asl.run import accepts, chance_floor, verify
+    from training.asl.run import accepts, verify
     from training.asl.split import dataset_signs
 
     task = assignment.task
-    model = artifacts["model.safetensors"]
-    reported = claimed(assignment, model, "val_top1_micro")
-    if isinstance(reported, Verdict):
-        return reported
     held_out = heldout_path(task)
     signs = dataset_signs(held_out)
-    problem = model_problem(task.spec, signs, model.parent)
+    problem = model_problem(task.spec, signs, model_dir)
     if problem:
         return Verdict(False, problem)
     with tempfile.TemporaryDirectory(prefix="proofwork-verify-") as cache:
-        outcome = verify(model.parent, held_out, cache_dir=Path(cache))
+        outcome = verify(model_dir, held_out, cache_dir=Path(cache))
     top1, count = float(outcome["top1"]), int(outcome["count"])
     minimum = float(task.spec.get("min_accuracy", default(AslTrainingSpec, "min_accuracy")))
     metrics = {
@@ -92,52 +84,54 @@ def verify_asl_training(assignment: Assignment, artifacts: dict[str, Path]) -> V
     }
     if not accepts(reported, top1, count):
         return Verdict(False, f"held-out top-1 accuracy {top1:.4f} differs from reported {reported:.4f}.", metrics)
-    if top1 < minimum:
-        reason = f"held-out top-1 accuracy {top1:.4f} is below the required {minimum:.4f}."
-        return Verdict(False, reason, metrics, penalise=False)
-    # An untrained model, honestly reported, guesses: it is not paid for, whatever the minimum.
-    floor = chance_floor(len(signs), count)
-    if top1 < floor - 1e-9:
-        return Verdict(
-            False,
-            f"held-out top-1 accuracy {top1:.4f} is no better than guessing among {len(signs)} signs"
-            f" on {count} sequences: at least {floor:.4f} is needed.",
-            metrics,
-            penalise=False,
-        )
-    return Verdict(True, "", metrics)
+
+    return base.quality_verdict(metrics, _shortfalls(top1, minimum, len(signs), count))
 
 
-def verify_asl_inference(assignment: Assignment, artifacts: dict[str, Path]) -> Verdict:
+@base.verifies("asl_inference")
+@base.spot_check(AslInferenceSpec, "predictions.csv")
+def verify_asl_inference(
+    assignment: Assignment, path: Path, model: Callable[[], Path], samples: int, seed: int
+) -> Verdict:
     """Recompute k secretly chosen rows of predictions.csv with the source task's model."""
-    task = assignment.task
-    path = artifacts["predictions.csv"]
+    from training.asl.infer import PredictionsError, read_header, verify_predictions
 
-    def recompute(model: Callable[[], Path], samples: int, seed: int) -> Verdict:
-        from training.asl.infer import PredictionsError, read_header, verify_predictions
+    model_dir = model()
+    labels = read_small_json(model_dir / "labels.json")  # verified with the source task
+    signs = labels["signs"] if isinstance(labels, dict) else []
+    try:
+        # The header only: the rest is streamed, within bounds, by verify_predictions.
+        header = read_header(path, len(signs))
+    except PredictionsError as exc:
+        return Verdict(False, str(exc))
+    top_k = min(int(assignment.task.spec.get("top_k", default(AslInferenceSpec, "top_k"))), len(signs))
+    if len(header) != 2 + 2 * top_k:
+        return Verdict(False, f"predictions.csv must report the top {top_k} signs per sequence.")
+    with tempfile.TemporaryDirectory(prefix="proofwork-verify-") as tmp:
+        # Under the agent's own name for its download: the path column of a single
+        # .parquet sequence is that file's name (training.asl.infer), dataset.parquet.
+        inputs = copy_dataset(assignment.task, Path(tmp), stem="dataset")
+        outcome = verify_predictions(model_dir, inputs, path, samples=samples, seed=seed)
+    if not outcome["ok"]:
+        problem = outcome.get("problem") or (
+            f"{len(outcome['mismatched'])} of {outcome['checked']} recomputed sequences differ "
+            f"(first: {outcome['mismatched'][0]})."
+        )
+        return Verdict(False, str(problem))
+    return Verdict(True, "", {"sequences_checked": int(outcome["checked"])})
 
-        model_dir = model()
-        labels = read_small_json(model_dir / "labels.json")  # verified with the source task
-        signs = labels["signs"] if isinstance(labels, dict) else []
-        try:
-            # The header only: the rest is streamed, within bounds, by verify_predictions.
-            header = read_header(path, len(signs))
-        except PredictionsError as exc:
-            return Verdict(False, str(exc))
-        top_k = min(int(task.spec.get("top_k", default(AslInferenceSpec, "top_k"))), len(signs))
-        if len(header) != 2 + 2 * top_k:
-            return Verdict(False, f"predictions.csv must report the top {top_k} signs per sequence.")
-        with tempfile.TemporaryDirectory(prefix="proofwork-verify-") as tmp:
-            # Under the agent's own name for its download: the path column of a single
-            # .parquet sequence is that file's name (training.asl.infer), dataset.parquet.
-            inputs = copy_dataset(task, Path(tmp), stem="dataset")
-            outcome = verify_predictions(model_dir, inputs, path, samples=samples, seed=seed)
-        if not outcome["ok"]:
-            problem = outcome.get("problem") or (
-                f"{len(outcome['mismatched'])} of {outcome['checked']} recomputed sequences differ "
-                f"(first: {outcome['mismatched'][0]})."
-            )
-            return Verdict(False, str(problem))
-        return Verdict(True, "", {"sequences_checked": int(outcome["checked"])})
 
-    return spot_check(assignment, path, AslInferenceSpec, recompute)
+def _shortfalls(top1: float, minimum: float, signs: int, count: int) -> Iterator[str]:
+    """The bars a true claim of held-out accuracy ``top1`` may still miss: the spec's
+    ``minimum``, and beating guessing among ``signs`` signs on ``count`` sequences."""
+    from training.asl.run import chance_floor
+
+    if top1 < minimum:
+        yield f"held-out top-1 accuracy {top1:.4f} is below the required {minimum:.4f}."
+    # An untrained model, honestly reported, guesses: it is not paid for, whatever the minimum.
+    floor = chance_floor(signs, count)
+    if top1 < floor - 1e-9:
+        yield (
+            f"held-out top-1 accuracy {top1:.4f} is no better than guessing among {signs} signs"
+            f" on {count} sequences: at least {floor:.4f} is needed."
+        )

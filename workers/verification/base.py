@@ -1,5 +1,6 @@
-"""What every kind's verifier shares: the verdict, the platform's own faults, and the
-outline of a spot check (recompute k secretly chosen samples with the source model).
+"""What every kind's verifier shares: the registry (``verifies``), the verdict, the
+platform's own faults, the outline of a spot check (recompute k secretly chosen samples
+with the source model) and the quality bars a true training claim must still meet.
 
 Nothing a worker uploaded is ever imported or unpickled: safetensors, JSON, CSV and
 ``.npy`` without pickles only.
@@ -7,19 +8,22 @@ Nothing a worker uploaded is ever imported or unpickled: safetensors, JSON, CSV 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import json
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.core.files.storage import default_storage
 
 from marketplace.models import Task
+from training.plugin import WEIGHTS, sha256_file
 from training.specs import default
 from workers.assignments import heldout
 from workers.assignments.jobs import artifact_path
@@ -51,12 +55,26 @@ class Verdict:
     penalise: bool = True
 
 
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with Path(path).open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+# fn(assignment, its uploaded artifacts by name) -> the verdict.
+Verifier = Callable[[Assignment, dict[str, Path]], Verdict]
+
+# Every verifier, by the name of the kind it judges: filled by ``verifies`` as the modules of
+# this package are imported (``workers.verification.load``).
+VERIFIERS: dict[str, Verifier] = {}
+
+
+def verifies(kind: str) -> Callable[[Verifier], Verifier]:
+    """Register the decorated function as the verifier of ``kind``: the platform offers a
+    kind to providers once it has one (``marketplace.kinds.Kind.available``)."""
+
+    def register(verifier: Verifier) -> Verifier:
+        if VERIFIERS.setdefault(kind, verifier) is not verifier:
+            raise ImproperlyConfigured(
+                f"{kind} has two verifiers: {VERIFIERS[kind].__qualname__} and {verifier.__qualname__}."
+            )
+        return verifier
+
+    return register
 
 
 def check_result_hash(assignment: Assignment, path: Path) -> Verdict | None:
@@ -99,7 +117,7 @@ def source_model_dir(task: Task) -> Path | None:
     )
     if accepted is None:
         return None
-    return Path(default_storage.path(artifact_path(accepted, "model.safetensors"))).parent
+    return Path(default_storage.path(artifact_path(accepted, WEIGHTS))).parent
 
 
 def copy_dataset(task: Task, folder: Path, stem: str = "inputs") -> Path:
@@ -111,19 +129,6 @@ def copy_dataset(task: Task, folder: Path, stem: str = "inputs") -> Path:
     return target
 
 
-def claimed(assignment: Assignment, artifact: Path, proof_key: str) -> float | Verdict:
-    """The claim a training verifier checks: the signed proof's ``proof_key`` (a ``*_micro``
-    integer) as a float, or the rejection when result_hash is not the artifact's sha256 or
-    the proof carries no such integer."""
-    rejected = check_result_hash(assignment, artifact)
-    if rejected:
-        return rejected
-    reported = proof_micro(assignment, proof_key)
-    if reported is None:
-        return Verdict(False, f"The signed proof carries no integer {proof_key}.")
-    return reported
-
-
 def heldout_path(task: Task) -> Path:
     """The held-out file of the task's split, which the platform keeps from the worker."""
     split = heldout.prepared(task)
@@ -133,26 +138,76 @@ def heldout_path(task: Task) -> Path:
     return split.heldout_path()
 
 
-# recompute(model folder, fetched on demand; samples; seed) -> Verdict
-Recompute = Callable[[Callable[[], Path], int, int], Verdict]
+def _hashed(artifact: str, wrapped: Callable[..., Verdict], then: Callable[[Assignment, Path], Verdict]) -> Verifier:
+    """A verifier, named and documented as ``wrapped``, that rejects a result unless its
+    signed result_hash is the sha256 of the uploaded ``artifact``, and then asks
+    ``then(assignment, the artifact's path)``."""
+
+    @functools.wraps(wrapped)
+    def verify(assignment: Assignment, artifacts: dict[str, Path]) -> Verdict:
+        path = artifacts[artifact]
+        return check_result_hash(assignment, path) or then(assignment, path)
+
+    return verify
 
 
-def spot_check(assignment: Assignment, artifact: Path, spec: type, recompute: Recompute) -> Verdict:
-    """The outline every inference verifier follows: the signed result_hash must be the
-    artifact's sha256; then ``recompute`` checks ``verify_samples`` samples (the spec
-    dataclass's default when the task names none) chosen by ``spot_check_seed``, with the
-    source task's accepted model, which it asks for when it needs it (a PlatformFault
-    when the platform has lost it)."""
-    rejected = check_result_hash(assignment, artifact)
-    if rejected:
-        return rejected
-    task = assignment.task
+# judge(assignment, the folder of its uploaded model, the claim of its signed proof) -> Verdict
+Judge = Callable[[Assignment, Path, float], Verdict]
 
-    def model() -> Path:
-        folder = source_model_dir(task)
-        if folder is None:
-            raise PlatformFault(f"task {task.pk}: the source task has no accepted model")
-        return folder
 
-    samples = int(task.spec.get("verify_samples", default(spec, "verify_samples")))
-    return recompute(model, samples, spot_check_seed(assignment))
+def training_claim(proof_key: str) -> Callable[[Judge], Verifier]:
+    """What every training verifier checks first, as a decorator that makes ``judge`` a
+    verifier: the signed result_hash must be the sha256 of the uploaded model.safetensors
+    and the signed proof must carry ``proof_key`` (a ``*_micro`` integer); ``judge`` then
+    gets the uploaded model's folder and the claim as a float."""
+
+    def opening(judge: Judge) -> Verifier:
+        def claim(assignment: Assignment, weights: Path) -> Verdict:
+            reported = proof_micro(assignment, proof_key)
+            if reported is None:
+                return Verdict(False, f"The signed proof carries no integer {proof_key}.")
+            return judge(assignment, weights.parent, reported)
+
+        return _hashed(WEIGHTS, judge, claim)
+
+    return opening
+
+
+# recompute(assignment, its uploaded artifact, the source model's folder (fetched on demand),
+# samples, seed) -> Verdict
+Recompute = Callable[[Assignment, Path, Callable[[], Path], int, int], Verdict]
+
+
+def spot_check(spec: type, artifact: str) -> Callable[[Recompute], Verifier]:
+    """The outline every inference verifier follows, as a decorator that makes ``recompute``
+    a verifier: the signed result_hash must be the sha256 of the uploaded ``artifact``; then
+    ``recompute`` checks ``verify_samples`` samples (the ``spec`` dataclass's default when the
+    task names none) chosen by ``spot_check_seed``, with the source task's accepted model,
+    which it asks for when it needs it (a PlatformFault when the platform has lost it)."""
+
+    def outline(recompute: Recompute) -> Verifier:
+        def sample(assignment: Assignment, path: Path) -> Verdict:
+            task = assignment.task
+
+            def model() -> Path:
+                folder = source_model_dir(task)
+                if folder is None:
+                    raise PlatformFault(f"task {task.pk}: the source task has no accepted model")
+                return folder
+
+            samples = int(task.spec.get("verify_samples", default(spec, "verify_samples")))
+            return recompute(assignment, path, model, samples, spot_check_seed(assignment))
+
+        return _hashed(artifact, recompute, sample)
+
+    return outline
+
+
+def quality_verdict(metrics: dict[str, Any], shortfalls: Iterable[str]) -> Verdict:
+    """The verdict on a training claim found true: rejected, without the penalty of a false
+    claim (see ``Verdict.penalise``), for the first quality bar it falls short of (each of
+    ``shortfalls`` says why; read lazily, so a bar is judged only once the ones before it
+    are met); accepted when it meets them all."""
+    for reason in shortfalls:
+        return Verdict(False, reason, metrics, penalise=False)
+    return Verdict(True, "", metrics)

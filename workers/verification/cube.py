@@ -12,7 +12,7 @@ with the source task's verified model.
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,14 +22,8 @@ from django.conf import settings
 from training.cube.spec import CubeInferenceSpec, CubeTrainingSpec
 from training.specs import default
 from workers.models import Assignment
-from workers.verification.base import (
-    Verdict,
-    claimed,
-    copy_dataset,
-    heldout_path,
-    read_small_json,
-    spot_check,
-)
+from workers.verification import base
+from workers.verification.base import Verdict, copy_dataset, heldout_path, read_small_json
 
 # The model fields that change what is computed (activation checkpointing does not).
 MODEL_FIELDS = ("teacher_dim", "lattice_edge", "state_size", "steps", "gate", "top_k", "mode")
@@ -80,21 +74,19 @@ def _untrained_loss(spec: dict[str, Any], inputs: np.ndarray, targets: np.ndarra
     return float(evaluate(model, loader, weights_from_spec(full))["val_loss"])
 
 
-def verify_cube_training(assignment: Assignment, artifacts: dict[str, Path]) -> Verdict:
+@base.verifies("cube_training")
+@base.training_claim("val_loss_micro")
+def verify_cube_training(assignment: Assignment, model_dir: Path, reported: float) -> Verdict:
     """Recompute the submitted model's loss on the held-out split and compare it with the claim."""
     from training.cube.run import verify
     from training.cube.split import load_heldout
 
     task = assignment.task
-    model = artifacts["model.safetensors"]
-    reported = claimed(assignment, model, "val_loss_micro")
-    if isinstance(reported, Verdict):
-        return reported
-    problem = config_problem(task.spec, artifacts["config.json"])
+    problem = config_problem(task.spec, model_dir / "config.json")
     if problem:
         return Verdict(False, problem)
     inputs, targets = load_heldout(heldout_path(task))
-    outcome = verify(model.parent, inputs, targets, {"val_loss": reported})
+    outcome = verify(model_dir, inputs, targets, {"val_loss": reported})
     if not outcome["accepted"]:
         return Verdict(False, str(outcome["reason"]))
     recomputed = float(outcome["recomputed"]["val_loss"])
@@ -107,62 +99,62 @@ def verify_cube_training(assignment: Assignment, artifacts: dict[str, Path]) -> 
     }
     if isinstance(outcome["recomputed"].get("val_cosine"), float):
         metrics["heldout_cosine"] = round(outcome["recomputed"]["val_cosine"], 6)
+
     # The claim was true (checked above): a model that learned too little is not paid,
     # but its worker is not penalised (the spec may allow no more: see Verdict).
+    return base.quality_verdict(metrics, _shortfalls(task.spec, recomputed, untrained))
+
+
+@base.verifies("cube_inference")
+@base.spot_check(CubeInferenceSpec, "outputs.npy")
+def verify_cube_inference(
+    assignment: Assignment, path: Path, model: Callable[[], Path], samples: int, seed: int
+) -> Verdict:
+    """Recompute k secretly chosen rows of outputs.npy with the source task's model."""
+    from training.cube.data import CubeDataError, first_non_finite_row, load_array
+    from training.cube.run import verify_inference
+
+    try:
+        # Mapped, not read: only the header is parsed here, and only the sampled rows are
+        # ever paged in, so a 2 GiB upload costs no memory before its shape is checked.
+        outputs = np.load(path, mmap_mode="r", allow_pickle=False)
+    except (ValueError, OSError, EOFError) as exc:
+        return Verdict(False, f"outputs.npy is not a readable array ({exc}).")
+    if outputs.dtype.kind != "f":
+        return Verdict(False, f"outputs.npy has dtype {outputs.dtype}, not a float type.")
+    model_dir = model()
+    with tempfile.TemporaryDirectory(prefix="proofwork-verify-") as tmp:
+        try:
+            inputs = load_array(copy_dataset(assignment.task, Path(tmp)), "embeddings")
+        except CubeDataError as exc:
+            return Verdict(False, str(exc))
+    if outputs.shape != inputs.shape:
+        return Verdict(False, f"outputs.npy has shape {list(outputs.shape)}, expected {list(inputs.shape)}.")
+    # The model maps finite rows to finite rows, so this is checked on every row, not only
+    # on the sampled ones: a cheap pass over the mapped file, a block at a time.
+    bad_row = first_non_finite_row(outputs)
+    if bad_row is not None:
+        return Verdict(False, f"outputs.npy holds NaN or infinite values (first in row {bad_row}).")
+    outcome = verify_inference(model_dir, inputs, outputs, samples=samples, seed=seed)
+    if not outcome["accepted"]:
+        reason = outcome.get("reason") or f"recomputed rows differ (max abs error {outcome['max_abs_error']:.3g})."
+        return Verdict(False, str(reason))
+    return Verdict(True, "", {"rows_checked": len(outcome["rows"]), "max_abs_error": outcome["max_abs_error"]})
+
+
+def _shortfalls(spec: dict[str, Any], recomputed: float, untrained: float) -> Iterator[str]:
+    """The bars a true claim of held-out loss ``recomputed`` may still miss: beating the
+    untrained model's ``untrained``, and by the share the platform and the spec ask for."""
     if not recomputed < untrained:
-        reason = f"held-out val_loss {recomputed:.6g} is no better than untrained ({untrained:.6g})."
-        return Verdict(False, reason, metrics, penalise=False)
+        yield f"held-out val_loss {recomputed:.6g} is no better than untrained ({untrained:.6g})."
     # The requester may ask for more than the platform's floor, never for less.
     required = max(
         settings.CUBE_MIN_LOSS_REDUCTION_PCT,
-        int(task.spec.get("min_loss_reduction", default(CubeTrainingSpec, "min_loss_reduction"))),
+        int(spec.get("min_loss_reduction", default(CubeTrainingSpec, "min_loss_reduction"))),
     )
     if untrained > 0 and recomputed > untrained * (1 - required / 100):
         removed = 1 - recomputed / untrained
-        return Verdict(
-            False,
+        yield (
             f"held-out val_loss {recomputed:.6g} is only {removed:.0%} below the untrained model's"
-            f" ({untrained:.6g}); training must remove at least {required}%.",
-            metrics,
-            penalise=False,
+            f" ({untrained:.6g}); training must remove at least {required}%."
         )
-    return Verdict(True, "", metrics)
-
-
-def verify_cube_inference(assignment: Assignment, artifacts: dict[str, Path]) -> Verdict:
-    """Recompute k secretly chosen rows of outputs.npy with the source task's model."""
-    task = assignment.task
-    path = artifacts["outputs.npy"]
-
-    def recompute(model: Callable[[], Path], samples: int, seed: int) -> Verdict:
-        from training.cube.data import CubeDataError, first_non_finite_row, load_array
-        from training.cube.run import verify_inference
-
-        try:
-            # Mapped, not read: only the header is parsed here, and only the sampled rows are
-            # ever paged in, so a 2 GiB upload costs no memory before its shape is checked.
-            outputs = np.load(path, mmap_mode="r", allow_pickle=False)
-        except (ValueError, OSError, EOFError) as exc:
-            return Verdict(False, f"outputs.npy is not a readable array ({exc}).")
-        if outputs.dtype.kind != "f":
-            return Verdict(False, f"outputs.npy has dtype {outputs.dtype}, not a float type.")
-        model_dir = model()
-        with tempfile.TemporaryDirectory(prefix="proofwork-verify-") as tmp:
-            try:
-                inputs = load_array(copy_dataset(task, Path(tmp)), "embeddings")
-            except CubeDataError as exc:
-                return Verdict(False, str(exc))
-        if outputs.shape != inputs.shape:
-            return Verdict(False, f"outputs.npy has shape {list(outputs.shape)}, expected {list(inputs.shape)}.")
-        # The model maps finite rows to finite rows, so this is checked on every row, not only
-        # on the sampled ones: a cheap pass over the mapped file, a block at a time.
-        bad_row = first_non_finite_row(outputs)
-        if bad_row is not None:
-            return Verdict(False, f"outputs.npy holds NaN or infinite values (first in row {bad_row}).")
-        outcome = verify_inference(model_dir, inputs, outputs, samples=samples, seed=seed)
-        if not outcome["accepted"]:
-            reason = outcome.get("reason") or f"recomputed rows differ (max abs error {outcome['max_abs_error']:.3g})."
-            return Verdict(False, str(reason))
-        return Verdict(True, "", {"rows_checked": len(outcome["rows"]), "max_abs_error": outcome["max_abs_error"]})
-
-    return spot_check(assignment, path, CubeInferenceSpec, recompute)

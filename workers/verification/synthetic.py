@@ -9,12 +9,13 @@ from typing import Any
 from training.poc.spec import SyntheticSpec
 from training.specs import default
 from workers.models import Assignment
-from workers.verification.base import PlatformFault, Verdict
+from workers.verification.base import PlatformFault, Verdict, verifies
 
 # Failure codes of ``training.poc.verifier.verify`` that describe the platform's own data.
 PLATFORM_CODES = frozenset({"spec", "seed"})
 
 
+@verifies("synthetic")
 def verify_synthetic(assignment: Assignment, artifacts: dict[str, Path]) -> Verdict:
     """Synthetic: Merkle root of C against result_hash, then Freivalds' check."""
     from training.poc import verifier as poc
