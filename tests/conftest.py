@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -58,6 +59,14 @@ def bob_client(bob: Any) -> APIClient:
 @pytest.fixture(autouse=True)
 def _media_root(settings: Any, tmp_path: Any) -> None:
     settings.MEDIA_ROOT = tmp_path / "media"
+
+
+@pytest.fixture
+def shared_media(settings: Any, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """This test's media folder, named to the processes it starts (``PROOFWORK_MEDIA_ROOT``):
+    they read and write the same files as the test."""
+    monkeypatch.setenv("PROOFWORK_MEDIA_ROOT", str(settings.MEDIA_ROOT))
+    return Path(settings.MEDIA_ROOT)
 
 
 @pytest.fixture(autouse=True)
