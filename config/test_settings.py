@@ -14,6 +14,11 @@ media, and the processes it starts, are not the other workers'. An explicit
 ``PROOFWORK_VAR_DIR`` is one directory for the whole run: use it without ``-n``. So is the
 Redis of ``REDIS_URL`` (the broker's queues, the cache a test clears): ``-n`` runs on the
 embedded broker and cache.
+
+The xdist controller loads these settings too, and its workers inherit its environment:
+``PROOFWORK_TEST_VAR_DIR`` records the directory this module chose, so a worker that finds
+that choice in ``PROOFWORK_VAR_DIR`` chooses again for itself, while a directory the
+person running the suite named stays.
 """
 
 import os
@@ -21,10 +26,10 @@ from pathlib import Path
 
 from django.conf import global_settings
 
-os.environ.setdefault(
-    "PROOFWORK_VAR_DIR",
-    str(Path(__file__).resolve().parent.parent / "var" / "test" / os.environ.get("PYTEST_XDIST_WORKER", "")),
-)
+if os.environ.get("PROOFWORK_VAR_DIR") in (None, os.environ.get("PROOFWORK_TEST_VAR_DIR")):
+    os.environ["PROOFWORK_VAR_DIR"] = os.environ["PROOFWORK_TEST_VAR_DIR"] = str(
+        Path(__file__).resolve().parent.parent / "var" / "test" / os.environ.get("PYTEST_XDIST_WORKER", "")
+    )
 
 from config.settings import *  # noqa: F403
 

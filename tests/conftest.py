@@ -1,14 +1,20 @@
-"""Shared fixtures: personas (alice owns, bob is another user, anonymous has no login)."""
+"""Shared fixtures: personas (alice owns, bob is another user, anonymous has no login) and
+their clients."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
 
 import pytest
+from django.test import Client
 from rest_framework.test import APIClient
 
+from marketplace.models import User
 from tests.factories import UserFactory
+
+C = TypeVar("C", APIClient, Client)
 
 
 @pytest.fixture
@@ -41,23 +47,49 @@ def anon_client() -> APIClient:
     return APIClient()
 
 
-@pytest.fixture
-def alice_client(alice: Any) -> APIClient:
+def api_client(user: User) -> APIClient:
+    """A REST client authenticated as ``user`` (forced: no token, no session)."""
     client = APIClient()
-    client.force_authenticate(alice)
+    client.force_authenticate(user)
     return client
 
 
-@pytest.fixture
-def bob_client(bob: Any) -> APIClient:
-    client = APIClient()
-    client.force_authenticate(bob)
+def web_client(user: User) -> Client:
+    """A browser-session client logged in as ``user``, for the pages."""
+    client = Client()
+    client.force_login(user)
     return client
+
+
+def signed_in(persona: str, sign_in: Callable[[User], C]) -> Callable[..., C]:
+    """A fixture: the persona fixture named ``persona``, signed in by ``sign_in``. pytest
+    names it after the module attribute it is assigned to."""
+
+    @pytest.fixture
+    def fixture(request: pytest.FixtureRequest) -> C:
+        return sign_in(request.getfixturevalue(persona))
+
+    return fixture
+
+
+# Each persona's clients: REST (``*_client``) and browser session, for the pages (``*_web``).
+alice_client = signed_in("alice", api_client)
+bob_client = signed_in("bob", api_client)
+alice_web = signed_in("alice", web_client)
+bob_web = signed_in("bob", web_client)
 
 
 @pytest.fixture(autouse=True)
 def _media_root(settings: Any, tmp_path: Any) -> None:
     settings.MEDIA_ROOT = tmp_path / "media"
+
+
+@pytest.fixture
+def shared_media(settings: Any, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """This test's media folder, named to the processes it starts (``PROOFWORK_MEDIA_ROOT``):
+    they read and write the same files as the test."""
+    monkeypatch.setenv("PROOFWORK_MEDIA_ROOT", str(settings.MEDIA_ROOT))
+    return Path(settings.MEDIA_ROOT)
 
 
 @pytest.fixture(autouse=True)

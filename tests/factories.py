@@ -3,9 +3,10 @@ through the services the API and the scheduler use."""
 
 from __future__ import annotations
 
+import io
 import secrets
 from collections.abc import Mapping
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import factory
 from django.utils import timezone
@@ -17,6 +18,9 @@ from protocol import keys
 from workers.assignments import scheduler
 from workers.identity import services as identity
 from workers.models import Assignment, Worker
+
+if TYPE_CHECKING:
+    import numpy as np
 
 PASSWORD = "correct-horse-battery-staple"
 
@@ -37,21 +41,40 @@ def post_task(owner: Any, kind: str = "synthetic", spec: dict[str, Any] | None =
     return services.post_task(owner, services.TaskRequest(kind=kind, spec=spec or {}, **kwargs))
 
 
-def npy_bytes(rows: int = 4, cols: int = 768) -> bytes:
-    """A real .npy file (float32 zeros), built in memory: by default, as many rows as a
-    cube_training upload needs (some are held out) of the default spec's teacher_dim."""
-    import io
+# A 3³ lattice on 32-wide embeddings: a few seconds of cube_training on one shared core.
+TINY_CUBE: dict[str, Any] = {
+    "teacher_dim": 32,
+    "lattice_edge": 3,
+    "state_size": 8,
+    "steps": 2,
+    "epochs": 3,
+    "batch_size": 16,
+    "warmup_steps": 5,
+    "learning_rate": 3e-3,
+    "synthetic_samples": 0,
+    "seed": 1,
+}
 
+
+def array_npy(array: np.ndarray) -> bytes:
+    """``array`` as a real .npy file, built in memory."""
     import numpy as np
 
     buf = io.BytesIO()
-    np.save(buf, np.zeros((rows, cols), dtype=np.float32))
+    np.save(buf, array)
     return buf.getvalue()
+
+
+def npy_bytes(rows: int = 4, cols: int = 768) -> bytes:
+    """A real .npy file (float32 zeros), built in memory: by default, as many rows as a
+    cube_training upload needs (some are held out) of the default spec's teacher_dim."""
+    import numpy as np
+
+    return array_npy(np.zeros((rows, cols), dtype=np.float32))
 
 
 def zip_bytes(files: dict[str, bytes] | None = None) -> bytes:
     """A real ZIP archive, built in memory (an ISLR-style layout by default)."""
-    import io
     import zipfile
 
     buf = io.BytesIO()
@@ -80,11 +103,11 @@ def islr_zip_bytes(participants: int = 3) -> bytes:
         return archive.read_bytes()
 
 
-def upload(content: bytes, filename: str = "data.bin") -> Any:
+def upload(content: bytes, filename: str = "data.bin", content_type: str = "application/octet-stream") -> Any:
     """An in-memory uploaded file, as Django hands it to a view."""
     from django.core.files.uploadedfile import SimpleUploadedFile
 
-    return SimpleUploadedFile(filename, content, content_type="application/octet-stream")
+    return SimpleUploadedFile(filename, content, content_type=content_type)
 
 
 def make_dataset(owner: Any, content: bytes | None = None, filename: str = "data.npy", name: str = "") -> Any:

@@ -1,11 +1,26 @@
-"""Steps every real-browser test takes: Playwright's ``expect`` and signing in."""
+"""Steps every real-browser test takes: a page of its own, Playwright's ``expect`` and
+signing in."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from tests.factories import PASSWORD
+
+
+@contextmanager
+def new_page(browser: Any, base_url: str) -> Iterator[Any]:
+    """A page in a fresh browser context (no cookies of another test's) on ``base_url``, for
+    the block; a step waits at most 15 s."""
+    context = browser.new_context(base_url=base_url, viewport={"width": 1280, "height": 900})
+    context.set_default_timeout(15_000)
+    try:
+        yield context.new_page()
+    finally:
+        context.close()
 
 
 def expect() -> Any:

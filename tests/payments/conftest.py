@@ -8,22 +8,18 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import os
-import subprocess
 import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.e2e.conftest import _database_url, _free_port, browser  # noqa: F401  (browser: a fixture)
+from tests.e2e.conftest import browser  # noqa: F401  (a fixture)
+from tests.workers import processes
 
-ROOT = Path(__file__).resolve().parents[2]
 SECRET_KEY = "sk_test_proofwork"
 PUBLISHABLE_KEY = "pk_test_proofwork"
 WEBHOOK_SECRET = "whsec_test_proofwork"
@@ -33,33 +29,12 @@ WEBHOOK_PATH = "/payments/stripe/webhook/"
 @pytest.fixture(scope="session")
 def localstripe(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """Base URL of a localstripe process of our own (free port, 127.0.0.1 only)."""
-    port = _free_port()
-    log_path = tmp_path_factory.mktemp("localstripe") / "localstripe.log"
-    with log_path.open("wb") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.payments.localstripe_server", str(port)],
-            cwd=ROOT,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
+    port = processes.free_port()
+    log = tmp_path_factory.mktemp("localstripe") / "localstripe.log"
     url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"localstripe exited with {proc.returncode}:\n{log_path.read_text()[-4000:]}")
-            try:
-                if httpx.get(f"{url}/v1/customers", auth=(SECRET_KEY, ""), timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"localstripe did not answer:\n{log_path.read_text()[-4000:]}")
-            time.sleep(0.1)
+    with processes.spawn([sys.executable, "-m", "tests.payments.localstripe_server", str(port)], log) as proc:
+        processes.wait_until_serving(proc, log, lambda: processes.answers(f"{url}/v1/customers", auth=(SECRET_KEY, "")))
         yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
 
 
 def stripe_env(localstripe: str) -> dict[str, str]:
@@ -141,67 +116,13 @@ def deliver(client: Any) -> Callable[..., Any]:
     return send
 
 
-@contextmanager
-def daphne(env_overrides: dict[str, str], workdir: Path) -> Iterator[str]:
-    """daphne serving the app on the test database, with these environment overrides;
-    every STRIPE_ variable of this process's environment is dropped first."""
-    from django.db import connection
-
-    env = {k: v for k, v in os.environ.items() if not k.startswith("STRIPE_")}
-    env.update(
-        {
-            "DJANGO_SETTINGS_MODULE": "config.settings",
-            "DATABASE_URL": _database_url(connection.settings_dict),
-            "PROOFWORK_MEDIA_ROOT": str(workdir / "media"),
-            "PROOFWORK_STATIC_ROOT": str(workdir / "static"),
-            "DJANGO_DEBUG": "0",
-            "CELERY_BROKER_URL": "memory://",
-            **env_overrides,
-        }
-    )
-    subprocess.run(
-        [sys.executable, "manage.py", "collectstatic", "--noinput", "-v", "0"], cwd=ROOT, env=env, check=True
-    )
-    port = _free_port()
-    log_path = workdir / "daphne.log"
-    with log_path.open("wb") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "config.asgi:application"],
-            cwd=ROOT,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"daphne exited with {proc.returncode}:\n{log_path.read_text()[-4000:]}")
-            try:
-                if httpx.get(url + "/accounts/login/", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"daphne did not answer:\n{log_path.read_text()[-4000:]}")
-            time.sleep(0.2)
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
 @pytest.fixture(scope="module")
 def stripe_live_url(
     django_db_setup: Any, django_db_blocker: Any, localstripe: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[str]:
     """The app on daphne with payments on, and localstripe delivering its webhooks to it."""
-    with django_db_blocker.unblock(), daphne(stripe_env(localstripe), tmp_path_factory.mktemp("daphne")) as url:
+    workdir = tmp_path_factory.mktemp("daphne")
+    with django_db_blocker.unblock(), processes.deployed_daphne(workdir, **stripe_env(localstripe)) as url:
         httpx.post(
             f"{localstripe}/_config/webhooks/proofwork",
             data={"url": url + WEBHOOK_PATH, "secret": WEBHOOK_SECRET},
@@ -215,7 +136,7 @@ def plain_live_url(
     django_db_setup: Any, django_db_blocker: Any, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[str]:
     """The app on daphne with no Stripe keys at all."""
-    with django_db_blocker.unblock(), daphne({}, tmp_path_factory.mktemp("daphne-plain")) as url:
+    with django_db_blocker.unblock(), processes.deployed_daphne(tmp_path_factory.mktemp("daphne-plain")) as url:
         yield url
 
 

@@ -1,4 +1,5 @@
-"""Real processes for end-to-end tests: daphne, a platform Celery worker, a provider agent.
+"""Real processes for end-to-end tests: daphne, a platform Celery worker, a provider agent,
+and the platform with a node of its own running (``platform_and_node``).
 
 They share the test database (a file for SQLite, the test database on PostgreSQL) and
 the brokers the settings name: the platform's (the filesystem broker under var/, or Redis
@@ -18,13 +19,20 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import httpx
+import pytest
 from django.db import connection
 
+from marketplace.models import User
+from workers.models import Worker
+
 ROOT = Path(__file__).resolve().parents[2]
+START_TIMEOUT_S = 60
 
 
 def free_port() -> int:
@@ -36,16 +44,28 @@ def free_port() -> int:
 def test_database_url() -> str:
     """The URL of the database the test process is using, for child processes."""
     params = connection.settings_dict
-    if connection.vendor == "sqlite":
-        return f"sqlite:///{params['NAME']}"
-    auth = params["USER"] + (f":{params['PASSWORD']}" if params.get("PASSWORD") else "")
-    return f"postgres://{auth}@{params['HOST'] or '127.0.0.1'}:{params['PORT'] or 5432}/{params['NAME']}"
+    engine, name = params["ENGINE"], str(params["NAME"])
+    if engine.endswith("sqlite3"):
+        if name.startswith("file:") or ":memory:" in name:
+            pytest.fail(
+                "The SQLite test database is in memory, so a child process cannot share it: "
+                'set DATABASES["default"]["TEST"]["NAME"] to a file (config/settings.py does).'
+            )
+        return f"sqlite:///{Path(name).resolve()}"
+    if engine.endswith("postgresql"):
+        user = quote(str(params.get("USER") or ""))
+        password = params.get("PASSWORD")
+        auth = f"{user}:{quote(str(password))}@" if password else (f"{user}@" if user else "")
+        return f"postgres://{auth}{params.get('HOST') or '127.0.0.1'}:{params.get('PORT') or 5432}/{quote(name)}"
+    pytest.fail(f"the tests do not know how to share a {engine} database with a child process")
 
 
 def child_env(**extra: str) -> dict[str, str]:
     # The checkout first; an existing PYTHONPATH (packages installed outside the venv) after it.
     path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
     env = {**os.environ, "DATABASE_URL": test_database_url(), "PYTHONPATH": path, "PROOFWORK_LOG_LEVEL": "INFO"}
+    # A child stopped by ``spawn`` leaves in its log all it wrote, not what filled a buffer.
+    env["PYTHONUNBUFFERED"] = "1"
     env.pop("DJANGO_SETTINGS_MODULE", None)
     env.update(extra)
     return env
@@ -64,8 +84,11 @@ def serving(server: socketserver.BaseServer) -> Iterator[None]:
 
 
 @contextmanager
-def spawn(args: list[str], log: Path, env: dict[str, str], cwd: Path = ROOT) -> Iterator[subprocess.Popen[bytes]]:
-    """Run a child process for the block, its output in ``log``; terminated (then killed) after."""
+def spawn(
+    args: list[str], log: Path, env: dict[str, str] | None = None, cwd: Path = ROOT
+) -> Iterator[subprocess.Popen[bytes]]:
+    """Run a child process for the block, its output in ``log`` (``env``: this process's when
+    None); terminated (then killed) after."""
     with log.open("wb") as out:
         proc = subprocess.Popen(args, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT)
         try:
@@ -79,22 +102,64 @@ def spawn(args: list[str], log: Path, env: dict[str, str], cwd: Path = ROOT) -> 
                 proc.wait()
 
 
+def answers(url: str, **request: Any) -> bool:
+    """Whether a GET of ``url`` answers 200 within 2 s (``request``: httpx's arguments)."""
+    try:
+        return httpx.get(url, timeout=2, **request).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def wait_until_serving(
+    proc: subprocess.Popen[bytes], log: Path, up: Callable[[], bool], timeout: float = START_TIMEOUT_S
+) -> None:
+    """Wait until a server the test started answers (``up``); the test fails with the end of
+    its log when it exits first or does not answer within ``timeout`` seconds."""
+    name = log.stem
+    deadline = time.monotonic() + timeout
+    while not up():
+        if proc.poll() is not None:
+            pytest.fail(f"{name} exited with {proc.returncode}:\n{log.read_text(errors='replace')[-4000:]}")
+        if time.monotonic() > deadline:
+            pytest.fail(f"{name} did not answer within {timeout} s:\n{log.read_text(errors='replace')[-4000:]}")
+        time.sleep(0.1)
+
+
 @contextmanager
-def daphne(tmp: Path) -> Iterator[str]:
+def daphne(workdir: Path, env: dict[str, str] | None = None, probe: str = "/api/v1/kinds/") -> Iterator[str]:
+    """daphne serving the app on the test database (``env``: ``child_env``'s by default) for
+    the block, its log in ``workdir/daphne.log``; yields its base URL once ``probe`` answers."""
     port = free_port()
     args = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "config.asgi:application"]
-    with spawn(args, tmp / "daphne.log", child_env(DJANGO_SETTINGS_MODULE="config.settings")) as proc:
+    log = workdir / "daphne.log"
+    with spawn(args, log, env or child_env(DJANGO_SETTINGS_MODULE="config.settings")) as proc:
         url = f"http://127.0.0.1:{port}"
-        wait_for(lambda: _up(url), 30, f"daphne did not start: {(tmp / 'daphne.log').read_text()[-2000:]}")
-        assert proc.poll() is None
+        wait_until_serving(proc, log, lambda: answers(url + probe))
         yield url
 
 
-def _up(url: str) -> bool:
-    try:
-        return httpx.get(f"{url}/api/v1/kinds/", timeout=1).status_code == 200
-    except httpx.HTTPError:
-        return False
+@contextmanager
+def deployed_daphne(workdir: Path, **overrides: str) -> Iterator[str]:
+    """daphne as deployed: real error pages (DEBUG off), static files collected and served by
+    whitenoise, media and static files under ``workdir``. No provider node runs: scheduling
+    messages go to an in-memory broker instead of piling up in var/. Every STRIPE_ variable
+    of this process's environment is dropped, so payments are on only where ``overrides``
+    (the environment's last word) turn them on."""
+    env = {k: v for k, v in child_env().items() if not k.startswith("STRIPE_")}
+    env.update(
+        {
+            "DJANGO_SETTINGS_MODULE": "config.settings",
+            "PROOFWORK_MEDIA_ROOT": str(workdir / "media"),
+            "PROOFWORK_STATIC_ROOT": str(workdir / "static"),
+            "DJANGO_DEBUG": "0",
+            "CELERY_BROKER_URL": "memory://",
+            **overrides,
+        }
+    )
+    collect = [sys.executable, "manage.py", "collectstatic", "--noinput", "-v", "0"]
+    subprocess.run(collect, cwd=ROOT, env=env, check=True)
+    with daphne(workdir, env, probe="/accounts/login/") as url:
+        yield url
 
 
 @contextmanager
@@ -137,16 +202,56 @@ def wait_for(
     raise AssertionError(message + ("\n" + explain() if explain else ""))
 
 
-def register_agent(tmp: Path, url: str, owner: Any, name: str) -> Path:
-    """``init`` and ``register`` a node with the real CLI; returns its key path."""
+def register_agent(tmp: Path, url: str, owner: User, name: str | None) -> Path:
+    """``init`` and ``register`` a node with the real CLI (``name`` None: the name the CLI
+    chooses); returns its key path."""
     from workers.identity import services
 
-    key = tmp / name / "worker.pem"
+    key = tmp / (name or "node") / "worker.pem"
     env = child_env()
     init = subprocess.run(agent_cmd(key, "init"), env=env, capture_output=True, text=True, timeout=120)
     assert init.returncode == 0, init.stderr
     _, raw = services.create_registration_token(owner)
-    args = agent_cmd(key, "register", "--server", url, "--token", raw, "--name", name)
+    args = agent_cmd(key, "register", "--server", url, "--token", raw, *(["--name", name] if name else []))
     reg = subprocess.run(args, env=env, capture_output=True, text=True, timeout=120)
     assert reg.returncode == 0, reg.stderr
     return key
+
+
+def logs(tmp: Path) -> str:
+    """The end of each process's log in ``tmp``, for a failure's message."""
+    return "\n".join(
+        f"--- {name}\n{(tmp / name).read_text(errors='replace')[-3000:]}"
+        for name in ("agent.log", "platform.log", "daphne.log")
+        if (tmp / name).exists()
+    )
+
+
+@dataclass(frozen=True)
+class RunningNode:
+    """A provider node running against the platform ``platform_and_node`` started."""
+
+    url: str  # the platform's (daphne)
+    worker: Worker  # its row as registration left it
+    key: Path
+    agent: subprocess.Popen[bytes]  # ``workers.agent run``
+    log: Path  # the agent's
+
+
+@contextmanager
+def platform_and_node(tmp: Path, owner: User, name: str | None, online_within: float = 30) -> Iterator[RunningNode]:
+    """The platform (daphne and a platform Celery worker) and one node of ``owner``'s,
+    registered with the real CLI, running and online (a heartbeat within ``online_within``
+    seconds), for the block; each process logs to ``tmp`` (``logs``)."""
+    with daphne(tmp) as url, platform_worker(tmp):
+        key = register_agent(tmp, url, owner, name)
+        worker = Worker.objects.get(owner=owner)
+        log = tmp / "agent.log"
+        with spawn(agent_cmd(key, "run", *broker_args()), log, child_env()) as agent:
+            wait_for(
+                lambda: Worker.objects.get(pk=worker.pk).is_online,
+                online_within,
+                "the agent never sent a heartbeat",
+                explain=lambda: logs(tmp),
+            )
+            yield RunningNode(url, worker, key, agent, log)

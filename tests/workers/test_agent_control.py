@@ -9,44 +9,38 @@ by test_job_control.py and the real processes by test_job_control_e2e.py.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from websockets.asyncio.server import ServerConnection, serve
+from websockets.asyncio.server import ServerConnection
 
+from tests.workers.socket_stand_in import StandInServer, reporters
 from tests.workers.test_agent_node import ASSIGNMENT, Platform, clock, node, platform
-from tests.workers.test_agent_reporter import free_port
 from training import stop
 from workers.agent import joblog, runners
 from workers.agent.jobs import Node
 from workers.agent.reporter import LOG_BATCH, LOG_QUEUE, Reporter
 
 JOB = "7d8c6a4e-0000-4000-8000-000000000001"
-__all__ = ["clock", "node", "platform"]  # fixtures, used by name
+__all__ = ["clock", "node", "platform", "reporters"]  # fixtures, used by name
 
 
-class Answering:
+class Answering(StandInServer):
     """A stand-in platform that sends ``replies`` once a heartbeat names a job, then closes
     with ``close_code`` when one is given; ``received`` holds what the node sent."""
 
     def __init__(self, replies: list[Any], close_code: int | None = None) -> None:
-        self.port = free_port()
+        super().__init__()
         self.replies = replies
         self.close_code = close_code
         self.received: list[dict[str, Any]] = []
-        self._ready = threading.Event()
-        self._done: asyncio.Event | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread = threading.Thread(target=asyncio.run, args=(self._main(),), daemon=True)
 
-    async def _handler(self, connection: ServerConnection) -> None:
+    async def handle(self, connection: ServerConnection) -> None:
         async for raw in connection:
             message = json.loads(raw)
             self.received.append(message)
@@ -57,32 +51,6 @@ class Answering:
                 if self.close_code is not None:
                     await connection.close(code=self.close_code)
                     return
-
-    async def _main(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._done = asyncio.Event()
-        async with serve(self._handler, "127.0.0.1", self.port):
-            self._ready.set()
-            await self._done.wait()
-
-    def __enter__(self) -> Answering:
-        self._thread.start()
-        assert self._ready.wait(5)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        assert self._loop is not None
-        assert self._done is not None
-        self._loop.call_soon_threadsafe(self._done.set)
-        self._thread.join(5)
-
-
-@pytest.fixture
-def reporters() -> Iterator[list[Reporter]]:
-    started: list[Reporter] = []
-    yield started
-    for reporter in started:
-        reporter.stop()
 
 
 def wait(condition: Any, seconds: float = 5.0) -> bool:

@@ -11,43 +11,32 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import sys
-import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from websockets.asyncio.client import ClientConnection
-from websockets.asyncio.server import ServerConnection, serve
+from websockets.asyncio.server import ServerConnection
 
+from tests.workers.processes import free_port
+from tests.workers.socket_stand_in import StandInServer, reporters
 from workers.agent.reporter import Reporter
 
 PLATFORM_HEARTBEAT_TIMEOUT = 30.0  # config/settings.py WORKER_HEARTBEAT_TIMEOUT
+__all__ = ["reporters"]  # a fixture, used by name
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class StandIn:
-    """A WebSocket server in its own thread; ``received`` holds (monotonic time, event)."""
+class StandIn(StandInServer):
+    """Records what it receives: ``received`` holds (monotonic time, event)."""
 
     def __init__(self, port: int) -> None:
-        self.port = port
+        super().__init__(port)
         self.received: list[tuple[float, dict[str, Any]]] = []
-        self.started = 0.0
         self.connections = 0
         self.refuse_with: int | None = None  # a close code to refuse every socket with
-        self._stop: asyncio.Event | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=asyncio.run, args=(self._main(),), daemon=True)
 
-    async def _handler(self, connection: ServerConnection) -> None:
+    async def handle(self, connection: ServerConnection) -> None:
         self.connections += 1
         if self.refuse_with is not None:  # accept, then close at once: as the platform refuses
             await connection.close(code=self.refuse_with)
@@ -55,35 +44,8 @@ class StandIn:
         async for message in connection:
             self.received.append((time.monotonic(), json.loads(message)))
 
-    async def _main(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._stop = asyncio.Event()
-        async with serve(self._handler, "127.0.0.1", self.port):
-            self.started = time.monotonic()
-            self._ready.set()
-            await self._stop.wait()
-
-    def __enter__(self) -> StandIn:
-        self._thread.start()
-        assert self._ready.wait(5)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        assert self._loop is not None
-        assert self._stop is not None
-        self._loop.call_soon_threadsafe(self._stop.set)
-        self._thread.join(5)
-
     def types(self) -> list[str]:
         return [event["type"] for _, event in self.received]
-
-
-@pytest.fixture
-def reporters() -> Iterator[list[Reporter]]:
-    started: list[Reporter] = []
-    yield started
-    for reporter in started:
-        reporter.stop()
 
 
 def test_reconnecting_waits_at_most_5_s_and_beats_at_once(

@@ -9,18 +9,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from django.core.files.uploadedfile import SimpleUploadedFile
 from rest_framework.test import APIClient
 
-from ledger.models import Transaction
-from ledger.sealer import seal_all
 from marketplace.models import Task
 from tests.workers import processes as p
-from tests.workers.test_cube_e2e import post, run_to_the_end
+from tests.workers.live_tasks import accepted, paid_and_sealed, post, run_to_the_end, upload
 from training.asl.synthetic import generate
-from workers.models import Assignment, Worker
 
-pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("shared_media")]
 
 # Dim 192 (the smallest the platform offers), one block, short sequences: seconds on one core.
 TINY_ASL = {
@@ -38,40 +34,24 @@ TINY_ASL = {
 
 
 def upload_zip(client: APIClient, path: Path) -> str:
-    file = SimpleUploadedFile(path.name, path.read_bytes(), content_type="application/zip")
-    response = client.post("/api/v1/datasets/", {"file": file, "name": path.name}, format="multipart")
-    assert response.status_code == 201, response.json()
-    assert response.json()["format"] == "zip"
-    return str(response.json()["id"])
+    dataset = upload(client, path.name, path.read_bytes(), "application/zip")
+    assert dataset["format"] == "zip"
+    return str(dataset["id"])
 
 
-def test_asl_training_then_inference_on_a_real_agent(
-    alice: Any, bob: Any, tmp_path: Path, settings: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # The child processes must read and write the same files as this test process.
-    monkeypatch.setenv("PROOFWORK_MEDIA_ROOT", str(settings.MEDIA_ROOT))
-    env = p.child_env()
-    client = APIClient()
-    client.force_authenticate(bob)
+def test_asl_training_then_inference_on_a_real_agent(alice: Any, bob_client: APIClient, tmp_path: Path) -> None:
     signs = generate(tmp_path / "signs.zip", n_signs=5, n_participants=5, per_participant=2, max_frames=20, as_zip=True)
     new = generate(
         tmp_path / "new.zip", n_signs=5, n_participants=1, per_participant=1, max_frames=20, seed=9, as_zip=True
     )
-    with p.daphne(tmp_path) as url, p.platform_worker(tmp_path):
-        key = p.register_agent(tmp_path, url, alice, "asl-node")
-        worker = Worker.objects.get(owner=alice)
-        assert {"asl_training", "asl_inference"} <= set(worker.capabilities["kinds"])
-        with p.spawn(p.agent_cmd(key, "run", *p.broker_args()), tmp_path / "agent.log", env):
-            p.wait_for(lambda: Worker.objects.get(pk=worker.pk).is_online, 30, "the agent never sent a heartbeat")
+    with p.platform_and_node(tmp_path, alice, "asl-node") as node:
+        assert {"asl_training", "asl_inference"} <= set(node.worker.capabilities["kinds"])
+        training = run_to_the_end(post(bob_client, "asl_training", TINY_ASL, upload_zip(bob_client, signs)), tmp_path)
 
-            training = post(client, "asl_training", TINY_ASL, upload_zip(client, signs))
-            training = run_to_the_end(training, tmp_path)
+        spec = {"source_task": str(training.pk), "top_k": 3, "verify_samples": 3}
+        inference = run_to_the_end(post(bob_client, "asl_inference", spec, upload_zip(bob_client, new)), tmp_path)
 
-            spec = {"source_task": str(training.pk), "top_k": 3, "verify_samples": 3}
-            inference = run_to_the_end(post(client, "asl_inference", spec, upload_zip(client, new)), tmp_path)
-
-    trained = Assignment.objects.get(task=training)
-    assert trained.state == Assignment.State.ACCEPTED
+    trained = accepted(training)
     summary = training.result_summary
     assert summary["result_hash"] == trained.result["compute_result"]["result_hash"]
     assert summary["heldout_sequences"] == 10  # one participant of five, never sent to the worker
@@ -80,13 +60,7 @@ def test_asl_training_then_inference_on_a_real_agent(
     assert any("loss" in point for point in trained.history), trained.history
     assert any("val_top1" in point for point in trained.history), trained.history
 
-    served = Assignment.objects.get(task=inference)
-    assert served.state == Assignment.State.ACCEPTED
+    accepted(inference)
     assert inference.result_summary["sequences_checked"] == 3
-
-    worker.refresh_from_db()
-    assert worker.jobs_done == 2
-    seal_all()
-    sealed = Transaction.objects.filter(type="SUBMIT_RESULT", sender=worker.address, status="sealed")
-    assert {t.payload["compute_result"]["task_id"] for t in sealed} == {str(training.pk), str(inference.pk)}
+    paid_and_sealed(node.worker, training, inference)
     assert Task.objects.get(pk=inference.pk).status == "completed"

@@ -21,7 +21,7 @@ from safetensors.numpy import load, save_file
 from ledger import services as ledger
 from ledger.units import UNITS_PER_CREDIT
 from marketplace.models import Task, TaskStatus
-from tests.factories import CAPS, assign, make_dataset, make_worker, post_task
+from tests.factories import CAPS, TINY_CUBE, array_npy, assign, make_dataset, make_worker, post_task
 from training import kinds
 from training.cube.data import synthetic_embeddings
 from training.cube.run import infer, run
@@ -34,29 +34,11 @@ from workers.verification.cube import verify_cube_inference, verify_cube_trainin
 pytestmark = pytest.mark.django_db
 
 CUBE_CAPS = {**CAPS, "kinds": ["synthetic", "cube_training", "cube_inference"]}
-SPEC = {
-    "teacher_dim": 32,
-    "lattice_edge": 3,
-    "state_size": 8,
-    "steps": 2,
-    "epochs": 3,
-    "batch_size": 16,
-    "warmup_steps": 5,
-    "learning_rate": 3e-3,
-    "synthetic_samples": 0,
-    "seed": 1,
-}
 ROWS = 200
 
 
 def teacher() -> np.ndarray:
     return synthetic_embeddings(ROWS, 32, seed=7)[0]
-
-
-def npy(array: np.ndarray) -> bytes:
-    buffer = io.BytesIO()
-    np.save(buffer, array)
-    return buffer.getvalue()
 
 
 def sha256(path: Path) -> str:
@@ -80,7 +62,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A model trained on exactly what the platform serves the worker for ``teacher()``."""
     root = tmp_path_factory.mktemp("cube-model")
     np.save(root / "upload.npy", teacher())
-    worker_file, _ = prepare(SPEC, root / "upload.npy", root / "split")
+    worker_file, _ = prepare(TINY_CUBE, root / "upload.npy", root / "split")
     assert worker_file is not None
     data = root / "data"
     data.mkdir()
@@ -88,7 +70,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        metrics = run(SPEC, data, root / "model")
+        metrics = run(TINY_CUBE, data, root / "model")
     finally:
         torch.set_num_threads(threads)
     (root / "model" / "reported.json").write_text(json.dumps({"val_loss": metrics["val_loss"]}))
@@ -106,8 +88,8 @@ def beta(alice: Any) -> Provider:
 
 
 def training_task(owner: Any, array: np.ndarray | None = None, **spec: Any) -> Task:
-    dataset = make_dataset(owner, npy(teacher() if array is None else array), "teacher.npy")
-    return post_task(owner, "cube_training", {**SPEC, **spec}, dataset=dataset.pk, budget=10 * UNITS_PER_CREDIT)
+    dataset = make_dataset(owner, array_npy(teacher() if array is None else array), "teacher.npy")
+    return post_task(owner, "cube_training", {**TINY_CUBE, **spec}, dataset=dataset.pk, budget=10 * UNITS_PER_CREDIT)
 
 
 # --- The held-out split ----------------------------------------------------------------
@@ -142,7 +124,9 @@ def test_dialogue_pairs_stay_aligned_on_both_sides(bob: Any, alpha: Provider, tm
     inputs = teacher()
     save_file({"embeddings": inputs, "targets": -inputs}, str(tmp_path / "pairs.safetensors"))
     dataset = make_dataset(bob, (tmp_path / "pairs.safetensors").read_bytes(), "pairs.safetensors")
-    task = post_task(bob, "cube_training", {**SPEC, "mode": "dialogue"}, dataset=dataset.pk, budget=UNITS_PER_CREDIT)
+    task = post_task(
+        bob, "cube_training", {**TINY_CUBE, "mode": "dialogue"}, dataset=dataset.pk, budget=UNITS_PER_CREDIT
+    )
     assignment = assign(task)
     served = load(b"".join(alpha.get(assignment, "dataset/").streaming_content))
     np.testing.assert_array_equal(served["targets"], -served["embeddings"])
@@ -153,7 +137,7 @@ def test_dialogue_pairs_stay_aligned_on_both_sides(bob: Any, alpha: Provider, tm
 
 
 def test_synthetic_data_sends_no_dataset_and_holds_out_another_stream(bob: Any, alpha: Provider) -> None:
-    task = post_task(bob, "cube_training", {**SPEC, "synthetic_samples": 64}, budget=UNITS_PER_CREDIT)
+    task = post_task(bob, "cube_training", {**TINY_CUBE, "synthetic_samples": 64}, budget=UNITS_PER_CREDIT)
     assignment = assign(task)
     assert alpha.get(assignment).json()["dataset"] is None
     assert alpha.get(assignment, "dataset/").status_code == 404
@@ -204,7 +188,7 @@ def npy_with_header(header: str, version: bytes = b"\x01\x00", data: bytes = byt
     [
         (npy_with_header("{'descr': '<f4', 'fortran_order': False, 'shape': (8, 32), }", b"\x04\x00"), "version"),
         (npy_with_header("{'descr': '<f4', 'fortran_order': False, 'shape': (True, 32), }"), "not made of integers"),
-        (npy(np.zeros((8, 32), dtype=">f4")), "dtype >f4 is not a float type"),
+        (array_npy(np.zeros((8, 32), dtype=">f4")), "dtype >f4 is not a float type"),
     ],
     ids=["format version 4", "a boolean dimension", "big-endian"],
 )
@@ -216,7 +200,7 @@ def test_an_npy_the_workers_cannot_load_is_a_400_not_a_500(
     client.force_authenticate(bob)
     dataset = make_dataset(bob, content, "teacher.npy")
     for kind in ("cube_training",):
-        body = {"kind": kind, "budget": "10", "dataset": str(dataset.pk), "spec": {**SPEC}}
+        body = {"kind": kind, "budget": "10", "dataset": str(dataset.pk), "spec": {**TINY_CUBE}}
         response = client.post("/api/v1/tasks/", body, format="json")
         assert response.status_code == 400, response.content[:300]
         assert words in response.json()["dataset"][0]
@@ -235,10 +219,10 @@ def test_a_refused_upload_is_read_once_however_often_it_is_checked(bob: Any, mon
         return real(array, *args, **kwargs)
 
     monkeypatch.setattr(training.cube.data, "first_non_finite_row", counted)
-    dataset = make_dataset(bob, npy(NAN_ROWS), "teacher.npy")
+    dataset = make_dataset(bob, array_npy(NAN_ROWS), "teacher.npy")
     for _ in range(3):
         with pytest.raises(ValidationError, match="row 7 holds NaN"):
-            post_task(bob, "cube_training", SPEC, dataset=dataset.pk, budget=10 * UNITS_PER_CREDIT)
+            post_task(bob, "cube_training", TINY_CUBE, dataset=dataset.pk, budget=10 * UNITS_PER_CREDIT)
     assert len(reads) == 1
 
 
@@ -267,7 +251,9 @@ def test_dialogue_targets_the_split_would_refuse_are_refused_at_posting(
     dataset = make_dataset(bob, pairs(tmp_path, **tensors), "pairs.safetensors")
     before = (ledger.balance(bob), Task.objects.count())
     with pytest.raises(ValidationError) as refused:
-        post_task(bob, "cube_training", {**SPEC, "mode": "dialogue"}, dataset=dataset.pk, budget=10 * UNITS_PER_CREDIT)
+        post_task(
+            bob, "cube_training", {**TINY_CUBE, "mode": "dialogue"}, dataset=dataset.pk, budget=10 * UNITS_PER_CREDIT
+        )
     (message,) = refused.value.detail["dataset"]  # type: ignore[call-overload]
     assert words in str(message)
     assert (ledger.balance(bob), Task.objects.count()) == before
@@ -277,7 +263,7 @@ def test_dialogue_pairs_are_taken_and_split_together(bob: Any, alpha: Provider, 
     data = teacher()
     dataset = make_dataset(bob, pairs(tmp_path, embeddings=data, targets=-data), "pairs.safetensors")
     task = post_task(
-        bob, "cube_training", {**SPEC, "mode": "dialogue"}, dataset=dataset.pk, budget=10 * UNITS_PER_CREDIT
+        bob, "cube_training", {**TINY_CUBE, "mode": "dialogue"}, dataset=dataset.pk, budget=10 * UNITS_PER_CREDIT
     )
     assert task.status == TaskStatus.OPEN
     assert len(scheduler.schedule(task.pk)) == 1
@@ -296,7 +282,7 @@ def test_an_unusable_upload_fails_the_task_with_a_full_refund_naming_it(
     dataset = make_dataset(bob, pairs(tmp_path, embeddings=data, targets=data), "pairs.safetensors")
     before = ledger.balance(bob)
     task = post_task(
-        bob, "cube_training", {**SPEC, "mode": "dialogue"}, dataset=dataset.pk, budget=10 * UNITS_PER_CREDIT
+        bob, "cube_training", {**TINY_CUBE, "mode": "dialogue"}, dataset=dataset.pk, budget=10 * UNITS_PER_CREDIT
     )
     assert ledger.balance(bob) < before
     Path(dataset.file.path).write_bytes(pairs(tmp_path, embeddings=data))  # the targets are gone
@@ -342,7 +328,7 @@ def completed_training(owner: Any, provider: Provider, model_dir: Path, task: Ta
 
 
 def inference_task(owner: Any, source: Task, rows: np.ndarray, samples: int = 4) -> Task:
-    dataset = make_dataset(owner, npy(rows), "inputs.npy")
+    dataset = make_dataset(owner, array_npy(rows), "inputs.npy")
     spec = {"source_task": str(source.pk), "verify_samples": samples}
     return post_task(owner, "cube_inference", spec, dataset=dataset.pk, budget=UNITS_PER_CREDIT)
 
@@ -485,8 +471,8 @@ def test_an_untrained_model_honestly_reported_is_rejected(
     task = training_task(bob)
     assignment = assign(task)
     model = copy_model(trained, tmp_path / "untrained")
-    torch.manual_seed(SPEC["seed"])
-    save_tensors(model / "model.safetensors", model_tensors(CubeModel(CubeConfig.from_dict(training_spec(SPEC)))))
+    torch.manual_seed(TINY_CUBE["seed"])
+    save_tensors(model / "model.safetensors", model_tensors(CubeModel(CubeConfig.from_dict(training_spec(TINY_CUBE)))))
     held, targets = load_heldout(heldout.prepared(task).heldout_path())  # type: ignore[union-attr]
     honest_loss = _untrained_loss(task.spec, held, targets)
     verdict = verify_cube_training(
@@ -506,11 +492,11 @@ def test_a_barely_trained_model_honestly_reported_is_not_paid(bob: Any, alpha: P
     # The worker's rows, trained for one optimiser step at a high rate instead of the
     # spec's 3 epochs: the model's config is still the spec's (the schedule is not in it).
     np.save(tmp_path / "upload.npy", teacher())
-    worker_file, _ = prepare(SPEC, tmp_path / "upload.npy", tmp_path / "split")
+    worker_file, _ = prepare(TINY_CUBE, tmp_path / "upload.npy", tmp_path / "split")
     assert worker_file is not None
     (tmp_path / "data").mkdir()
     shutil.copy(worker_file, tmp_path / "data" / "embeddings.npy")
-    cheat = {**SPEC, "epochs": 1, "warmup_steps": 0, "learning_rate": 1e-2}
+    cheat = {**TINY_CUBE, "epochs": 1, "warmup_steps": 0, "learning_rate": 1e-2}
     run(cheat, tmp_path / "data", tmp_path / "model", max_steps_per_epoch=1)
     held, targets = load_heldout(heldout.prepared(task).heldout_path())  # type: ignore[union-attr]
     honest = float(verify(tmp_path / "model", held, targets, {"val_loss": 1.0})["recomputed"]["val_loss"])

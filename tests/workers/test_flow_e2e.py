@@ -4,7 +4,6 @@ platform queue by a real platform worker, paid, and sealed into a block."""
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -13,50 +12,20 @@ from ledger import services as ledger
 from ledger.models import Transaction
 from ledger.sealer import seal_all
 from ledger.units import UNITS_PER_CREDIT
-from marketplace.models import Task, TaskStatus
+from marketplace.models import Task, TaskStatus, User
 from tests.factories import post_task
 from tests.workers import processes as p
-from workers.assignments import scheduler
-from workers.identity import services
-from workers.models import Assignment, Worker
+from tests.workers.live_tasks import run_to_the_end
+from workers.models import Assignment
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 
-def test_a_synthetic_task_runs_on_a_real_agent_and_is_paid(alice, bob, tmp_path: Path) -> None:
-    key = tmp_path / "node" / "worker.pem"
-    env = p.child_env()
-    with p.daphne(tmp_path) as url, p.platform_worker(tmp_path):
-        assert subprocess.run(p.agent_cmd(key, "init"), env=env, capture_output=True, timeout=60).returncode == 0
-        _, raw = services.create_registration_token(alice)
-        reg = subprocess.run(
-            p.agent_cmd(key, "register", "--server", url, "--token", raw),
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        assert reg.returncode == 0, reg.stderr
-        worker = Worker.objects.get(owner=alice)
-        with p.spawn(p.agent_cmd(key, "run", *p.broker_args()), tmp_path / "agent.log", env):
-            p.wait_for(lambda: Worker.objects.get(pk=worker.pk).is_online, 30, "the agent never sent a heartbeat")
-
-            ledger.deposit(bob, 10 * UNITS_PER_CREDIT, reference="test-deposit")
-            task = post_task(bob, "synthetic", {"n": 256}, budget=UNITS_PER_CREDIT)
-            scheduler.schedule(task.pk)
-
-            def settled() -> bool:
-                return Task.objects.get(pk=task.pk).status in (TaskStatus.COMPLETED, TaskStatus.FAILED)
-
-            def explain() -> str:
-                t = Task.objects.get(pk=task.pk)
-                states = list(Assignment.objects.filter(task=t).values_list("state", "reason"))
-                logs = "\n".join(
-                    f"--- {name}\n{(tmp_path / name).read_text()[-2500:]}" for name in ("agent.log", "platform.log")
-                )
-                return f"task {t.status} ({t.status_reason}); assignments {states}\n{logs}"
-
-            p.wait_for(settled, 120, "task not settled", explain=explain)
+def test_a_synthetic_task_runs_on_a_real_agent_and_is_paid(alice: User, bob: User, tmp_path: Path) -> None:
+    with p.platform_and_node(tmp_path, alice, None) as node:
+        ledger.deposit(bob, 10 * UNITS_PER_CREDIT, reference="test-deposit")
+        task = run_to_the_end(post_task(bob, "synthetic", {"n": 256}, budget=UNITS_PER_CREDIT), tmp_path)
+    worker = node.worker
 
     task = Task.objects.get(pk=task.pk)
     assert task.status == TaskStatus.COMPLETED, task.status_reason
