@@ -29,7 +29,6 @@ from ledger.units import format_credits
 from marketplace.datasets import clean_name, embeddings_map, embeddings_shape, inspect_upload
 from marketplace.kinds import Kind, get_kind
 from marketplace.lifecycle import cancel_locked, lock_own_task, open_locked
-from marketplace.lifecycle import transition_locked as transition_locked  # tests/e2e/test_task_page_text.py
 from marketplace.models import ApiToken, Dataset, Task, TaskEvent, TaskStatus, User, hash_token
 from training.plugin import DatasetProblem, Upload
 

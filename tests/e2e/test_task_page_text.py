@@ -27,7 +27,7 @@ from websockets.sync.client import ClientConnection, connect
 from ledger.models import Transaction
 from ledger.sealer import seal_all
 from ledger.units import UNITS_PER_CREDIT
-from marketplace import services
+from marketplace import lifecycle
 from marketplace.models import Task, TaskStatus
 from protocol import encoding
 from tests.conftest import funded
@@ -62,8 +62,9 @@ def move(task: Task, target: str, message: str = "") -> None:
 
     def change() -> None:
         with transaction.atomic():
-            locked = Task.objects.select_for_update().get(pk=task.pk)
-            services.transition_locked(locked, target, message or f"Now {target}.")
+            locked = lifecycle.lock_task(task.pk)
+            assert locked is not None
+            lifecycle.transition_locked(locked, target, message or f"Now {target}.")
 
     off_the_loop(change)
 
