@@ -42,6 +42,18 @@ def post_task(owner: Any, kind: str = "synthetic", spec: dict[str, Any] | None =
 
 
 # A 3³ lattice on 32-wide embeddings: a few seconds of cube_training on one shared core.
+# Dim 192 (the smallest the platform offers), one block, short sequences: seconds on one core.
+TINY_ASL: dict[str, Any] = {
+    "dim": 192,
+    "blocks": 1,
+    "max_len": 32,
+    "epochs": 6,
+    "batch_size": 8,
+    "grad_accumulation": 1,
+    "learning_rate": 3e-3,
+    "validation_fraction": 0.25,
+    "seed": 0,
+}
 TINY_CUBE: dict[str, Any] = {
     "teacher_dim": 32,
     "lattice_edge": 3,

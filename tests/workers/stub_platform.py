@@ -31,6 +31,22 @@ def register_template(address: str, **changes: Any) -> dict[str, Any]:
     return {**template, **changes}
 
 
+class JsonHandler(BaseHTTPRequestHandler):
+    """A stand-in server's handler: ``send_json`` answers, and nothing is logged."""
+
+    def send_json(self, code: int, payload: Any, content_type: str = "application/json") -> None:
+        """Answer ``code`` with ``payload``: bytes as they are, anything else as JSON."""
+        data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
 class StubPlatform(ThreadingHTTPServer):
     """Answers ``answers["METHOD path"]``, else ``answers[path]``: ``(status, body)`` sent as
     JSON, or ``(status, content type, body)`` with a body of bytes sent as it is (anything
@@ -53,7 +69,7 @@ class StubPlatform(ThreadingHTTPServer):
         return [body for method, p, body in self.requests if method == "POST" and p == path]
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(JsonHandler):
     server: StubPlatform
 
     def answer(self) -> None:
@@ -66,18 +82,10 @@ class _Handler(BaseHTTPRequestHandler):
         answers = self.server.answers
         answer = answers.get(f"{self.command} {self.path}") or answers.get(self.path) or NOT_FOUND
         code, kind, payload = answer if len(answer) == 3 else (answer[0], "application/json", answer[1])
-        data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
-        self.send_response(code)
-        self.send_header("Content-Type", kind)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        self.send_json(code, payload, kind)
 
     def do_GET(self) -> None:
         self.answer()
 
     def do_POST(self) -> None:
         self.answer()
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass

@@ -21,14 +21,14 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
 
 from tests.workers.processes import serving, spawn
+from tests.workers.stub_platform import JsonHandler
 from workers.agent.identity import Credentials, init_key
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -45,29 +45,19 @@ class Platform(ThreadingHTTPServer):
         return f"http://127.0.0.1:{self.server_address[1]}"
 
 
-class Handler(BaseHTTPRequestHandler):
+class Handler(JsonHandler):
     server: Platform
 
-    def do_POST(self) -> None:
+    def do_POST(self) -> None:  # noqa: N802 (BaseHTTPRequestHandler names it)
         length = int(self.headers.get("Content-Length") or 0)
         body = json.loads(self.rfile.read(length)) if length else None
         self.server.seen.append(f"POST {self.path} {json.dumps(body)} {self.headers.get('Authorization')}")
-        self.reply(200, {"abandoned": [ABANDONED]} if self.path == "/api/v1/workers/me/abandon/" else {})
+        self.send_json(200, {"abandoned": [ABANDONED]} if self.path == "/api/v1/workers/me/abandon/" else {})
 
-    def do_GET(self) -> None:
+    def do_GET(self) -> None:  # noqa: N802 (BaseHTTPRequestHandler names it)
         self.server.seen.append(f"GET {self.path} {self.headers.get('Upgrade', '')}")
-        self.reply(403, {})
+        self.send_json(403, {})
 
-    def reply(self, code: int, payload: Any) -> None:
-        data = json.dumps(payload).encode()
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
 
 
 @pytest.fixture

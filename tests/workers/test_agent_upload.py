@@ -6,7 +6,6 @@ by the end-to-end tests with a real agent."""
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 from collections.abc import Iterator
@@ -17,6 +16,7 @@ from typing import Any
 import pytest
 
 from protocol import keys
+from tests.workers.stub_platform import JsonHandler
 from workers.agent import transfer
 from workers.agent.identity import Credentials
 from workers.agent.jobs import Node
@@ -95,34 +95,24 @@ class PartsPlatform(ThreadingHTTPServer):
         self.ranges: list[str] = []
 
 
-class PartsHandler(BaseHTTPRequestHandler):
+class PartsHandler(JsonHandler):
     server: PartsPlatform
 
-    def do_PUT(self) -> None:
+    def do_PUT(self) -> None:  # noqa: N802 (BaseHTTPRequestHandler names it)
         body = self.rfile.read(int(self.headers["Content-Length"]))
         content_range = self.headers["Content-Range"]
         self.server.ranges.append(content_range)
         start, rest = content_range.removeprefix("bytes ").split("-")
         end, total = (int(x) for x in rest.split("/"))
         if int(start) != len(self.server.received):
-            self.answer(409, {"received": len(self.server.received)})
+            self.send_json(409, {"received": len(self.server.received)})
             return
         self.server.received += body
         if len(self.server.ranges) == 2:
-            self.answer(503, {})
+            self.send_json(503, {})
         else:
-            self.answer(201 if end + 1 == total else 202, {"received": end + 1})
+            self.send_json(201 if end + 1 == total else 202, {"received": end + 1})
 
-    def answer(self, status: int, body: dict[str, Any]) -> None:
-        data = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
 
 
 def test_a_part_whose_answer_was_lost_is_not_sent_twice(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -12,25 +12,14 @@ import pytest
 from rest_framework.test import APIClient
 
 from marketplace.models import Task
+from tests import factories
 from tests.workers import processes as p
 from tests.workers.live_tasks import accepted, paid_and_sealed, post, run_to_the_end, upload
 from training.asl.synthetic import generate
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("shared_media")]
 
-# Dim 192 (the smallest the platform offers), one block, short sequences: seconds on one core.
-TINY_ASL = {
-    "dim": 192,
-    "blocks": 1,
-    "max_len": 32,
-    "epochs": 6,
-    "batch_size": 8,
-    "grad_accumulation": 1,
-    "learning_rate": 3e-3,
-    "validation_fraction": 0.25,
-    "min_accuracy": 0.5,
-    "seed": 0,
-}
+TINY_ASL = {**factories.TINY_ASL, "min_accuracy": 0.5}
 
 
 def upload_zip(client: APIClient, path: Path) -> str:

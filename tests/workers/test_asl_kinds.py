@@ -19,7 +19,7 @@ from rest_framework.exceptions import ValidationError
 from ledger import services as ledger
 from ledger.units import UNITS_PER_CREDIT
 from marketplace.models import Task, TaskStatus
-from tests.factories import CAPS, assign, make_dataset, post_task
+from tests.factories import CAPS, TINY_ASL, assign, make_dataset, post_task
 from tests.workers.test_cube_kinds import Provider, completed_training, submitted
 from training.asl.infer import predict
 from training.asl.run import run
@@ -32,17 +32,7 @@ from workers.verification.asl import verify_asl_inference, verify_asl_training
 pytestmark = pytest.mark.django_db
 
 ASL_CAPS = {**CAPS, "kinds": ["asl_training", "asl_inference"]}
-SPEC: dict[str, Any] = {
-    "dim": 192,
-    "blocks": 1,
-    "max_len": 32,
-    "epochs": 6,
-    "batch_size": 8,
-    "grad_accumulation": 1,
-    "learning_rate": 3e-3,
-    "validation_fraction": 0.25,
-    "seed": 0,
-}
+SPEC: dict[str, Any] = dict(TINY_ASL)
 MODEL_FILES = ("model.safetensors", "config.json", "labels.json", "metrics.json")
 
 
