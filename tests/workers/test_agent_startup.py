@@ -59,7 +59,6 @@ class Handler(JsonHandler):
         self.send_json(403, {})
 
 
-
 @pytest.fixture
 def platform() -> Iterator[Platform]:
     server = Platform()

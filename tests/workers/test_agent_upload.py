@@ -114,7 +114,6 @@ class PartsHandler(JsonHandler):
             self.send_json(201 if end + 1 == total else 202, {"received": end + 1})
 
 
-
 def test_a_part_whose_answer_was_lost_is_not_sent_twice(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(transfer, "UPLOAD_PART", 4096)
     monkeypatch.setattr(transfer.time, "sleep", lambda seconds: None)
