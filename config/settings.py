@@ -9,6 +9,8 @@ docs/configuration.md lists every variable.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import os
 import secrets
 from pathlib import Path
@@ -388,6 +390,19 @@ VERIFY_MAX_ATTEMPTS = env_int("PROOFWORK_VERIFY_MAX_ATTEMPTS", 3, minimum=1)
 # A cube model is paid only if its held-out loss is at least this many percent below the
 # untrained model's: one optimiser step, honestly reported, is not a trained model.
 CUBE_MIN_LOSS_REDUCTION_PCT = env_int("PROOFWORK_CUBE_MIN_LOSS_REDUCTION_PCT", 20, minimum=0, maximum=99)
+# The platform's secret behind every held-out draw (workers/assignments/heldout.py): which
+# rows or participants a dataset keeps back, and the synthetic held-out samples. Unset, it
+# is derived from SECRET_KEY, so production needs nothing more; set it on its own to rotate
+# SECRET_KEY without moving the draws (after a move, a dataset's new held-out rows may have
+# been served to workers of its earlier tasks).
+_heldout_secret = env_str("PROOFWORK_HELDOUT_SECRET")
+if _heldout_secret and len(_heldout_secret) < 32:
+    raise ImproperlyConfigured("PROOFWORK_HELDOUT_SECRET must be at least 32 characters")
+HELDOUT_SECRET = (
+    _heldout_secret.encode()
+    if _heldout_secret
+    else hmac.new(SECRET_KEY.encode(), b"proofwork:heldout-secret", hashlib.sha256).digest()
+)
 # A task whose result fell short of its quality bar (a true claim: see workers/assignments/settlement.py),
 # with none of its replicas accepted, that no other provider has taken this many seconds
 # later fails with a full refund: the spec may make the bar unreachable.

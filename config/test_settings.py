@@ -31,6 +31,10 @@ if os.environ.get("PROOFWORK_VAR_DIR") in (None, os.environ.get("PROOFWORK_TEST_
         Path(__file__).resolve().parent.parent / "var" / "test" / os.environ.get("PYTEST_XDIST_WORKER", "")
     )
 
+# One held-out secret for every run and the processes it starts: which rows or participants
+# a test's dataset holds out must not depend on the checkout's generated secret key.
+os.environ.setdefault("PROOFWORK_HELDOUT_SECRET", "the test suite's held-out secret, not a secret")
+
 from config.settings import *  # noqa: F403
 
 # Tests change the pool of workers and read the estimate at once: no reuse of an older list.

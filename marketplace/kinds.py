@@ -21,7 +21,7 @@ from rest_framework import serializers
 
 from marketplace import specs
 from training import kinds as plugins
-from training.plugin import CheckDataset, Resources, Spec
+from training.plugin import CheckDataset, Prepare, Resources, Spec
 
 # fn(assignment, its uploaded artifacts by name) -> verdict: a kind's verifier
 # (``workers.verification``), typed loosely here, below the app that defines both.
@@ -58,10 +58,9 @@ class Kind:
     artifacts: tuple[str, ...]
     model_files: tuple[str, ...]
     source_kind: str | None
-    # fn(spec, upload path | None, out_dir) -> (worker-facing file | None, held-out file):
-    # run on the platform once per task before scheduling (workers.assignments.heldout); the worker
-    # then gets only the first file and the verifier scores on the second.
-    prepare: Callable[[Spec, Path | None, Path], tuple[Path | None, Path]] | None
+    # The platform's held-out split (training.plugin.Prepare), run once per task before
+    # scheduling (workers.assignments.heldout).
+    prepare: Prepare | None
     features: Callable[[Spec], tuple[str, ...]]
     # fn(spec, upload, source spec | None): refuses a dataset (training.plugin.DatasetProblem).
     check_dataset: CheckDataset | None

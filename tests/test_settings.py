@@ -7,6 +7,8 @@ with exactly the variables the test gives it.
 from __future__ import annotations
 
 import base64
+import hashlib
+import hmac
 import json
 import os
 import secrets
@@ -118,6 +120,7 @@ print(json.dumps({
     "allowed_hosts": settings.ALLOWED_HOSTS,
     "var_dir": str(settings.VAR_DIR),
     "max_bytes": settings.DATASET_MAX_BYTES,
+    "heldout_secret": settings.HELDOUT_SECRET.hex(),
     "renderers": settings.REST_FRAMEWORK["DEFAULT_RENDERER_CLASSES"],
     "celery": [settings.CELERY_TASK_SERIALIZER, settings.CELERY_RESULT_SERIALIZER, settings.CELERY_ACCEPT_CONTENT,
                settings.CELERY_TASK_ACKS_LATE, settings.CELERY_WORKER_PREFETCH_MULTIPLIER],
@@ -331,6 +334,7 @@ def test_production_without_its_secrets_fails_loudly(tmp_path: Path, change: dic
         ({"REDIS_URL": "http://cache"}, "REDIS_URL must start with one of redis://"),
         ({"PROOFWORK_DATASET_MAX_BYTES": "lots"}, "PROOFWORK_DATASET_MAX_BYTES='lots' is not an integer"),
         ({"PROOFWORK_DATASET_MAX_BYTES": "0"}, "PROOFWORK_DATASET_MAX_BYTES=0 is below the minimum 1"),
+        ({"PROOFWORK_HELDOUT_SECRET": "short"}, "PROOFWORK_HELDOUT_SECRET must be at least 32 characters"),
     ],
 )
 def test_a_bad_variable_stops_start_up_naming_it(tmp_path: Path, env: dict[str, str], words: str) -> None:
@@ -342,6 +346,14 @@ def test_a_bad_variable_stops_start_up_naming_it(tmp_path: Path, env: dict[str, 
 def test_dataset_limit_comes_from_the_environment(tmp_path: Path) -> None:
     got = probe({"PROOFWORK_VAR_DIR": str(tmp_path), "PROOFWORK_DATASET_MAX_BYTES": "1_048_576"})
     assert got["max_bytes"] == 1_048_576
+
+
+def test_the_held_out_secret_is_derived_from_the_secret_key_unless_set(tmp_path: Path) -> None:
+    base = {"PROOFWORK_VAR_DIR": str(tmp_path), "DJANGO_SECRET_KEY": "k" * 60}
+    derived = hmac.new(b"k" * 60, b"proofwork:heldout-secret", hashlib.sha256).hexdigest()
+    assert probe(base)["heldout_secret"] == derived
+    assert probe({**base, "DJANGO_SECRET_KEY": "j" * 60})["heldout_secret"] != derived
+    assert probe({**base, "PROOFWORK_HELDOUT_SECRET": "s" * 32})["heldout_secret"] == (b"s" * 32).hex()
 
 
 # --- config/test_settings.py --------------------------------------------------------------

@@ -84,10 +84,13 @@ class Upload:
 CheckDataset = Callable[[Spec, Upload, Spec | None], None]
 
 Runner = Callable[[dict[str, Any], Path, Progress], Outcome]
-# fn(spec, upload path | None, out_dir) -> (worker-facing file | None, held-out file): run
-# on the platform once per task before scheduling; the worker then gets only the first
-# file and the verifier scores on the second. A ValueError names what is wrong with the data.
-Prepare = Callable[[Spec, Path | None, Path], tuple[Path | None, Path]]
+# fn(spec, upload path | None, out_dir, secret seed) -> (worker-facing file | None, held-out
+# file): run on the platform once per task before scheduling; the worker then gets only the
+# first file and the verifier scores on the second. The secret seed (32 bytes) is the
+# platform's, keyed on the dataset's content (or, without one, on the task's spec) and never
+# sent: the held-out draw follows from it alone, so every task on one dataset holds out the
+# same rows and no worker can compute them. A ValueError names what is wrong with the data.
+Prepare = Callable[[Spec, Path | None, Path, bytes], tuple[Path | None, Path]]
 
 
 def _never(spec: Spec) -> bool:

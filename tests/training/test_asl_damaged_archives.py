@@ -82,7 +82,7 @@ def test_a_damaged_sequence_fails_the_split_training_and_inference_naming_it(
     # Posting reads no sequence: the damage is found by whoever reads it first.
     assert count_inputs(path) == SEQUENCES
     with pytest.raises(DatasetError) as refused:  # the platform's held-out split
-        prepare({"seed": 0}, path, tmp_path / "split")
+        prepare({"seed": 0}, path, tmp_path / "split", bytes(32))
     assert expected in str(refused.value)
     with pytest.raises(DatasetError) as refused:  # asl_training's loader, in the worker
         load_dataset(path, tmp_path / "cache")

@@ -33,6 +33,8 @@ TINY = {
     "learning_rate": 3e-3,
     "seed": 3,
 }
+# The platform's secret seed behind the held-out samples (workers.assignments.heldout).
+SECRET_SEED = bytes(range(32))
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +89,7 @@ def test_platform_verification_accepts_the_honest_figure_and_rejects_a_false_one
     trained: tuple[Path, dict[str, Any], list[dict[str, Any]]],
 ) -> None:
     model_dir, metrics, _ = trained
-    inputs, targets = heldout_synthetic(TINY)
+    inputs, targets = heldout_synthetic(TINY, SECRET_SEED)
     honest = verify(model_dir, inputs, targets, metrics)
     assert honest["accepted"], honest
     assert honest["recomputed"]["val_loss"] == pytest.approx(metrics["val_loss"], rel=0.2)
@@ -108,11 +110,11 @@ def test_verification_rejects_weights_that_do_not_fit(
     weights = load_file(str(model_dir / "model.safetensors"))
     weights["lattice.cell_gate"] = np.zeros((8, 1, 3), dtype=np.float32)
     save_file(weights, str(forged / "model.safetensors"))
-    result = verify(forged, *heldout_synthetic(TINY), metrics)
+    result = verify(forged, *heldout_synthetic(TINY, SECRET_SEED), metrics)
     assert result["accepted"] is False
     assert "lattice.cell_gate" in result["reason"]
     (forged / "model.safetensors").write_bytes(b"not safetensors")
-    assert "not a readable safetensors file" in verify(forged, *heldout_synthetic(TINY), metrics)["reason"]
+    assert "not a readable safetensors file" in verify(forged, *heldout_synthetic(TINY, SECRET_SEED), metrics)["reason"]
 
 
 def _rss_kib(field: str) -> int:
@@ -158,7 +160,7 @@ def test_weights_padded_with_a_large_tensor_are_refused_before_it_is_read(
     padded.mkdir()
     (padded / "config.json").write_text((model_dir / "config.json").read_text())
     _padded_safetensors(padded / "model.safetensors", load_file(str(model_dir / "model.safetensors")), 2**30)
-    inputs, targets = heldout_synthetic(TINY)
+    inputs, targets = heldout_synthetic(TINY, SECRET_SEED)
     Path("/proc/self/clear_refs").write_text("5")  # the peak RSS starts again from now
     before = _rss_kib("VmRSS")
     result = verify(padded, inputs, targets, metrics)
@@ -170,7 +172,7 @@ def test_weights_padded_with_a_large_tensor_are_refused_before_it_is_read(
 
 def test_inference_and_its_spot_check(trained: tuple[Path, dict[str, Any], list[dict[str, Any]]]) -> None:
     model_dir, _, _ = trained
-    inputs, _ = heldout_synthetic(TINY, samples=40)
+    inputs, _ = heldout_synthetic(TINY, SECRET_SEED, samples=40)
     outputs = infer(model_dir, inputs, batch_size=16)
     assert outputs.shape == (40, 32)
     assert outputs.dtype == np.float32

@@ -46,7 +46,7 @@ def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def trained(dataset: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A model trained on exactly what the platform serves the worker for ``dataset``."""
     root = tmp_path_factory.mktemp("asl-model")
-    worker_zip, _ = prepare(SPEC, dataset, root / "split")
+    worker_zip, _ = prepare(SPEC, dataset, root / "split", heldout.dataset_seed(runners.sha256_file(dataset)))
     assert worker_zip is not None
     threads = torch.get_num_threads()
     torch.set_num_threads(1)

@@ -45,6 +45,11 @@ def sha256(path: Path) -> str:
     return runners.sha256_file(path)
 
 
+def platform_seed(upload: Path) -> bytes:
+    """The secret seed the platform draws the held-out rows of this upload with."""
+    return heldout.dataset_seed(sha256(upload))
+
+
 class Provider:
     """A registered node as the platform sees it: worker row and REST client."""
 
@@ -61,8 +66,8 @@ class Provider:
 def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A model trained on exactly what the platform serves the worker for ``teacher()``."""
     root = tmp_path_factory.mktemp("cube-model")
-    np.save(root / "upload.npy", teacher())
-    worker_file, _ = prepare(TINY_CUBE, root / "upload.npy", root / "split")
+    (root / "upload.npy").write_bytes(array_npy(teacher()))  # the bytes training_task uploads
+    worker_file, _ = prepare(TINY_CUBE, root / "upload.npy", root / "split", platform_seed(root / "upload.npy"))
     assert worker_file is not None
     data = root / "data"
     data.mkdir()
@@ -491,8 +496,10 @@ def test_a_barely_trained_model_honestly_reported_is_not_paid(bob: Any, alpha: P
     assignment = assign(task)
     # The worker's rows, trained for one optimiser step at a high rate instead of the
     # spec's 3 epochs: the model's config is still the spec's (the schedule is not in it).
-    np.save(tmp_path / "upload.npy", teacher())
-    worker_file, _ = prepare(TINY_CUBE, tmp_path / "upload.npy", tmp_path / "split")
+    (tmp_path / "upload.npy").write_bytes(array_npy(teacher()))
+    worker_file, _ = prepare(
+        TINY_CUBE, tmp_path / "upload.npy", tmp_path / "split", platform_seed(tmp_path / "upload.npy")
+    )
     assert worker_file is not None
     (tmp_path / "data").mkdir()
     shutil.copy(worker_file, tmp_path / "data" / "embeddings.npy")

@@ -347,7 +347,7 @@ def test_a_kind_no_provider_runs_gives_up_too(alice: Any, bob: Any, monkeypatch:
     assert_failed_and_refunded(task, bob, before, "No provider runs Synthetic proof of compute tasks.")
 
 
-def broken_prepare(spec: Any, source: Any, out: Any) -> Any:
+def broken_prepare(spec: Any, source: Any, out: Any, secret_seed: bytes) -> Any:
     """A held-out preparation that crashes on the platform's side (a full disk, say)."""
     raise OSError(28, "No space left on device")
 

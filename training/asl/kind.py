@@ -28,11 +28,11 @@ def _training_resources(spec: Spec) -> Resources:
     return Resources(memory_bytes=max(activations + 512 * 1024**2, GIB))
 
 
-def prepare(spec: Spec, source: Path | None, out_dir: Path) -> tuple[Path | None, Path]:
+def prepare(spec: Spec, source: Path | None, out_dir: Path, secret_seed: bytes) -> tuple[Path | None, Path]:
     """The platform's held-out split (training.asl.split.prepare)."""
     from training.asl.split import prepare as split
 
-    return split(spec, source, out_dir)
+    return split(spec, source, out_dir, secret_seed)
 
 
 def _archive(upload: Upload, check: str, read: Callable[[Path], object]) -> None:
@@ -67,7 +67,7 @@ def check_training_dataset(spec: Spec, upload: Upload, source: Spec | None) -> N
     def split_would_take(path: Path) -> None:
         with Source(path, max_bytes=max(1, path.stat().st_size)) as archive:
             entries, _signs = read_index(archive)
-        heldout_participants([entry.participant_id for entry in entries], seed=0)
+        heldout_participants([entry.participant_id for entry in entries], bytes(32))
 
     _archive(upload, "islr-index", split_would_take)
 

@@ -1,7 +1,9 @@
 """The platform's participant-disjoint held-out split for ``asl_training``.
 
 ``prepare`` runs on the platform once per task, before any worker sees it. It reads the
-uploaded ISLR archive's ``train.csv``, holds out whole participants, and writes two zips
+uploaded ISLR archive's ``train.csv``, holds out whole participants (drawn by the
+platform's secret seed for the dataset, never by the spec, so every task on one dataset
+holds out the same participants), and writes two zips
 in the same format: ``worker.zip`` (every other participant's sequences: what the worker
 downloads) and ``heldout.zip`` (the held-out participants': what ``run.verify`` scores).
 Only sequence files listed in train.csv are copied, so nothing of a held-out participant
@@ -35,15 +37,17 @@ HELDOUT_FRACTION = 0.1
 MIN_PARTICIPANTS = 3
 
 
-def heldout_participants(participants: list[int], seed: int) -> list[int]:
-    """The participants the platform keeps: a tenth (at least one, leaving two), by ``seed``."""
+def heldout_participants(participants: list[int], secret_seed: bytes) -> list[int]:
+    """The participants the platform keeps: a tenth (at least one, leaving two), drawn by
+    the platform's ``secret_seed``."""
     ids = np.unique(np.asarray(participants, dtype=np.int64))
     if ids.size < MIN_PARTICIPANTS:
         raise DatasetError(
             INDEX_FILE, f"has {ids.size} participant(s); at least {MIN_PARTICIPANTS} are needed (one is held out)"
         )
     count = min(ids.size - 2, max(1, math.ceil(HELDOUT_FRACTION * ids.size)))
-    return sorted(int(i) for i in np.random.default_rng([seed, 0x4E1D]).permutation(ids)[:count])
+    order = np.random.default_rng([int.from_bytes(secret_seed, "big"), 0x4E1D]).permutation(ids)
+    return sorted(int(i) for i in order[:count])
 
 
 def _write(target: Path, source: Source, entries: list[Entry], signs: list[str]) -> None:
@@ -59,21 +63,24 @@ def _write(target: Path, source: Source, entries: list[Entry], signs: list[str])
             archive.writestr(zipfile.ZipInfo(path, stamp), source.read(path))
 
 
-def prepare(spec: Mapping[str, Any], source: Path | None, out_dir: Path) -> tuple[Path | None, Path]:
-    """Write ``worker.zip`` and ``heldout.zip`` into ``out_dir``; returns their paths.
+def prepare(
+    spec: Mapping[str, Any], source: Path | None, out_dir: Path, secret_seed: bytes
+) -> tuple[Path | None, Path]:
+    """Write ``worker.zip`` and ``heldout.zip`` into ``out_dir``, the held-out participants
+    drawn by the platform's ``secret_seed``; returns their paths.
 
     Raises DatasetError naming the file for a malformed archive, including a malformed
     held-out sequence (those are read here, since no worker ever checks them).
     """
     if source is None:
         raise DatasetError("dataset", "asl_training needs an uploaded ISLR zip")
-    settings = TrainSpec.from_dict(dict(spec))
+    TrainSpec.from_dict(dict(spec))  # ValueError naming the field for a spec no worker could run
     source = Path(source)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     with Source(source, max_bytes=max(1, source.stat().st_size)) as archive:
         entries, signs = read_index(archive)
-        held = set(heldout_participants([e.participant_id for e in entries], settings.seed))
+        held = set(heldout_participants([e.participant_id for e in entries], secret_seed))
         _write(out_dir / WORKER_FILE, archive, [e for e in entries if e.participant_id not in held], signs)
         _write(out_dir / HELDOUT_FILE, archive, [e for e in entries if e.participant_id in held], signs)
     with tempfile.TemporaryDirectory(prefix="asl-heldout-") as cache:

@@ -122,14 +122,23 @@ def load_dataset(data_dir: Path, teacher_dim: int, mode: str) -> tuple[np.ndarra
 
 
 def synthetic_embeddings(
-    samples: int, teacher_dim: int, seed: int, mode: str = "autoencoder", stream: int = 0
+    samples: int,
+    teacher_dim: int,
+    seed: int,
+    mode: str = "autoencoder",
+    stream: int = 0,
+    *,
+    samples_seed: bytes | None = None,
 ) -> tuple[np.ndarray, np.ndarray | None]:
     """Structured, learnable embeddings: clusters in a low-rank subspace plus a little noise.
 
     ``seed`` fixes the structure (subspace, cluster centres, the dialogue map); ``stream``
-    draws disjoint samples from it, so the platform can hold out ``stream=1`` while the
-    worker trains on ``stream=0``. Values have roughly unit variance per dimension. In
-    dialogue mode the target is a fixed nonlinear function of the input's latent code.
+    draws disjoint samples from it (the worker trains on ``stream=0``). ``samples_seed``,
+    when given, draws the samples from a stream of its own instead, which no ``seed`` and
+    ``stream`` reach: the platform's held-out samples come from its secret seed, so a worker
+    that knows the spec knows the structure but cannot compute those rows. Values have
+    roughly unit variance per dimension. In dialogue mode the target is a fixed nonlinear
+    function of the input's latent code.
     """
     if samples < 2:
         raise CubeDataError(f"synthetic_samples must be at least 2 (got {samples}).")
@@ -139,7 +148,10 @@ def synthetic_embeddings(
     centres = structure.normal(size=(SYNTHETIC_CLUSTERS, rank)) * 2.0
     mixing = structure.normal(size=(rank, rank)) / np.sqrt(rank)
     out_basis = np.linalg.qr(structure.normal(size=(teacher_dim, rank)))[0].T
-    draw = np.random.default_rng([seed, 0xDA7A, stream])
+    if samples_seed is None:
+        draw = np.random.default_rng([seed, 0xDA7A, stream])
+    else:  # entropy words that no spec's [seed, 0xDA7A, stream] can equal
+        draw = np.random.default_rng([0xDA7A, 0x5EC2E7, int.from_bytes(samples_seed, "big")])
     labels = draw.integers(SYNTHETIC_CLUSTERS, size=samples)
     latent = centres[labels] + 0.5 * draw.normal(size=(samples, rank))
     scale = np.sqrt(teacher_dim / rank) / 2.0

@@ -39,11 +39,11 @@ def _needs_dataset(spec: Spec) -> bool:
     return bool(spec["synthetic_samples"] == 0)
 
 
-def prepare(spec: Spec, source: Path | None, out_dir: Path) -> tuple[Path | None, Path]:
+def prepare(spec: Spec, source: Path | None, out_dir: Path, secret_seed: bytes) -> tuple[Path | None, Path]:
     """The platform's held-out split (training.cube.split.prepare)."""
     from training.cube.split import prepare as split
 
-    return split(spec, source, out_dir)
+    return split(spec, source, out_dir, secret_seed)
 
 
 def _embeddings(

@@ -253,10 +253,13 @@ def verify(
     }
 
 
-def heldout_synthetic(spec: Mapping[str, Any], samples: int = 256) -> tuple[np.ndarray, np.ndarray | None]:
-    """The platform's held-out split for a synthetic run: the same structure, disjoint samples (stream 1)."""
+def heldout_synthetic(
+    spec: Mapping[str, Any], secret_seed: bytes, samples: int = 256
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """The platform's held-out rows for a synthetic run: the spec's structure, with samples
+    drawn from the platform's ``secret_seed`` (no stream of the spec's seed reaches them)."""
     full = training_spec(spec)
-    return synthetic_embeddings(samples, full["teacher_dim"], full["seed"], full["mode"], stream=1)
+    return synthetic_embeddings(samples, full["teacher_dim"], full["seed"], full["mode"], samples_seed=secret_seed)
 
 
 def infer(model_dir: Path, inputs: np.ndarray, batch_size: int = 64) -> np.ndarray:

@@ -8,6 +8,11 @@ side, the first time the task is scheduled, and stores two files in default stor
   upload (absent when the worker generates its data itself, as synthetic cube data);
 - the held-out file, which only the kind's verifier reads.
 
+The hook draws the held-out rows or participants with ``heldout_seed``: the platform's
+``HELDOUT_SECRET`` keyed on the dataset's content, so every task on one dataset holds out
+the same ones (repeated tasks show a worker nothing more) and nothing a worker is sent
+lets it compute them.
+
 Each preparation writes into its own folder ``prepared/<task>/<run>/``; the manifest
 ``prepared/<task>/manifest.json`` names the winning run. Storage creates it exclusively,
 so two concurrent preparations cannot mix their files: the loser deletes its own.
@@ -16,6 +21,7 @@ so two concurrent preparations cannot mix their files: the loser deletes its own
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import logging
 import shutil
@@ -26,6 +32,7 @@ from pathlib import Path
 from typing import Any
 from uuid import UUID
 
+from django.conf import settings
 from django.core.files import File
 from django.core.files.base import ContentFile
 from django.core.files.storage import default_storage
@@ -73,6 +80,25 @@ def needs_preparation(task: Task) -> bool:
     return kind is not None and kind.prepare is not None
 
 
+def dataset_seed(sha256: str) -> bytes:
+    """The secret seed of every held-out draw from the dataset whose content has this sha256 (hex)."""
+    return _keyed(f"heldout:{sha256}")
+
+
+def heldout_seed(task: Task) -> bytes:
+    """The secret seed the task's held-out split is drawn with: its dataset's
+    (``dataset_seed``); without a dataset (synthetic data the worker generates), keyed on
+    the task's kind and spec, so the held-out samples come from a stream no spec reaches."""
+    if task.dataset is not None:
+        return dataset_seed(task.dataset.sha256)
+    spec = json.dumps(task.spec, sort_keys=True, separators=(",", ":"))
+    return _keyed(f"heldout-synthetic:{task.kind}:{spec}")
+
+
+def _keyed(label: str) -> bytes:
+    return hmac.new(settings.HELDOUT_SECRET, label.encode(), hashlib.sha256).digest()
+
+
 def ensure_prepared(task_id: UUID | str) -> bool:
     """Prepare the task's split unless done; False when it must not be scheduled now.
 
@@ -95,7 +121,7 @@ def ensure_prepared(task_id: UUID | str) -> bool:
             with task.dataset.file.open("rb") as upload, source.open("wb") as out:
                 shutil.copyfileobj(upload, out, 1 << 20)
         try:
-            worker, heldout = hook(task.spec, source, Path(tmp) / "out")
+            worker, heldout = hook(task.spec, source, Path(tmp) / "out", heldout_seed(task))
         except ValueError as exc:
             reason = str(exc)
             if source is not None and task.dataset is not None:  # named as the requester knows it

@@ -1,0 +1,170 @@
+"""The platform's held-out draws, pure: drawn by its secret seed alone, the same for every
+task on one dataset, never split across duplicate rows, and for synthetic data out of
+reach of anything a worker can compute from its spec."""
+
+from __future__ import annotations
+
+import csv
+import io
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+from safetensors.numpy import load_file, save_file
+
+from training.asl.split import heldout_participants
+from training.asl.split import prepare as prepare_asl
+from training.asl.synthetic import generate
+from training.cube.data import CubeDataError, synthetic_embeddings
+from training.cube.split import heldout_rows, load_heldout
+from training.cube.split import prepare as prepare_cube
+
+SECRET = bytes(range(32))
+OTHER_SECRET = bytes(range(1, 33))
+CUBE = {"teacher_dim": 32, "lattice_edge": 3, "state_size": 8, "steps": 2, "synthetic_samples": 0, "seed": 1}
+
+
+def keys(rows: np.ndarray) -> set[bytes]:
+    return {row.tobytes() for row in rows}
+
+
+def split_upload(tmp_path: Path, upload: Path, secret: bytes, **spec: object) -> tuple[np.ndarray, np.ndarray]:
+    """(the worker's rows, the held-out rows) the platform writes for ``upload``."""
+    out = tmp_path / f"split-{len(list(tmp_path.iterdir()))}"
+    worker, held = prepare_cube({**CUBE, **spec}, upload, out, secret)
+    assert worker is not None
+    return np.load(worker, allow_pickle=False), load_heldout(held)[0]
+
+
+@pytest.fixture
+def upload(tmp_path: Path) -> Path:
+    path = tmp_path / "teacher.npy"
+    np.save(path, synthetic_embeddings(200, 32, seed=7)[0])
+    return path
+
+
+# --- cube_training: uploaded rows ------------------------------------------------------
+
+
+def test_every_task_on_one_dataset_holds_out_the_same_rows(tmp_path: Path, upload: Path) -> None:
+    worker, held = split_upload(tmp_path, upload, SECRET, seed=1)
+    for seed in (2, 3, 99):
+        other_worker, other_held = split_upload(tmp_path, upload, SECRET, seed=seed)
+        np.testing.assert_array_equal(other_held, held)
+        np.testing.assert_array_equal(other_worker, worker)
+    assert len(held) == 20
+    assert keys(worker).isdisjoint(keys(held))
+
+
+def test_the_held_out_rows_follow_the_platform_secret(tmp_path: Path, upload: Path) -> None:
+    _, held = split_upload(tmp_path, upload, SECRET)
+    _, other = split_upload(tmp_path, upload, OTHER_SECRET)
+    assert len(other) == len(held)
+    assert keys(other) != keys(held)
+    inputs = np.load(upload)
+    assert heldout_rows(inputs, None, SECRET)[1].tolist() != heldout_rows(inputs, None, OTHER_SECRET)[1].tolist()
+
+
+def values(rows: np.ndarray) -> set[bytes]:
+    """The rows by value: -0.0 and 0.0 are one."""
+    return keys(rows + np.float32(0))
+
+
+def copies(rows: np.ndarray, row: np.ndarray) -> int:
+    return int(np.all(rows == row, axis=1).sum())
+
+
+def test_no_held_out_row_reaches_the_worker_however_often_it_is_repeated(tmp_path: Path) -> None:
+    distinct = synthetic_embeddings(30, 32, seed=7)[0]
+    distinct[:, 0] = 0.0
+    rows = np.repeat(distinct, np.random.default_rng(0).integers(1, 5, size=30), axis=0)  # one to four copies
+    rows = rows[np.random.default_rng(1).permutation(len(rows))]
+    rows[::2, 0] = -0.0  # equal values in other bytes are still one row
+    np.save(tmp_path / "repeated.npy", rows)
+    for secret in (SECRET, OTHER_SECRET, bytes(32)):
+        worker, held = split_upload(tmp_path, tmp_path / "repeated.npy", secret)
+        assert values(worker).isdisjoint(values(held))
+        assert len(values(held)) == len(held) == 3  # a tenth of the 30 distinct rows, each once
+        assert values(worker) | values(held) == values(rows)
+        assert len(worker) + sum(copies(rows, row) for row in held) == len(rows)
+
+
+def test_dialogue_rows_are_one_row_only_with_the_same_target(tmp_path: Path) -> None:
+    inputs = np.repeat(synthetic_embeddings(20, 32, seed=7)[0], 2, axis=0)
+    targets = -inputs
+    targets[1::4] += 1.0  # half the inputs come twice with two targets: two distinct rows
+    save_file({"embeddings": inputs, "targets": targets}, str(tmp_path / "pairs.safetensors"))
+    worker, held = prepare_cube({**CUBE, "mode": "dialogue"}, tmp_path / "pairs.safetensors", tmp_path / "out", SECRET)
+    assert worker is not None
+    served = load_file(str(worker))
+    held_inputs, held_targets = load_heldout(held)
+    assert held_targets is not None
+    pairs = np.concatenate([inputs, targets], axis=1)
+    held_pairs = np.concatenate([held_inputs, held_targets], axis=1)
+    served_pairs = np.concatenate([served["embeddings"], served["targets"]], axis=1)
+    assert keys(held_pairs).isdisjoint(keys(served_pairs))
+    assert len(held_pairs) == 3  # a tenth of the 30 distinct pairs
+    assert len(served_pairs) + sum(copies(pairs, pair) for pair in held_pairs) == len(pairs)
+
+
+def test_too_few_distinct_rows_are_refused_naming_the_count() -> None:
+    rows = np.repeat(synthetic_embeddings(3, 32, seed=7)[0], 4, axis=0)
+    with pytest.raises(CubeDataError, match="12 rows but only 3 distinct ones; at least 4 are needed"):
+        heldout_rows(rows, None, SECRET)
+
+
+# --- cube_training: synthetic data -----------------------------------------------------
+
+
+def test_synthetic_held_out_rows_are_out_of_the_workers_reach(tmp_path: Path) -> None:
+    spec = {**CUBE, "synthetic_samples": 64}
+    worker, held_path = prepare_cube(spec, None, tmp_path / "a", SECRET)
+    assert worker is None
+    held, _ = load_heldout(held_path)
+    assert held.shape == (256, 32)
+    # Nothing the spec's seed reaches, in any stream or at any length, is a held-out row.
+    for stream in range(8):
+        regenerated, _ = synthetic_embeddings(256, 32, seed=1, stream=stream)
+        gaps = np.abs(held[:, None, :] - regenerated[None, :, :]).max(axis=2)
+        assert gaps.min() > 1e-3
+    # The same structure, though: the worker's stream spans the held-out rows' subspace.
+    train, _ = synthetic_embeddings(256, 32, seed=1)
+    basis = np.linalg.svd(train - train.mean(0), full_matrices=False)[2][:16]
+    centred = held - train.mean(0)
+    assert np.linalg.norm(centred @ basis.T) ** 2 / np.linalg.norm(centred) ** 2 > 0.95
+    # Another platform secret, other samples; the same secret, the same ones.
+    other, _ = load_heldout(prepare_cube(spec, None, tmp_path / "b", OTHER_SECRET)[1])
+    assert keys(other).isdisjoint(keys(held))
+    again, _ = load_heldout(prepare_cube(spec, None, tmp_path / "c", SECRET)[1])
+    np.testing.assert_array_equal(again, held)
+
+
+# --- asl_training: participants --------------------------------------------------------
+
+
+def held_people(path: Path) -> set[str]:
+    with zipfile.ZipFile(path) as archive:
+        return {row["participant_id"] for row in csv.DictReader(io.StringIO(archive.read("train.csv").decode()))}
+
+
+def test_every_task_on_one_archive_holds_out_the_same_participants(tmp_path: Path) -> None:
+    archive = generate(
+        tmp_path / "signs.zip", n_signs=2, n_participants=20, per_participant=1, max_frames=12, as_zip=True
+    )
+    spec = {"dim": 192, "blocks": 1, "max_len": 32}
+    held = [
+        held_people(prepare_asl({**spec, "seed": seed}, archive, tmp_path / f"s{seed}", SECRET)[1]) for seed in range(4)
+    ]
+    assert len(held[0]) == 2
+    assert all(people == held[0] for people in held)
+    other = held_people(prepare_asl({**spec, "seed": 0}, archive, tmp_path / "other", OTHER_SECRET)[1])
+    assert other != held[0]
+
+
+def test_the_held_out_participants_follow_the_platform_secret_alone() -> None:
+    people = list(range(100, 140))
+    chosen = heldout_participants(people, SECRET)
+    assert chosen == heldout_participants(list(reversed(people)), SECRET)
+    assert len(chosen) == 4
+    assert heldout_participants(people, OTHER_SECRET) != chosen
