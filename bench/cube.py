@@ -71,7 +71,7 @@ def measure(edge: int, repeats: int, device_name: str, reference_batch: int, mix
         # As training.loop does it: the forward pass (and loss) under autocast, backward outside.
         with autocast(device, mixed_precision):
             output = model(x)
-            loss, _ = total_loss(output, x, edge, DEFAULT_WEIGHTS)
+            loss, _ = total_loss(output, x, DEFAULT_WEIGHTS)
         model.zero_grad(set_to_none=True)
         loss.backward()
         sync()
@@ -115,7 +115,7 @@ def measure(edge: int, repeats: int, device_name: str, reference_batch: int, mix
         with torch.no_grad():
             agree = (model(xr).prediction - reference_forward(model, xr).prediction).abs().max().item()
         start = time.perf_counter()
-        loss, _ = total_loss(reference_forward(model, xr), xr, edge, DEFAULT_WEIGHTS)
+        loss, _ = total_loss(reference_forward(model, xr), xr, DEFAULT_WEIGHTS)
         model.zero_grad(set_to_none=True)
         loss.backward()
         sync()

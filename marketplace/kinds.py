@@ -64,6 +64,8 @@ class Kind:
     features: Callable[[Spec], tuple[str, ...]]
     # fn(spec, upload, source spec | None): refuses a dataset (training.plugin.DatasetProblem).
     check_dataset: CheckDataset | None
+    # fn(spec with defaults) -> {field: why}: the plug-in's rules between fields.
+    check_spec: Callable[[Spec], dict[str, str]]
     verifier: Verifier | None
 
     @classmethod
@@ -86,6 +88,7 @@ class Kind:
             prepare=plugin.prepare,
             check_dataset=plugin.check_dataset,
             features=plugin.features,
+            check_spec=plugin.check_spec,
             verifier=_verifiers.get(plugin.name),
         )
 
@@ -98,7 +101,11 @@ class Kind:
         """Return the spec with defaults filled in, or raise ValidationError."""
         serializer = self.spec_serializer(data=data if data is not None else {})
         serializer.is_valid(raise_exception=True)
-        return dict(serializer.validated_data)
+        spec = dict(serializer.validated_data)
+        problems = self.check_spec(spec)
+        if problems:
+            raise serializers.ValidationError({field: [why] for field, why in problems.items()})
+        return spec
 
     def estimate_price(self, spec: dict[str, Any]) -> int:
         """Price estimate in base units: work in TFLOP at the configured rate, with a floor."""

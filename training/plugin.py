@@ -116,6 +116,10 @@ def _no_features(spec: Spec) -> tuple[str, ...]:
     return ()
 
 
+def _no_problems(spec: Spec) -> dict[str, str]:
+    return {}
+
+
 @dataclass(frozen=True)
 class Kind:
     """One kind of task, as both sides of the trust boundary know it."""
@@ -140,6 +144,9 @@ class Kind:
     # Protocol features a worker must list in its capabilities to run this spec (for a
     # change a node cannot follow silently, such as how the synthetic matrices are drawn).
     features: Callable[[Spec], tuple[str, ...]] = _no_features
+    # fn(spec with defaults filled in) -> {field: why}: the rules between fields that their
+    # bounds cannot say; the platform refuses such a spec (400) naming each field.
+    check_spec: Callable[[Spec], dict[str, str]] = _no_problems
 
 
 class UnsupportedKind(Exception):
@@ -217,6 +224,7 @@ def training_kind(
     train: Train,
     resources: Callable[[Spec], Resources],
     flops: Callable[[Spec], float],
+    check_spec: Callable[[Spec], dict[str, str]] = _no_problems,
 ) -> Kind:
     """A kind that trains a model: ``train`` writes ``model_files`` (``WEIGHTS`` among them)
     and metrics.json into ``<workdir>/model``; the run commits to the weights and hands back
@@ -238,6 +246,7 @@ def training_kind(
         flops=flops,
         run=run,
         artifacts=artifacts,
+        check_spec=check_spec,
         **datasets.kind_fields(),
     )
 

@@ -11,7 +11,7 @@ from torch.autograd import gradcheck
 
 from training.cube.config import CubeConfig
 from training.cube.fused import DistantUpdate, FunctionalUpdate, LatticeStep, LocalUpdate, StepSpec
-from training.cube.kernels import Attention, ShiftAttention, SparseAttention, band_mean, state_regularisers
+from training.cube.kernels import Attention, ShiftAttention, SparseAttention, band_mean
 from training.cube.model import CubeModel
 from training.cube.neighbours import Band, RowSum, neighbourhood, row_pattern
 
@@ -87,18 +87,6 @@ def test_lattice_step_gradients(attention: Attention, top_k: int) -> None:
         *(_p(D, D), _p(D), _p(D, D), _rate()),
     )
     assert gradcheck(step, args)
-
-
-@pytest.mark.parametrize("edge", [2, 3])
-def test_state_regularisers_gradients_and_values(edge: int) -> None:
-    state, initial = _p(edge**3, 2, 3), _p(edge**3, 2, 3)
-    assert gradcheck(lambda a, b: state_regularisers(a, b, edge), (state, initial))
-    change, scale, spatial = state_regularisers(state, initial, edge)
-    grid = state.reshape(edge, edge, edge, 2, 3)
-    steps = [grid[1:] - grid[:-1], grid[:, 1:] - grid[:, :-1], grid[:, :, 1:] - grid[:, :, :-1]]
-    torch.testing.assert_close(change, (state - initial).pow(2).mean())
-    torch.testing.assert_close(scale, initial.pow(2).mean())
-    torch.testing.assert_close(spatial, torch.stack([s.pow(2).mean() for s in steps]).mean())
 
 
 def _model(gate: str = "soft", edge: int = 4) -> CubeModel:

@@ -30,24 +30,41 @@ def test_shapes_and_faces() -> None:
     torch.testing.assert_close(out.lattice.initial[:25], face)
     # Each face cell carries its own surface value, not one vector copied everywhere.
     assert torch.unique(face[:, 0, 0]).numel() == 25
+    # Every other cell starts from its position alone: the same for any input.
+    other = model(torch.randn(3, 48) * 5).lattice.initial
+    torch.testing.assert_close(other[25:], out.lattice.initial[25:])
+    assert torch.unique(out.lattice.initial[25:, 0, 0]).numel() == 100
 
 
 def test_band_rule_on_documented_sizes() -> None:
-    # 8³: r = 1.6; local (0, 0.16] is empty and borrows the face shell; functional (0.16, 1.04] holds
-    # |o| = 1; distant (1.04, 1.6] holds |o| = √2.
+    root = pytest.approx
+    # 8³: r = 4. local (0, 0.16] is empty and borrows |o| = 1; functional (0.16, 1.12] holds only
+    # |o| = 1, taken, and borrows √2; distant (1.12, 4] takes its outermost shells that fit 48
+    # offsets (4, √13, √12, 2) and the face shell.
     assert band_offsets(8) == [
         ("local", True, [1.0]),
-        ("functional", False, [1.0]),
-        ("distant", False, [pytest.approx(2**0.5)]),
+        ("functional", True, [root(2**0.5)]),
+        ("distant", False, [1.0, 2.0, root(12**0.5), root(13**0.5), 4.0]),
     ]
-    # 16³: r = 3.2; functional (0.32, 2.08] has 4 shells (32 offsets); distant (2.08, 3.2] keeps the
-    # innermost and outermost shells within the 48-offset cap.
+    # 16³: r = 8; functional (0.32, 2.24] holds √2, √3, √5 once |o| = 1 is local's.
     (local, functional, distant) = band_offsets(16)
     assert local == ("local", True, [1.0])
-    assert functional[2] == pytest.approx([1.0, 2**0.5, 3**0.5, 2.0])
-    assert distant[2] == pytest.approx([5**0.5, 10**0.5])
-    # On a 2³ lattice every band is empty and takes the nearest shell.
-    assert all(borrowed and shells == [1.0] for _, borrowed, shells in band_offsets(2))
+    assert functional[2] == root([2**0.5, 3**0.5, 5**0.5])
+    assert distant[2][0] == 1.0 and distant[2][-1] == 8.0
+    # On a 2³ lattice every range is empty: each band borrows the nearest shell left.
+    assert band_offsets(2) == [
+        ("local", True, [1.0]),
+        ("functional", True, [root(2**0.5)]),
+        ("distant", True, [1.0, root(3**0.5)]),
+    ]
+
+
+@pytest.mark.parametrize("edge", range(2, 65))
+def test_bands_are_distinct_at_every_size(edge: int) -> None:
+    local, functional, distant = (set(shells) for _, _, shells in band_offsets(edge))
+    assert local.isdisjoint(functional)
+    # The distant band shares only the face shell (rule 3).
+    assert (local | functional) & distant <= {1.0}
 
 
 @pytest.mark.parametrize("edge", [2, 3, 5, 8, 13, 16, 23])
@@ -58,7 +75,8 @@ def test_every_cell_has_a_neighbour_in_every_band(edge: int) -> None:
         offsets = {tuple(o) for o in band.offsets.tolist()}
         # Whole shells: closed under sign flips, so no direction is favoured.
         assert offsets == {(-a, -b, -c) for a, b, c in offsets}
-        assert len(offsets) <= 48
+        # At most max_neighbours of its own shells; the distant band adds the 6 face neighbours.
+        assert len(offsets) <= 48 + (6 if band.name == "distant" else 0)
         assert all(max(abs(c) for c in o) < edge for o in offsets)
         # Rows of the band-mean matrix average over exactly the valid neighbours.
         row_sums = band.matrix @ torch.ones(edge**3, 1)
@@ -91,7 +109,7 @@ def test_every_expert_receives_non_zero_input(edge: int) -> None:
 def test_gradients_reach_every_parameter() -> None:
     model = _model(edge=4, steps=2)
     x = torch.randn(4, 32)
-    loss, metrics = total_loss(model(x), x, 4, DEFAULT_WEIGHTS)
+    loss, metrics = total_loss(model(x), x, DEFAULT_WEIGHTS)
     loss.backward()
     assert set(LOSS_TERMS) <= set(metrics)
     missing = [n for n, p in model.named_parameters() if p.grad is None or not p.grad.abs().sum() > 0]
@@ -128,11 +146,15 @@ def test_vectorized_step_matches_the_per_cell_loop(gate: str, top_k: int) -> Non
         torch.testing.assert_close(model(x).prediction, reference_forward(model, x).prediction, atol=1e-5, rtol=1e-4)
 
 
-def test_topk_gate_keeps_k_experts_per_cell() -> None:
-    model = _model(edge=4, gate="topk", top_k=2)
+@pytest.mark.parametrize("top_k", [1, 2])
+def test_topk_gate_keeps_k_experts_per_cell_the_distant_one_always(top_k: int) -> None:
+    model = _model(edge=4, gate="topk", top_k=top_k)
+    with torch.no_grad():
+        model.lattice.gate.bias.copy_(torch.tensor([5.0, 5.0, -5.0]))  # the router dislikes distant
     h = model.initial_state(torch.randn(2, 32))
     gates = model.lattice.gate_weights(h)
-    assert ((gates > 0).sum(dim=-1) == 2).all()
+    assert ((gates > 0).sum(dim=-1) == top_k).all()
+    assert (gates[..., 2] > 0).all()
     torch.testing.assert_close(gates.sum(dim=-1), torch.ones(64, 2))
 
 
@@ -149,7 +171,7 @@ def test_activation_checkpointing_gives_the_same_gradients() -> None:
         model = _model(edge=4, steps=2, activation_checkpointing=flag)
         model.set_batch_size(2)
         assert model.lattice.checkpointing is flag
-        total_loss(model(x), x, 4, DEFAULT_WEIGHTS)[0].backward()
+        total_loss(model(x), x, DEFAULT_WEIGHTS)[0].backward()
         grads.append(torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]))
     torch.testing.assert_close(grads[0], grads[1])
 
@@ -183,17 +205,22 @@ def test_losses_respond_to_what_they_measure() -> None:
     model = _model(edge=4)
     x = torch.randn(6, 32)
     out = model(x)
-    _, perfect = total_loss(out, out.prediction.detach(), 4, DEFAULT_WEIGHTS)
+    _, perfect = total_loss(out, out.prediction.detach(), DEFAULT_WEIGHTS)
     assert perfect["reconstruction"] == pytest.approx(0.0, abs=1e-7)
     assert perfect["similarity"] == pytest.approx(0.0, abs=1e-7)
     assert perfect["diversity"] == 0.0
     assert perfect["cosine"] == pytest.approx(1.0, abs=1e-5)
-    _, collapsed = total_loss(out, torch.randn(6, 32) * 10, 4, DEFAULT_WEIGHTS)
+    _, collapsed = total_loss(out, torch.randn(6, 32) * 10, DEFAULT_WEIGHTS)
     assert collapsed["diversity"] > 1.0
     # A lattice that does not move pays the emergence hinge; a moving one does not.
-    _, frozen = total_loss(model(x, steps=0), x, 4, DEFAULT_WEIGHTS)
-    assert frozen["emergence"] == pytest.approx(0.1)
-    assert frozen["dynamics"] == 0.0
+    # Without lattice steps the output face never hears of the input: one prediction for all rows.
+    frozen_out = model(x, steps=0)
+    torch.testing.assert_close(frozen_out.prediction, frozen_out.prediction[:1].expand(6, -1))
+    _, frozen = total_loss(frozen_out, x, DEFAULT_WEIGHTS)
+    assert frozen["step_change"] == 0.0
+    # Shares of the weighted total add up to one.
+    assert sum(perfect.get(f"share_{t}", 0.0) for t in LOSS_TERMS) in (0.0, pytest.approx(1.0))
+    assert sum(collapsed[f"share_{t}"] for t in LOSS_TERMS) == pytest.approx(1.0)
     # Every loss term is non-negative (the cosine is a metric, not a loss).
     assert all(m[term] >= 0 for m in (perfect, collapsed, frozen) for term in LOSS_TERMS)
 
@@ -203,7 +230,7 @@ def test_bf16_autocast_on_cpu_trains() -> None:
     x = torch.randn(4, 32)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         out = model(x)
-        loss, _ = total_loss(out, x, 4, DEFAULT_WEIGHTS)
+        loss, _ = total_loss(out, x, DEFAULT_WEIGHTS)
     assert out.prediction.dtype == torch.bfloat16
     assert torch.isfinite(loss)
     loss.backward()

@@ -607,3 +607,104 @@ def test_non_finite_outputs_are_refused_outside_the_spot_checked_rows(
         verdict = verify_cube_inference(submitted(assignment, path, {}), {"outputs.npy": path})
         assert not verdict.ok
         assert "NaN or infinite" in verdict.reason
+
+
+def _lattice_free_model(trained: Path, target: Path) -> Path:
+    """The cheat that skips the lattice: the spec's model trained with 0 lattice steps on the
+    worker's rows (cheaper by the whole lattice), saved beside the honest config.json."""
+    from training.artifacts import model_tensors, save_tensors
+    from training.cube.config import CubeConfig
+    from training.cube.losses import DEFAULT_WEIGHTS, total_loss
+    from training.cube.model import CubeModel
+    from training.cube.run import training_spec
+
+    model_dir = copy_model(trained, target)
+    torch.manual_seed(TINY_CUBE["seed"])
+    model = CubeModel(CubeConfig.from_dict(training_spec(TINY_CUBE)))
+    rows = torch.from_numpy(teacher())
+    optimiser = torch.optim.AdamW(model.parameters(), lr=TINY_CUBE["learning_rate"])
+    for _ in range(TINY_CUBE["epochs"]):
+        for start in range(0, len(rows), TINY_CUBE["batch_size"]):
+            batch = rows[start : start + TINY_CUBE["batch_size"]]
+            loss, _ = total_loss(model(batch, steps=0), batch, DEFAULT_WEIGHTS)
+            optimiser.zero_grad()
+            loss.backward()
+            optimiser.step()
+    save_tensors(model_dir / "model.safetensors", model_tensors(model))
+    return model_dir
+
+
+def test_a_model_trained_without_its_lattice_is_rejected(
+    bob: Any, alpha: Provider, trained: Path, tmp_path: Path
+) -> None:
+    from training.cube.run import verify
+
+    task = training_task(bob)
+    assignment = assign(task)
+    held, targets = load_heldout(heldout.prepared(task).heldout_path())  # type: ignore[union-attr]
+    model = _lattice_free_model(trained, tmp_path / "no-lattice")
+
+    # Claiming the honest model's figure: the spec's 3 lattice steps recompute another.
+    verdict = verify_cube_training(
+        submitted(assignment, model / "model.safetensors", {"val_loss_micro": reported_micro(trained)}),
+        artifacts_of(model),
+    )
+    assert not verdict.ok
+    assert "differs from reported" in verdict.reason
+    assert verdict.penalise
+
+    # Reported truthfully at the spec's 3 steps, it is not paid: the lattice it skipped is
+    # what carries the input to the output face.
+    honest = float(verify(model, held, targets, {"val_loss": 1.0})["recomputed"]["val_loss"])
+    trained_loss = float(verify(trained, held, targets, {"val_loss": 1.0})["recomputed"]["val_loss"])
+    assert trained_loss < 0.7 * honest
+    verdict = verify_cube_training(
+        submitted(assignment, model / "model.safetensors", {"val_loss_micro": round(honest * 1e6)}),
+        artifacts_of(model),
+    )
+    assert not verdict.ok, verdict.metrics
+    assert "no better than predicting the mean row" in verdict.reason
+    assert not verdict.penalise  # a true claim: not paid, not a lie
+
+
+@pytest.mark.parametrize("steps", [0, 1])
+def test_a_config_claiming_other_lattice_steps_is_rejected(
+    bob: Any, alpha: Provider, trained: Path, tmp_path: Path, steps: int
+) -> None:
+    model = copy_model(trained, tmp_path / "steps")
+    config = json.loads((model / "config.json").read_text())
+    config["steps"] = steps
+    (model / "config.json").write_text(json.dumps(config))
+    verdict = verify_cube_training(
+        submitted(assign(training_task(bob)), model / "model.safetensors", {"val_loss_micro": reported_micro(trained)}),
+        artifacts_of(model),
+    )
+    assert not verdict.ok
+    assert "steps" in verdict.reason
+
+
+def test_a_lattice_too_shallow_for_its_size_is_refused_naming_steps(bob: Any) -> None:
+    from marketplace.kinds import KINDS
+
+    cube = KINDS["cube_training"]
+    with pytest.raises(ValidationError) as refused:
+        cube.validate_spec({**TINY_CUBE, "lattice_edge": 8, "steps": 3})
+    detail: Any = refused.value.detail
+    assert "at least 4" in str(detail["steps"][0])
+    # 0 asks for the fewest steps that reach; the price counts the steps really run.
+    auto = cube.validate_spec({**TINY_CUBE, "lattice_edge": 8, "steps": 0})
+    explicit = cube.validate_spec({**TINY_CUBE, "lattice_edge": 8, "steps": 4})
+    assert cube.flops(auto) == cube.flops(explicit) > 0
+
+
+def test_a_task_stored_with_the_retired_loss_weights_still_verifies(
+    bob: Any, alpha: Provider, trained: Path
+) -> None:
+    task = training_task(bob)
+    Task.objects.filter(pk=task.pk).update(
+        spec={**task.spec, "loss_emergence": 0.05, "loss_dynamics": 0.05, "loss_spatial": 0.05}
+    )
+    task.refresh_from_db()
+    assignment = submitted(assign(task), trained / "model.safetensors", {"val_loss_micro": reported_micro(trained)})
+    verdict = verify_cube_training(assignment, artifacts_of(trained))
+    assert verdict.ok, verdict.reason

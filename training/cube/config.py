@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Literal
 
-from training.cube.neighbours import DEFAULT_MAX_NEIGHBOURS
+from training.cube.neighbours import DEFAULT_MAX_NEIGHBOURS, reach_steps
 
 MIN_EDGE, MAX_EDGE = 2, 64
 
@@ -25,7 +25,9 @@ class CubeConfig:
     teacher_dim: int = 768
     lattice_edge: int = 8
     state_size: int = 32
-    steps: int = 5
+    # 0: T_min(S), the fewest steps in which the input face reaches the output face
+    # (``training.cube.neighbours.reach_steps``); the built config holds the resolved number.
+    steps: int = 0
     gate: Literal["soft", "topk"] = "soft"
     top_k: int = 2
     early_exit_tolerance: float = 0.0
@@ -38,7 +40,7 @@ class CubeConfig:
     def __post_init__(self) -> None:
         if not MIN_EDGE <= self.lattice_edge <= MAX_EDGE:
             raise CubeConfigError(f"lattice_edge must be between {MIN_EDGE} and {MAX_EDGE} (got {self.lattice_edge}).")
-        for name, lo in (("teacher_dim", 1), ("state_size", 1), ("steps", 1), ("euler_steps", 1)):
+        for name, lo in (("teacher_dim", 1), ("state_size", 1), ("steps", 0), ("euler_steps", 1)):
             if getattr(self, name) < lo:
                 raise CubeConfigError(f"{name} must be at least {lo} (got {getattr(self, name)}).")
         if self.gate not in ("soft", "topk"):
@@ -49,6 +51,14 @@ class CubeConfig:
             raise CubeConfigError(f"mode must be 'autoencoder' or 'dialogue' (got {self.mode!r}).")
         if self.max_neighbours < 6:
             raise CubeConfigError(f"max_neighbours must be at least 6 (got {self.max_neighbours}).")
+        if self.steps == 0:
+            object.__setattr__(self, "steps", self.reach)
+
+    @property
+    def reach(self) -> int:
+        """T_min(S): the fewest lattice steps after which every output-face cell can see every
+        input-face cell."""
+        return reach_steps(self.lattice_edge, self.max_neighbours)
 
     @property
     def cells(self) -> int:

@@ -37,6 +37,9 @@ from training.cube.neighbours import RowSum
 
 Saved = tuple[Any, ...]
 
+# The experts' order in the gate: local, functional, distant.
+DISTANT = 2
+
 
 # --- Local: attention over the band, then an MLP on [state, context] -------------------------
 
@@ -519,9 +522,13 @@ def gate_weights(
 ) -> torch.Tensor:
     """Softmax (over the top-k when ``top_k`` < 3) of the state's ``[R, 3]`` logits plus the bias and
     the per-cell term, laid out ``[3, N, B]``: a softmax over a leading dimension is vectorised,
-    over a trailing dimension of 3 it is not."""
+    over a trailing dimension of 3 it is not. The top-k always keep the distant expert: its band
+    carries the input face across the lattice (``training.cube.neighbours``, rule 3); the
+    others compete for the remaining ``top_k − 1`` places."""
     total = (logits.t().reshape(3, n, b) + (cell_gate.permute(2, 0, 1) + bias[:, None, None])).contiguous()
     if top_k < 3:
-        kth = total.topk(top_k, dim=0).values[-1:]
-        total = total.masked_fill(total < kth, float("-inf"))
+        ranked = total.clone()
+        ranked[DISTANT] = float("inf")
+        kth = ranked.topk(top_k, dim=0).values[-1:]
+        total = total.masked_fill(ranked < kth, float("-inf"))
     return total.softmax(dim=0)

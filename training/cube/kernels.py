@@ -1,4 +1,4 @@
-"""The lattice's neighbour operations and the mean square, with hand-written backward passes.
+"""The lattice's neighbour operations, with hand-written backward passes.
 
 - ``band_mean``: the mean of each cell's valid neighbours, one embedding-bag row sum over the
   ``[N, B·D]`` view of the state, with the transposed matrix precomputed for backward.
@@ -9,13 +9,9 @@
   and never materialises ``[N, K, B, D]`` gathered copies. Offsets that cross a wall land on
   a wrong row or outside ``[0, N)``; the band's score mask gives them weight zero.
 
-- ``state_regularisers``: the losses' three mean squares of the final and initial lattice
-  states, with one gradient buffer per state (autograd zero-fills and copies one per slice,
-  and takes three passes for each square).
-
-Each is exactly the formula it replaces (the lattice ones: of the per-cell reference,
-``training.cube.reference``); the hand-written backward passes only avoid passes over memory
-and the large temporaries autograd would keep.
+Each is exactly the formula it replaces (of the per-cell reference, ``training.cube.reference``);
+the hand-written backward passes only avoid passes over memory and the large temporaries
+autograd would keep.
 """
 
 from __future__ import annotations
@@ -153,48 +149,3 @@ class SparseAttention:
 
 
 Attention = ShiftAttention | SparseAttention
-
-
-class _StateRegularisers(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx: Any, state: torch.Tensor, initial: torch.Tensor, edge: int) -> tuple[torch.Tensor, ...]:
-        change = state - initial
-        ctx.save_for_backward(state, initial, change)
-        ctx.edge = edge
-        spatial = state.new_zeros(())
-        grid = state.view(edge, edge, edge, -1)
-        for axis in range(3):
-            step = torch.diff(grid, dim=axis).view(-1)
-            spatial += torch.dot(step, step) / (3 * step.numel())
-        return _flat_mean_square(change), _flat_mean_square(initial), spatial
-
-    @staticmethod
-    @once_differentiable
-    def backward(
-        ctx: Any, grad_change: torch.Tensor, grad_initial_ms: torch.Tensor, grad_spatial: torch.Tensor
-    ) -> tuple[torch.Tensor | None, ...]:
-        state, initial, change = ctx.saved_tensors
-        edge, count = ctx.edge, change.numel()
-        grad_state = torch.mul(change, grad_change * (2.0 / count))
-        grad_initial = torch.mul(initial, grad_initial_ms * (2.0 / count)).sub_(grad_state)
-        grid, grad_grid = state.view(edge, edge, edge, -1), grad_state.view(edge, edge, edge, -1)
-        for axis in range(3):
-            step = torch.diff(grid, dim=axis)
-            step.mul_(grad_spatial * (2.0 / (3 * step.numel())))
-            grad_grid.narrow(axis, 1, edge - 1).add_(step)
-            grad_grid.narrow(axis, 0, edge - 1).sub_(step)
-        return grad_state, grad_initial, None
-
-
-def _flat_mean_square(x: torch.Tensor) -> torch.Tensor:
-    flat = x.reshape(-1)
-    return torch.dot(flat, flat) / flat.numel()
-
-
-def state_regularisers(state: torch.Tensor, initial: torch.Tensor, edge: int) -> tuple[torch.Tensor, ...]:
-    """For ``[S³, B, D]`` states: ``mean((state − initial)²)``, ``mean(initial²)`` and the spatial
-    roughness, the mean over x, y and z of the mean squared difference between face-adjacent
-    cells of ``state``; fp32 scalars. ``edge`` ≥ 2."""
-    with torch.autocast(state.device.type, enabled=False):
-        dtype = torch.promote_types(state.dtype, torch.float32)
-        return _StateRegularisers.apply(state.to(dtype).contiguous(), initial.to(dtype).contiguous(), edge)

@@ -22,16 +22,38 @@ def _cells(spec: Spec) -> int:
     return int(spec["lattice_edge"]) ** 3
 
 
+def _steps(spec: Spec) -> int:
+    """The lattice steps a run of ``spec`` really takes (0 asks for T_min(S))."""
+    from training.cube.neighbours import reach_steps
+
+    return int(spec["steps"]) or reach_steps(int(spec["lattice_edge"]))
+
+
+def check_training_spec(spec: Spec) -> dict[str, str]:
+    """Refuse a lattice too shallow for its size: with fewer than T_min(S) steps some
+    output-face cell never sees some input-face cell, so the model need not use its lattice."""
+    from training.cube.neighbours import reach_steps
+
+    steps, edge = int(spec["steps"]), int(spec["lattice_edge"])
+    least = reach_steps(edge)
+    if 0 < steps < least:
+        return {
+            "steps": f"{steps} steps leave part of the output face of a {edge}³ lattice unreached by the"
+            f" input face: at least {least} are needed (or 0 for exactly {least})."
+        }
+    return {}
+
+
 def _training_flops(spec: Spec) -> float:
     # Per sample per step every cell mixes ~3 experts over ~64 neighbours of width state².
-    per_sample = _cells(spec) * spec["steps"] * 3 * 64 * spec["state_size"] ** 2 * 2
+    per_sample = _cells(spec) * _steps(spec) * 3 * 64 * spec["state_size"] ** 2 * 2
     samples = max(spec.get("synthetic_samples", 0), 1024)
     return 3.0 * per_sample * samples * spec["epochs"]
 
 
 def _training_resources(spec: Spec) -> Resources:
     # Activations kept for backward: cells × state × steps × batch × bytes, ×8 for experts.
-    activations = _cells(spec) * spec["state_size"] * spec["steps"] * spec["batch_size"] * 4 * 8
+    activations = _cells(spec) * spec["state_size"] * _steps(spec) * spec["batch_size"] * 4 * 8
     return Resources(memory_bytes=max(activations + 256 * 1024**2, GIB // 2))
 
 
@@ -145,6 +167,7 @@ CUBE_TRAINING = plugin.training_kind(
     train=train,
     resources=_training_resources,
     flops=_training_flops,
+    check_spec=check_training_spec,
 )
 
 

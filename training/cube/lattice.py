@@ -147,6 +147,16 @@ class DistantExpert(nn.Module):
         return out.view(n, b, d)
 
 
+def _balance(preference: torch.Tensor, usage: torch.Tensor) -> torch.Tensor:
+    """Switch-Transformer load balancing for the one contested place of top-2 (the distant expert
+    always holds the other): ``E·Σₑ fₑ·pₑ − 1`` over the two contenders, with ``f`` the share of
+    cells that keep each (not differentiable) and ``p`` the router's mean probability of each.
+    0 when they share evenly, 1 when one is dead; its gradient lowers the favourite's
+    probability in proportion to how often it wins."""
+    f, p = usage.detach(), preference
+    return (2.0 * (f * p + (1.0 - f) * (1.0 - p)) - 1.0).clamp_min(0.0)
+
+
 def _fp32(h: torch.Tensor) -> contextlib.AbstractContextManager[Any]:
     """The experts' fused updates run in fp32: inside autocast, turn it off for them."""
     if torch.is_autocast_enabled(h.device.type):
@@ -162,6 +172,9 @@ class LatticeOutput:
     initial: torch.Tensor  # [N, B, D]
     step_changes: list[torch.Tensor] = field(default_factory=list)  # mean squared change per step
     gate_mean: torch.Tensor | None = None  # [3] average gate weight per expert
+    # Top-k with two places: the load-balancing term over the steps (0 when the local and
+    # functional experts share the contested place evenly, 1 when one never gets it).
+    balance: torch.Tensor | None = None
     steps_run: int = 0
 
 
@@ -246,8 +259,10 @@ class Lattice3D(nn.Module):
         it stops after the first step whose RMS state change falls below the tolerance."""
         out = LatticeOutput(state=h, initial=h)
         gate_sum: torch.Tensor | None = None
+        balance: list[torch.Tensor] = []
         tolerance = self.config.early_exit_tolerance
         for _ in range(self.config.steps if steps is None else steps):
+            preference = self._local_preference(h) if self._top_k == 2 else None
             if self.checkpointing and self.training and torch.is_grad_enabled():
                 h, change, gates = self._checkpointed_step(h)
             else:
@@ -255,12 +270,24 @@ class Lattice3D(nn.Module):
             out.step_changes.append(change)
             gate_mean = gates.detach().mean(dim=(1, 2))
             gate_sum = gate_mean if gate_sum is None else gate_sum + gate_mean
+            if preference is not None:
+                balance.append(_balance(preference, (gates[0] > 0).float().mean()))
             out.steps_run += 1
             if tolerance > 0 and float(change.detach().sqrt()) < tolerance:
                 break
         out.state = h
         out.gate_mean = gate_sum / out.steps_run if gate_sum is not None else None
+        out.balance = torch.stack(balance).mean() if balance else None
         return out
+
+    def _local_preference(self, h: torch.Tensor) -> torch.Tensor:
+        """The router's probability of the local expert over the functional one for the contested
+        place, averaged over cells and batch (differentiable; fp32)."""
+        n, b, d = h.shape
+        w, bias = self.gate.weight.float(), self.gate.bias.float()
+        cell = (self.cell_gate[:, :, 0] - self.cell_gate[:, :, 1]).float()  # [N, 1]
+        margin = F.linear(h.reshape(n, b, d).float(), w[0] - w[1]) + (bias[0] - bias[1]) + cell
+        return torch.sigmoid(margin).mean()
 
     def _checkpointed_step(self, h: torch.Tensor) -> Any:
         return checkpoint(self.step, h, use_reentrant=False)

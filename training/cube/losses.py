@@ -1,16 +1,24 @@
-"""The six cube losses, their weighted total, and the cosine similarity to the teacher.
+"""The cube losses, their weighted total, each term's share of it, and the cosine to the teacher.
 
-- reconstruction: MSE between prediction and target.
+- reconstruction: MSE between prediction and target: the task.
 - similarity: MSE between the batch's cosine-similarity matrices of prediction and target,
   so the geometry of the batch is preserved, not only each row.
 - diversity: per feature, how far the batch spread of the prediction falls short of the
   target's (a hinge, zero once predictions are as varied as the targets): stops collapse to
-  the mean embedding.
-- emergence: a hinge on the lattice's relative total change ‖h_T − h_0‖ / ‖h_0‖ below
-  ``EMERGENCE_MARGIN``: the lattice is penalised for degenerating into an identity map.
-- dynamics: mean squared change per step, so each step's update stays bounded.
-- spatial: mean squared difference between face-adjacent cells of the final state (real 3-D
-  neighbours, along x, y and z).
+  the mean embedding, the easy minimum of a lattice that has not yet learned to carry the
+  input face across.
+- balance: top-k gating with two places only (``top_k`` 2): Switch-Transformer load balancing
+  between the local and functional experts, which compete for the place the distant expert
+  leaves (``training.cube.lattice._balance``), so neither is dead; zero otherwise.
+
+Three earlier terms are gone. The emergence hinge on the lattice's total relative change was
+zero from the first step to the last (any working lattice moves more than its margin), and
+the model now needs no such guard: the output face starts from a state of its position alone,
+so a prediction can depend on the input only through the lattice. The per-step change
+(dynamics) and the spatial roughness of the final state weighed at most 2·10⁻⁴ of the total
+at their default weights, and a weight that made them count would pull against the lattice's
+job: carrying a varied signal from cell to cell across the lattice. The mean squared change
+per step stays in the metrics (``step_change``).
 
 Batch terms (similarity, diversity) are zero for a batch of one.
 """
@@ -22,15 +30,13 @@ from collections.abc import Mapping
 import torch
 import torch.nn.functional as F  # noqa: N812
 
-from training.cube.kernels import state_regularisers
 from training.cube.model import CubeOutput
 from training.cube.spec import CubeTrainingSpec
 from training.specs import default
 
-LOSS_TERMS = ("reconstruction", "similarity", "diversity", "emergence", "dynamics", "spatial")
+LOSS_TERMS = ("reconstruction", "similarity", "diversity", "balance")
 SPEC_WEIGHT_FIELDS = {term: f"loss_{term}" for term in LOSS_TERMS}
 DEFAULT_WEIGHTS = {term: default(CubeTrainingSpec, field) for term, field in SPEC_WEIGHT_FIELDS.items()}
-EMERGENCE_MARGIN = 0.1
 
 
 def weights_from_spec(spec: Mapping[str, object]) -> dict[str, float]:
@@ -47,40 +53,35 @@ def _cosine_matrix(x: torch.Tensor) -> torch.Tensor:
     return x @ x.t()
 
 
-def spatial_roughness(state: torch.Tensor, edge: int) -> torch.Tensor:
-    """Mean squared difference between face-adjacent cells of a ``[S³, B, D]`` state."""
-    if edge < 2:
-        return state.new_zeros(())
-    return state_regularisers(state, state.detach(), edge)[2]
-
-
-def loss_terms(output: CubeOutput, target: torch.Tensor, edge: int) -> dict[str, torch.Tensor]:
-    """Each of the six loss terms, as fp32 scalars."""
+def loss_terms(output: CubeOutput, target: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Each loss term, as fp32 scalars."""
     pred = output.prediction.float()
     target = target.float()
-    lattice = output.lattice
     zero = pred.new_zeros(())
     batch = pred.shape[0]
-    # The mean squares of the change and of the initial state, and the spatial roughness, in one pass.
-    change_ms, initial_ms, spatial = state_regularisers(lattice.state, lattice.initial, edge)
-    change, scale = change_ms.sqrt(), initial_ms.sqrt().clamp_min(1e-6)
+    balance = output.lattice.balance
     return {
         "reconstruction": F.mse_loss(pred, target),
         "similarity": F.mse_loss(_cosine_matrix(pred), _cosine_matrix(target)) if batch > 1 else zero,
         "diversity": F.relu(target.std(dim=0) - pred.std(dim=0)).mean() if batch > 1 else zero,
-        "emergence": F.relu(EMERGENCE_MARGIN - change / scale),
-        "dynamics": torch.stack(lattice.step_changes).mean() if lattice.step_changes else zero,
-        "spatial": spatial,
+        "balance": balance.float() if balance is not None else zero,
     }
 
 
 def total_loss(
-    output: CubeOutput, target: torch.Tensor, edge: int, weights: Mapping[str, float]
+    output: CubeOutput, target: torch.Tensor, weights: Mapping[str, float]
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """The weighted sum of the six terms, and metrics: each term and the cosine to the teacher."""
-    terms = loss_terms(output, target, edge)
-    total = sum((weights[name] * value for name, value in terms.items()), start=output.prediction.new_zeros(()).float())
+    """The weighted sum of the terms, and metrics: each term, its share of the weighted total
+    (``share_<term>``), the mean squared change per lattice step and the cosine to the teacher."""
+    terms = loss_terms(output, target)
+    weighted = {name: weights[name] * value for name, value in terms.items()}
+    total = sum(weighted.values(), start=output.prediction.new_zeros(()).float())
     metrics = {name: float(value.detach()) for name, value in terms.items()}
+    whole = float(total.detach())
+    for name, value in weighted.items():
+        metrics[f"share_{name}"] = float(value.detach()) / whole if whole > 0 else 0.0
+    changes = output.lattice.step_changes
+    metrics["step_change"] = float(torch.stack(changes).detach().mean()) if changes else 0.0
     metrics["cosine"] = float(F.cosine_similarity(output.prediction.float(), target.float(), dim=-1).mean().detach())
     if output.lattice.gate_mean is not None:
         # How much each expert is used, averaged over cells, batch and steps.

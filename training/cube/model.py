@@ -1,18 +1,18 @@
 """The cube model: teacher embedding → lattice input face → lattice dynamics → output face → embedding.
 
-The input face is the ``z = 0`` layer and the output face the ``z = S − 1`` layer, so what the
-decoder reads has been through the lattice: the model cannot route the input face straight
-to the output.
+The input face is the ``z = 0`` layer and the output face the ``z = S − 1`` layer. The teacher
+enters at the input face only: every other cell starts from a learned state of its position
+alone, the same for every input. What the decoder reads from the output face depends on the
+input only through the lattice steps, and ``steps`` ≥ T_min(S) (``training.cube.neighbours``)
+lets every output-face cell see every input-face cell: with 0 steps the prediction is one
+constant.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import cast
-
 import torch
-import torch.nn.functional as F  # noqa: N812
 from torch import nn
 
 from training.cube.config import CubeConfig, uses_checkpointing
@@ -80,30 +80,23 @@ class EmbeddingToLatticeMapper(nn.Module):
 
 
 class VolumeStateInitializer(nn.Module):
-    """Fills every cell from the face state of its (x, y) column and its normalised (x, y, z);
-    the input face keeps the mapper's states exactly."""
+    """The lattice before the first step: the input face holds the mapper's states, every other
+    cell a learned state of its normalised (x, y, z) alone (an MLP of its position features),
+    the same for every input."""
 
     cell_features: torch.Tensor
 
     def __init__(self, edge: int, d: int) -> None:
         super().__init__()
-        self.edge = edge
-        features = fourier_features(_normalised_grid(edge, 3))
+        features = fourier_features(_normalised_grid(edge, 3))[edge * edge :]
         self.register_buffer("cell_features", features, persistent=False)
-        self.mlp = nn.Sequential(nn.Linear(d + features.shape[1], d), nn.GELU(), nn.Linear(d, d))
+        self.mlp = nn.Sequential(nn.Linear(features.shape[1], d), nn.GELU(), nn.Linear(d, d))
 
     def forward(self, face: torch.Tensor) -> torch.Tensor:
-        """Face ``[S², B, D]`` → lattice ``[S³, B, D]``: inner cell (z, y, x) is
-        ``face[y, x] + mlp([face[y, x], features(x, y, z)])``."""
+        """Face ``[S², B, D]`` → lattice ``[S³, B, D]``."""
         s2, b, d = face.shape
-        first, activation, second = cast(nn.Linear, self.mlp[0]), self.mlp[1], self.mlp[2]
-        # The first layer on [face, features] is a face term shared by the column plus a cell term
-        # shared by the batch: computed apart and broadcast, for the inner layers z ≥ 1 only.
-        face_term = F.linear(face, first.weight[:, :d])
-        cell_term = F.linear(self.cell_features[s2:].to(face.dtype), first.weight[:, d:], first.bias)
-        pre = face_term.unsqueeze(0) + cell_term.view(self.edge - 1, s2, 1, -1)  # [S − 1, S², B, D]
-        inner = second(activation(pre)) + face
-        return torch.cat([face, inner.reshape(-1, b, d)], dim=0)
+        inner = self.mlp(self.cell_features.to(face.dtype)).unsqueeze(1).expand(-1, b, -1)
+        return torch.cat([face, inner], dim=0)
 
 
 class LatticeToEmbeddingExtractor(nn.Module):

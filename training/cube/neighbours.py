@@ -1,26 +1,38 @@
 """Neighbour bands of the cube lattice, built once per lattice shape and cached.
 
 Cells are numbered ``n = z·S² + y·S + x`` on an S×S×S lattice with hard walls (no wrap-around).
-The adaptive radius is ``r = 0.2 · S`` and a neighbour offset ``o ≠ 0`` (integer, Euclidean
-length ``|o|``) falls into one of three bands:
+The adaptive radius is ``r = 0.5 · S`` and a neighbour offset ``o ≠ 0`` (integer, Euclidean
+length ``|o|``) falls into one of three ranges:
 
-- local       ``0      < |o| ≤ 0.1·r``
-- functional  ``0.1·r  < |o| ≤ 0.65·r``
-- distant     ``0.65·r < |o| ≤ r``
+- local       ``0      < |o| ≤ 0.04·r``
+- functional  ``0.04·r < |o| ≤ 0.28·r``
+- distant     ``0.28·r < |o| ≤ r``
 
 Offsets of one length form a *shell* (|o| = 1: the 6 face neighbours, √2: 12 edge
-neighbours, …). The rules, in order:
+neighbours, …). The rules, in order, band by band from local outwards:
 
-1. **Empty band → nearest shell.** A band ``(lo, hi]`` that holds no shell for this lattice
-   size takes the nearest shell beyond ``lo`` instead (on 8³, r = 1.6: the local band
-   ``(0, 0.16]`` is empty and takes the |o| = 1 shell; on 4³ every band does). Bands may
-   then share a shell: the experts still process it differently.
+1. **Distinct bands.** A band never takes a shell an inner band took. A band whose range
+   holds no shell left for it takes the nearest unused shell beyond its lower bound instead
+   (on 8³, r = 4: the local range ``(0, 0.16]`` is empty and takes |o| = 1; the functional
+   range ``(0.16, 1.12]`` holds only |o| = 1, taken, and takes √2).
 2. **Whole shells, capped.** A band keeps whole shells, so its offset set is closed under
    sign flips and axis permutations and every cell, corners included, has a neighbour in
-   every band. When the band's shells hold more than ``max_neighbours`` offsets, shells are
-   taken innermost first, then outermost, then the middle ones, while they fit; the
-   innermost is always kept (so a band may exceed the cap by one shell, at most 48).
-3. Offsets whose step leaves the lattice for every cell (a component ≥ S) are never used.
+   every band. When the band's shells hold more than ``max_neighbours`` offsets, the local
+   and functional bands take the innermost shell, then the outermost, then the middle ones
+   nearest the centre, while they fit; the distant band takes the outermost shell that fits
+   (the innermost when none does), then the next ones inwards while they fit: it is the band
+   that carries a cell's state across the lattice, so it keeps the longest reach.
+3. **The distant band connects on its own.** It also holds the face shell |o| = 1, so its
+   offsets alone link every cell to every other (shells such as √2 or √3 alone reach only a
+   sublattice). Top-k gating never drops the distant expert (``training.cube.fused.gate_weights``).
+4. Offsets whose step leaves the lattice for every cell (a component ≥ S) are never used.
+
+**Reach.** ``reach_steps(S)`` is T_min(S), the fewest lattice steps after which a change at any
+input-face cell (z = 0) can have reached every output-face cell (z = S − 1): a breadth-first
+search over the distant band's offsets, hard walls, from the input-face corner, edge middle and
+centre (``tests/training/test_cube_reach.py`` checks it against the dense check from every
+input-face cell for S = 2..12). Since the distant expert acts in every cell whatever the gate,
+this holds under soft and top-k gating alike; the other bands can only shorten the way.
 
 A band is held three ways: as an index ``[N, K]`` with a validity mask (outside neighbours
 point at the cell itself and are masked out); as the constant row shift of each offset
@@ -44,8 +56,9 @@ from dataclasses import dataclass
 import torch
 
 BAND_NAMES = ("local", "functional", "distant")
-BAND_FRACTIONS = ((0.0, 0.1), (0.1, 0.65), (0.65, 1.0))
-RADIUS_FRACTION = 0.2
+BAND_FRACTIONS = ((0.0, 0.04), (0.04, 0.28), (0.28, 1.0))
+RADIUS_FRACTION = 0.5
+FACE_SHELL = 1.0
 DEFAULT_MAX_NEIGHBOURS = 48
 _EPS = 1e-9
 
@@ -128,12 +141,14 @@ def _shells(edge: int, reach: float) -> dict[float, list[tuple[int, int, int]]]:
     return dict(sorted(shells.items()))
 
 
-def _pick_shells(in_band: list[float], sizes: dict[float, int], cap: int) -> list[float]:
-    if not in_band:
-        return []
-    # Innermost, outermost, then the middle ones nearest the centre first: covers the band's range.
-    middle = sorted(in_band[1:-1], key=lambda d: abs(in_band.index(d) - (len(in_band) - 1) / 2))
-    order = [in_band[0]] + ([in_band[-1]] if len(in_band) > 1 else []) + middle
+def _pick_shells(in_band: list[float], sizes: dict[float, int], cap: int, outermost_first: bool) -> list[float]:
+    if outermost_first:
+        # The longest reach that fits, then inwards while the band has room.
+        order = sorted((d for d in in_band if sizes[d] <= cap), reverse=True) or [in_band[0]]
+    else:
+        # Innermost, outermost, then the middle ones nearest the centre first: covers the band's range.
+        middle = sorted(in_band[1:-1], key=lambda d: abs(in_band.index(d) - (len(in_band) - 1) / 2))
+        order = [in_band[0]] + ([in_band[-1]] if len(in_band) > 1 else []) + middle
     chosen, total = [order[0]], sizes[order[0]]
     for d in order[1:]:
         if total + sizes[d] <= cap:
@@ -143,22 +158,60 @@ def _pick_shells(in_band: list[float], sizes: dict[float, int], cap: int) -> lis
 
 
 def band_offsets(edge: int, max_neighbours: int = DEFAULT_MAX_NEIGHBOURS) -> list[tuple[str, bool, list[float]]]:
-    """Per band: its name, whether it borrowed the nearest shell, and the shell lengths it uses."""
+    """Per band: its name, whether it borrowed a shell from beyond its range, and the shell
+    lengths it uses (the distant band's include the face shell, rule 3)."""
     if edge < 2:
         raise ValueError(f"lattice_edge must be at least 2 (got {edge}).")
     radius = RADIUS_FRACTION * edge
-    # Far enough to find the nearest shell beyond any band's lower bound, even on tiny lattices.
-    shells = _shells(edge, max(radius, math.sqrt(3)) + 1.0)
+    # Far enough to find an unused shell beyond any band's lower bound, even on tiny lattices.
+    shells = _shells(edge, max(radius, math.sqrt(3)) + 2.0)
     sizes = {d: len(v) for d, v in shells.items()}
+    used: set[float] = set()
     out: list[tuple[str, bool, list[float]]] = []
     for name, (lo_f, hi_f) in zip(BAND_NAMES, BAND_FRACTIONS, strict=True):
         lo, hi = lo_f * radius, hi_f * radius
-        in_band = [d for d in shells if lo + _EPS < d <= hi + _EPS]
+        in_band = [d for d in shells if lo + _EPS < d <= hi + _EPS and d not in used]
+        distant = name == "distant"
         if in_band:
-            out.append((name, False, _pick_shells(in_band, sizes, max_neighbours)))
+            chosen = _pick_shells(in_band, sizes, max_neighbours, outermost_first=distant)
         else:
-            out.append((name, True, [next(d for d in shells if d > lo + _EPS)]))
+            chosen = [next(d for d in shells if d > lo + _EPS and d not in used)]
+        used.update(chosen)
+        if distant and FACE_SHELL not in chosen:
+            chosen = [FACE_SHELL, *chosen]
+        out.append((name, not in_band, chosen))
     return out
+
+
+@functools.lru_cache(maxsize=128)
+def reach_steps(edge: int, max_neighbours: int = DEFAULT_MAX_NEIGHBOURS) -> int:
+    """T_min(S): the fewest lattice steps after which a change at any input-face cell can have
+    reached every output-face cell, moving by the distant band's offsets between hard walls
+    (see the module docstring)."""
+    _, _, shells = band_offsets(edge, max_neighbours)[2]
+    all_shells = _shells(edge, max(shells) + _EPS)
+    offsets = [o for d in shells for o in all_shells[d]]
+    middle = (edge - 1) // 2
+    return max(face_steps(edge, offsets, (x, y)) for x, y in ((0, 0), (middle, 0), (middle, middle)))
+
+
+def face_steps(edge: int, offsets: list[tuple[int, int, int]], start: tuple[int, int]) -> int:
+    """Steps until the cells reachable from input-face cell ``start`` (x, y), moving by
+    ``offsets`` (dx, dy, dz) between hard walls, cover the output face."""
+    reached = torch.zeros(edge, edge, edge, dtype=torch.bool)  # [z, y, x]
+    reached[0, start[1], start[0]] = True
+    steps = 0
+    while not bool(reached[-1].all()):
+        grown = reached.clone()
+        for dx, dy, dz in offsets:
+            # Cell c reaches c + o: the reached set shifted by o, clipped at the walls.
+            source = tuple(slice(max(0, -d), edge - max(0, d)) for d in (dz, dy, dx))
+            target = tuple(slice(max(0, d), edge - max(0, -d)) for d in (dz, dy, dx))
+            grown[target] |= reached[source]
+        if bool((grown == reached).all()):
+            raise AssertionError(f"the offsets do not connect the {edge}³ lattice")
+        reached, steps = grown, steps + 1
+    return steps
 
 
 def _cell_coords(edge: int) -> torch.Tensor:

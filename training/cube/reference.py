@@ -80,8 +80,10 @@ def reference_cell_update(
 
     logits = lattice.gate(cell) + lattice.cell_gate[n, 0]
     if lattice.config.gate == "topk" and lattice.config.top_k < 3:
-        kth = torch.sort(logits, descending=True).values[lattice.config.top_k - 1]
-        logits = torch.where(logits < kth, torch.full_like(logits, float("-inf")), logits)
+        # The distant expert always stays; the others compete for the remaining places.
+        ranked = torch.cat([logits[:2], torch.full_like(logits[2:], float("inf"))])
+        kth = torch.sort(ranked, descending=True).values[lattice.config.top_k - 1]
+        logits = torch.where(ranked < kth, torch.full_like(logits, float("-inf")), logits)
     g = torch.softmax(logits, dim=0)
     return cell + g[0] * local_update + g[1] * functional_update + g[2] * distant_update
 

@@ -25,8 +25,9 @@ from training.artifacts import ArtifactError, export_hf, load_model_weights, rea
 from training.cube.config import CubeConfig, CubeConfigError, check_capacity
 from training.cube.data import CubeDataError, load_dataset, split_indices, synthetic_embeddings, validate_embeddings
 from training.cube.losses import total_loss, weights_from_spec
-from training.cube.model import CubeModel
-from training.cube.spec import CubeInferenceSpec, CubeTrainingSpec
+from training.cube.lattice import LatticeOutput
+from training.cube.model import CubeModel, CubeOutput
+from training.cube.spec import RETIRED_TRAINING_FIELDS, CubeInferenceSpec, CubeTrainingSpec
 from training.device import pin_memory, select_device
 from training.loop import FitResult, LoopConfig, fit
 from training.specs import defaults
@@ -41,11 +42,13 @@ VERIFY_ABSOLUTE_TOLERANCE = 1e-3
 
 
 def training_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
-    """``spec`` over the defaults; unknown keys are refused, as the serializer does."""
-    unknown = sorted(set(spec) - set(DEFAULT_TRAINING_SPEC))
+    """``spec`` over the defaults, without the retired loss weights of older tasks; other
+    unknown keys are refused, as the serializer does."""
+    current = {k: v for k, v in spec.items() if k not in RETIRED_TRAINING_FIELDS}
+    unknown = sorted(set(current) - set(DEFAULT_TRAINING_SPEC))
     if unknown:
         raise CubeConfigError(f"Unknown cube_training field(s): {', '.join(unknown)}.")
-    return {**DEFAULT_TRAINING_SPEC, **spec}
+    return {**DEFAULT_TRAINING_SPEC, **current}
 
 
 def _config(spec: Mapping[str, Any]) -> CubeConfig:
@@ -74,7 +77,7 @@ def evaluate(model: CubeModel, loader: DataLoader, weights: Mapping[str, float])
     with torch.no_grad():
         for x, y in loader:
             x, y = x.to(device), y.to(device)
-            loss, metrics = total_loss(model(x), y, model.config.lattice_edge, weights)
+            loss, metrics = total_loss(model(x), y, weights)
             n = x.shape[0]
             sums["val_loss"] = sums.get("val_loss", 0.0) + float(loss) * n
             for key, value in metrics.items():
@@ -82,6 +85,25 @@ def evaluate(model: CubeModel, loader: DataLoader, weights: Mapping[str, float])
             rows += n
     model.train(was_training)
     return {k: v / max(1, rows) for k, v in sums.items()}
+
+
+def constant_baseline(
+    inputs: np.ndarray, targets: np.ndarray | None, weights: Mapping[str, float], batch_size: int
+) -> float:
+    """The held-out loss of the best prediction that ignores its input, the mean target row
+    for every row, batched as ``evaluate`` batches: what a model whose output face never
+    hears of the input face (a lattice skipped) can at best reach."""
+    y = torch.from_numpy(targets if targets is not None else inputs).float()
+    mean = y.mean(dim=0, keepdim=True)
+    total, rows = 0.0, 0
+    for start in range(0, y.shape[0], batch_size):
+        batch = y[start : start + batch_size]
+        prediction = mean.expand_as(batch)
+        still = LatticeOutput(state=prediction[None], initial=prediction[None])
+        loss, _ = total_loss(CubeOutput(prediction, still), batch, weights)
+        total += float(loss) * batch.shape[0]
+        rows += batch.shape[0]
+    return total / max(1, rows)
 
 
 def run(
@@ -126,7 +148,7 @@ def run(
 
     def step_fn(m: torch.nn.Module, batch: Any) -> tuple[torch.Tensor, dict[str, float]]:
         x, y = batch
-        return total_loss(m(x), y, config.lattice_edge, weights)
+        return total_loss(m(x), y, weights)
 
     def eval_fn(m: torch.nn.Module, loader: Any) -> dict[str, float]:
         return evaluate(model, loader, weights)

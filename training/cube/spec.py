@@ -19,7 +19,13 @@ class CubeTrainingSpec:
     teacher_dim: int = param(768, "Teacher embedding width (dimensions).", lo=16, hi=4096)
     lattice_edge: int = param(8, "Lattice edge S: the lattice is S×S×S cells.", lo=2, hi=64)
     state_size: int = param(32, "Cell state width (dimensions).", lo=4, hi=256)
-    steps: int = param(5, "Synchronous lattice update steps.", lo=1, hi=32)
+    steps: int = param(
+        0,
+        "Synchronous lattice update steps; 0: T_min(S), the fewest after which every output-face cell"
+        " sees every input-face cell (4 at 8³, 7 at 37³). A positive value must be at least T_min(S).",
+        lo=0,
+        hi=32,
+    )
     gate: str = param("soft", "How the expert gate mixes.", choices=("soft", "topk"))
     top_k: int = param(2, "Experts kept per cell when gate is topk.", lo=1, hi=3)
     early_exit_tolerance: float = param(
@@ -38,9 +44,9 @@ class CubeTrainingSpec:
     loss_reconstruction: float = param(1.0, W + "reconstruction (MSE) loss.", lo=0.0, hi=100.0)
     loss_similarity: float = param(0.5, W + "batch cosine-similarity structure loss.", lo=0.0, hi=100.0)
     loss_diversity: float = param(0.1, W + "diversity loss.", lo=0.0, hi=100.0)
-    loss_emergence: float = param(0.05, W + "emergence loss.", lo=0.0, hi=100.0)
-    loss_dynamics: float = param(0.05, W + "bounded per-step change loss.", lo=0.0, hi=100.0)
-    loss_spatial: float = param(0.05, W + "spatial consistency loss.", lo=0.0, hi=100.0)
+    loss_balance: float = param(
+        0.1, W + "expert load-balancing loss (top-k gate only: zero with the soft gate).", lo=0.0, hi=100.0
+    )
     synthetic_samples: int = param(
         2048, "Generated samples when no dataset is given (0: dataset required).", lo=0, hi=1_000_000
     )
@@ -57,6 +63,11 @@ class CubeTrainingSpec:
         lo=0,
         hi=99,
     )
+
+
+# Loss weights of terms the cube model no longer has (docs/kinds.md says why): a task stored
+# with them still trains and verifies, the weights ignored.
+RETIRED_TRAINING_FIELDS = frozenset({"loss_emergence", "loss_dynamics", "loss_spatial"})
 
 
 @dataclass(frozen=True)

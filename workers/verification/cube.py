@@ -3,8 +3,9 @@
 cube_training: the model's config must be the spec's (so the worker cannot swap in a
 cheaper model or loss weights), the signed result_hash must be the sha256 of
 model.safetensors, and the validation loss recomputed on the held-out split no worker
-received must match the reported ``val_loss_micro`` within tolerance and be at least
-``CUBE_MIN_LOSS_REDUCTION_PCT`` (20 %) below the untrained model's. cube_inference: the
+received must match the reported ``val_loss_micro`` within tolerance, be at least
+``CUBE_MIN_LOSS_REDUCTION_PCT`` (20 %) below the untrained model's, and below that of
+predicting the mean row for every input (what a model that skipped its lattice reaches). cube_inference: the
 outputs' hash, every value finite, then k rows chosen with a platform secret recomputed
 with the source task's verified model.
 """
@@ -91,10 +92,12 @@ def verify_cube_training(assignment: Assignment, model_dir: Path, reported: floa
         return Verdict(False, str(outcome["reason"]))
     recomputed = float(outcome["recomputed"]["val_loss"])
     untrained = _untrained_loss(task.spec, inputs, targets)
+    constant = _constant_loss(task.spec, inputs, targets)
     metrics = {
         "heldout_val_loss": round(recomputed, 6),
         "reported_val_loss": round(reported, 6),
         "untrained_val_loss": round(untrained, 6),
+        "constant_val_loss": round(constant, 6),
         "heldout_rows": int(inputs.shape[0]),
     }
     if isinstance(outcome["recomputed"].get("val_cosine"), float):
@@ -102,7 +105,7 @@ def verify_cube_training(assignment: Assignment, model_dir: Path, reported: floa
 
     # The claim was true (checked above): a model that learned too little is not paid,
     # but its worker is not penalised (the spec may allow no more: see Verdict).
-    return base.quality_verdict(metrics, _shortfalls(task.spec, recomputed, untrained))
+    return base.quality_verdict(metrics, _shortfalls(task.spec, recomputed, untrained, constant))
 
 
 @base.verifies("cube_inference")
@@ -142,9 +145,20 @@ def verify_cube_inference(
     return Verdict(True, "", {"rows_checked": len(outcome["rows"]), "max_abs_error": outcome["max_abs_error"]})
 
 
-def _shortfalls(spec: dict[str, Any], recomputed: float, untrained: float) -> Iterator[str]:
+def _constant_loss(spec: dict[str, Any], inputs: np.ndarray, targets: np.ndarray | None) -> float:
+    """The held-out loss of predicting the mean row whatever the input (training.cube.run)."""
+    from training.cube.losses import weights_from_spec
+    from training.cube.run import constant_baseline, training_spec
+
+    full = training_spec(spec)
+    return constant_baseline(inputs, targets, weights_from_spec(full), int(full["batch_size"]))
+
+
+def _shortfalls(spec: dict[str, Any], recomputed: float, untrained: float, constant: float) -> Iterator[str]:
     """The bars a true claim of held-out loss ``recomputed`` may still miss: beating the
-    untrained model's ``untrained``, and by the share the platform and the spec ask for."""
+    untrained model's ``untrained`` by the share the platform and the spec ask for, and
+    beating ``constant``, a prediction that ignores the input (as a model trained without
+    its lattice steps does: its output face never hears of the input)."""
     if not recomputed < untrained:
         yield f"held-out val_loss {recomputed:.6g} is no better than untrained ({untrained:.6g})."
     # The requester may ask for more than the platform's floor, never for less.
@@ -157,4 +171,9 @@ def _shortfalls(spec: dict[str, Any], recomputed: float, untrained: float) -> It
         yield (
             f"held-out val_loss {recomputed:.6g} is only {removed:.0%} below the untrained model's"
             f" ({untrained:.6g}); training must remove at least {required}%."
+        )
+    if not recomputed < constant:
+        yield (
+            f"held-out val_loss {recomputed:.6g} is no better than predicting the mean row for every"
+            f" input ({constant:.6g}): the output does not depend on the input."
         )
