@@ -3,7 +3,9 @@
 For each job the node fetches the assignment over REST, runs the kind's runner from
 training/, uploads the artifacts, signs the ComputeResult and the SUBMIT_RESULT
 transaction with the node's key (after checking the template, ``trust.py``), and submits
-them. Any way a job ends here is reported. At start-up it first asks the platform to
+them. For a trained kind the platform answers with a challenge: the checkpoints of the run's
+training trace it will re-execute, which the node then uploads from the run's folder, kept
+until then (docs/proof-of-training.md). Any way a job ends here is reported. At start-up it first asks the platform to
 abandon whatever an earlier process still had running (``/workers/me/abandon/``), so
 those jobs are reassigned at once instead of at their deadline.
 
