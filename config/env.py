@@ -61,6 +61,21 @@ def env_int(
     return value
 
 
+def env_fraction(name: str, default: float, environ: Mapping[str, str] | None = None) -> float:
+    """Return the variable as a number strictly between 0 and 1."""
+    env = os.environ if environ is None else environ
+    raw = env.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = float(raw.strip())
+    except ValueError:
+        raise ImproperlyConfigured(f"{name}={raw!r} is not a number") from None
+    if not 0 < value < 1:
+        raise ImproperlyConfigured(f"{name}={value} must lie strictly between 0 and 1")
+    return value
+
+
 def env_list(name: str, default: list[str], environ: Mapping[str, str] | None = None) -> list[str]:
     """Return a comma-separated variable as a list of non-empty, stripped items."""
     env = os.environ if environ is None else environ

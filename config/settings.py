@@ -22,6 +22,7 @@ from django.core.exceptions import ImproperlyConfigured
 from config.env import (
     check_node_broker,
     env_bool,
+    env_fraction,
     env_int,
     env_list,
     env_str,
@@ -403,6 +404,24 @@ HELDOUT_SECRET = (
     if _heldout_secret
     else hmac.new(SECRET_KEY.encode(), b"proofwork:heldout-secret", hashlib.sha256).digest()
 )
+# Proof of training (docs/proof-of-training.md): after a trained kind's signed result the
+# platform picks segments of its committed checkpoint chain to re-execute, with HMAC under
+# this secret over the chain's root, so no node can know them before it signs. Derived from
+# SECRET_KEY unless set, like the held-out secret, under its own label.
+_trace_secret = env_str("PROOFWORK_TRACE_SECRET")
+if _trace_secret and len(_trace_secret) < 32:
+    raise ImproperlyConfigured("PROOFWORK_TRACE_SECRET must be at least 32 characters")
+TRACE_SECRET = (
+    _trace_secret.encode()
+    if _trace_secret
+    else hmac.new(SECRET_KEY.encode(), b"proofwork:trace-challenge", hashlib.sha256).digest()
+)
+# Enough segments are picked that a chain with at least TRACE_BAD_FRACTION of its segments
+# wrong is caught with probability at least TRACE_DETECT (training.trace.segments_needed).
+TRACE_DETECT = env_fraction("PROOFWORK_TRACE_DETECT", 0.99)
+TRACE_BAD_FRACTION = env_fraction("PROOFWORK_TRACE_BAD_FRACTION", 0.10)
+# Largest checkpoint a node may upload when challenged (a default cube checkpoint is a few MB).
+CHECKPOINT_MAX_BYTES = env_int("PROOFWORK_CHECKPOINT_MAX_BYTES", 256 * 1024**2, minimum=1)
 # A task whose result fell short of its quality bar (a true claim: see workers/assignments/settlement.py),
 # with none of its replicas accepted, that no other provider has taken this many seconds
 # later fails with a full refund: the spec may make the bar unreachable.

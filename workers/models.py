@@ -185,6 +185,12 @@ class Assignment(models.Model):
     log_tail = models.JSONField(default=list, blank=True, help_text="Last log lines the worker sent.")
     last_progress_at = models.DateTimeField(null=True, blank=True)
     result = models.JSONField(default=dict, blank=True, help_text="The signed ComputeResult.")
+    challenge = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="Segments of the committed training trace the platform re-executes, drawn once the result was "
+        "signed (docs/proof-of-training.md); the result waits for their checkpoints while still running.",
+    )
     reason = models.CharField(max_length=300, blank=True, help_text="Why it was rejected or expired.")
     shortfall = models.CharField(
         max_length=10,

@@ -3,7 +3,9 @@
 For each job the node fetches the assignment over REST, runs the kind's runner from
 training/, uploads the artifacts, signs the ComputeResult and the SUBMIT_RESULT
 transaction with the node's key (after checking the template, ``trust.py``), and submits
-them. Any way a job ends here is reported. At start-up it first asks the platform to
+them. For a trained kind the platform answers with a challenge: the checkpoints of the run's
+training trace it will re-execute, which the node then uploads from the run's folder, kept
+until then (docs/proof-of-training.md). Any way a job ends here is reported. At start-up it first asks the platform to
 abandon whatever an earlier process still had running (``/workers/me/abandon/``), so
 those jobs are reassigned at once instead of at their deadline.
 
@@ -216,21 +218,64 @@ class Node(PlatformClient):
             self.reporter.progress(assignment_id, step, total, metrics, eta)
             bar.update(step, total, metrics)
 
-        try:
-            body = self._compute(assignment_id, job, progress)
-            stop.check()
-        except stop.Stopped as stopped:
+        # The run's files stay until the job ends: a trained kind's checkpoints are uploaded
+        # only once the platform, answering the signed result, says which it picked.
+        with tempfile.TemporaryDirectory(prefix="proofwork-") as tmp:
+            try:
+                outcome = self._compute(assignment_id, job, progress, Path(tmp))
+                body = self.sign_result(job, outcome)
+                stop.check()
+            except stop.Stopped as stopped:
+                bar.done()
+                return self._stopped(assignment_id, stopped.reason)
+            except Exception as exc:  # any failure of the job itself is reported, never left to the deadline
+                bar.done()
+                log.exception("assignment %s failed", assignment_id)
+                self.report_failure(assignment_id, f"{type(exc).__name__}: {exc}")
+                return "failed"
             bar.done()
-            return self._stopped(assignment_id, stopped.reason)
-        except Exception as exc:  # any failure of the job itself is reported, never left to the deadline
-            bar.done()
-            log.exception("assignment %s failed", assignment_id)
-            self.report_failure(assignment_id, f"{type(exc).__name__}: {exc}")
+            # The last progress (the end of the loss curve) must land while the job still runs.
+            self.reporter.flush()
+            status, answer = self._submit(assignment_id, body, job.get("deadline"))
+            challenge = answer.get("challenge")
+            if status != "submitted" or challenge is None:
+                return status
+            try:
+                return self._answer_challenge(assignment_id, outcome, challenge)
+            except stop.Stopped as stopped:
+                return self._stopped(assignment_id, stopped.reason)
+
+    def _answer_challenge(self, assignment_id: str, outcome: runners.Outcome, challenge: Any) -> str:
+        """Upload exactly the checkpoints the platform picked after the signed result
+        (docs/proof-of-training.md); the last one starts the verification. A checkpoint
+        this run does not have, or one the platform refuses, fails the job."""
+        names = challenge.get("checkpoints") if isinstance(challenge, dict) else None
+        if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
+            self.report_failure(assignment_id, f"the platform's challenge names no checkpoints: {challenge!r:.150}")
             return "failed"
-        bar.done()
-        # The last progress (the end of the loss curve) must land while the job still runs.
+        have: dict[str, Path] = dict(getattr(outcome, "checkpoints", None) or {})
+        unknown = [n for n in names if n not in have]
+        if unknown:
+            self.report_failure(
+                assignment_id, f"the platform asked for checkpoints this run did not write: {', '.join(unknown[:5])}"
+            )
+            return "failed"
+        segments = challenge.get("segments")
+        self.reporter.log(
+            assignment_id,
+            f"the platform picked segments {segments} of the training trace to re-execute; "
+            f"uploading checkpoints {', '.join(names)}",
+        )
+        for name in names:
+            stop.check()
+            up = self.upload(f"/api/v1/assignments/{assignment_id}/artifacts/{name}/", name, have[name])
+            if up.status_code == 201 or _already_submitted(up):
+                continue  # a 409 "submitted": the last upload's answer was lost, and it went through
+            self.report_failure(assignment_id, f"upload of {name} refused: {up.text[:200]}")
+            return "failed"
+        self.reporter.log(assignment_id, f"uploaded the {len(names)} challenged checkpoints; verification starts")
         self.reporter.flush()
-        return self._submit(assignment_id, body, job.get("deadline"))
+        return "submitted"
 
     def _stopped(self, assignment_id: str, reason: str) -> str:
         """The computation stopped: the platform ended the job ("stopped"), or the node is
@@ -246,8 +291,9 @@ class Node(PlatformClient):
         self.report_failure(assignment_id, f"abandoned: {reason}")
         return "abandoned"
 
-    def _submit(self, assignment_id: str, body: dict[str, Any], deadline: Any) -> str:
-        """POST the signed result until the platform takes it or the deadline passes.
+    def _submit(self, assignment_id: str, body: dict[str, Any], deadline: Any) -> tuple[str, dict[str, Any]]:
+        """POST the signed result until the platform takes it or the deadline passes; the
+        outcome (submitted, undelivered or refused) and the platform's answer.
 
         The signed body stays valid until the assignment's deadline, so a platform that is
         down for minutes does not cost finished work: transport errors and 5xx are retried
@@ -270,44 +316,48 @@ class Node(PlatformClient):
                 log.error("result for %s not delivered before its deadline (%s); giving up", assignment_id, problem)
                 self.reporter.log(assignment_id, f"result not delivered before the deadline ({problem})")
                 self.reporter.flush()
-                return "undelivered"
+                return "undelivered", {}
             log.warning("POST %s failed (%s); retrying in %.0f s", url, problem, min(delay, left))
             time.sleep(min(delay, left))
             delay, retried = min(delay * 2, RETRY_MAX_DELAY), True
         if response.status_code in (200, 202) or (retried and _already_submitted(response)):
             self.reporter.log(assignment_id, f"result submitted ({response.status_code})")
             self.reporter.flush()
-            return "submitted"
+            try:
+                answer = response.json() if response.status_code in (200, 202) else {}
+            except ValueError:
+                answer = {}
+            return "submitted", answer if isinstance(answer, dict) else {}
         log.error("result for %s refused: %s", assignment_id, response.text[:300])
         self.report_failure(
             assignment_id, f"the platform refused the result (HTTP {response.status_code}): {response.text[:200]}"
         )
-        return "refused"
+        return "refused", {}
 
-    def _compute(self, assignment_id: str, job: dict[str, Any], progress: runners.Progress) -> dict[str, Any]:
-        """Download, run, upload: returns the signed result body. Raises on any failure."""
-        with tempfile.TemporaryDirectory(prefix="proofwork-") as tmp:
-            workdir = Path(tmp)
-            dataset = job["dataset"]
-            if dataset:
-                fmt = dataset.get("format")
-                if not isinstance(fmt, str) or not DATASET_FORMAT.fullmatch(fmt):
-                    raise JobError(f"the platform sent a dataset format this node will not use: {fmt!r}")
-                size = dataset.get("size_bytes")
-                self.download(
-                    dataset["url"],
-                    workdir / f"dataset.{fmt}",
-                    sha256=str(dataset.get("sha256") or ""),
-                    size=size if type(size) is int else None,
-                )
-            # Inference runners fetch their model over the same authenticated client.
-            outcome = runners.run({**job, "fetch": self.download}, workdir, progress)
-            for name, path in outcome.artifacts.items():
-                stop.check()
-                up = self.upload(f"/api/v1/assignments/{assignment_id}/artifacts/{name}/", name, path)
-                if up.status_code != 201:
-                    raise RuntimeError(f"upload of {name} refused: {up.text[:300]}")
-        return self.sign_result(job, outcome)
+    def _compute(
+        self, assignment_id: str, job: dict[str, Any], progress: runners.Progress, workdir: Path
+    ) -> runners.Outcome:
+        """Download, run, upload the artifacts (in ``workdir``): the run's outcome. Raises on any failure."""
+        dataset = job["dataset"]
+        if dataset:
+            fmt = dataset.get("format")
+            if not isinstance(fmt, str) or not DATASET_FORMAT.fullmatch(fmt):
+                raise JobError(f"the platform sent a dataset format this node will not use: {fmt!r}")
+            size = dataset.get("size_bytes")
+            self.download(
+                dataset["url"],
+                workdir / f"dataset.{fmt}",
+                sha256=str(dataset.get("sha256") or ""),
+                size=size if type(size) is int else None,
+            )
+        # Inference runners fetch their model over the same authenticated client.
+        outcome = runners.run({**job, "fetch": self.download}, workdir, progress)
+        for name, path in outcome.artifacts.items():
+            stop.check()
+            up = self.upload(f"/api/v1/assignments/{assignment_id}/artifacts/{name}/", name, path)
+            if up.status_code != 201:
+                raise RuntimeError(f"upload of {name} refused: {up.text[:300]}")
+        return outcome
 
     def report_failure(self, assignment_id: str, reason: str) -> None:
         """Tell the platform this job cannot be finished here, so it is reassigned now."""

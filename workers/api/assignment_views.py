@@ -137,12 +137,13 @@ class ArtifactUploadView(WorkerAPIView):
 
 
 class ResultView(WorkerAPIView):
-    """The signed ComputeResult (and the worker's signed SUBMIT_RESULT transaction)."""
+    """The signed ComputeResult (and the worker's signed SUBMIT_RESULT transaction). For a
+    trained kind the answer carries ``challenge``: the checkpoints to upload next."""
 
     @extend_schema(request=dict, responses={202: dict})
     def post(self, request: Request, assignment_id: str) -> Response:
         assignment = jobs.submit(self.worker, self.assignment(assignment_id).pk, request.data)
-        return Response({"state": assignment.state}, status=status.HTTP_202_ACCEPTED)
+        return Response(jobs.submission_answer(assignment), status=status.HTTP_202_ACCEPTED)
 
 
 class AssignmentFailView(WorkerAPIView):

@@ -33,7 +33,8 @@ from marketplace.models import Task, TaskStatus
 from protocol import encoding
 from protocol.encoding import EncodingError, parse_compute_result
 from protocol.signing import verify_compute_result, verify_tx
-from workers.assignments import heldout, lifecycle, uploads
+from training.trace import TraceError, is_checkpoint_name
+from workers.assignments import heldout, lifecycle, proof, uploads
 from workers.assignments.control import GAVE_UP
 from workers.assignments.lifecycle import FAIL_PENALTY
 from workers.live.dashboard import worker_changed
@@ -189,26 +190,44 @@ def store_artifact(
     worker: Worker, assignment_id: UUID, name: str, upload: UploadedFile | None, content_range: str | None = None
 ) -> dict[str, Any]:
     """Keep one of the kind's declared artifacts for this running assignment, whole or in
-    ordered parts (``workers/assignments/uploads.py``); ``complete`` says whether it is all there."""
+    ordered parts (``workers/assignments/uploads.py``); ``complete`` says whether it is all there.
+
+    Once the result is signed the declared artifacts are closed, and a trained kind's node
+    uploads only the checkpoints its challenge names (``workers.assignments.proof``): each
+    must hash to its leaf of trace.json, and the last one moves the assignment to submitted
+    (``state`` in the answer)."""
     try:
         assignment = Assignment.objects.select_related("task").get(pk=assignment_id, worker=worker)
         allowed = KINDS[assignment.task.kind].artifacts
-        if not _ARTIFACT_NAME.match(name) or name not in allowed:
+        checkpoint = is_checkpoint_name(name) and proof.proves_training(assignment.task.kind)
+        if not _ARTIFACT_NAME.match(name) or (name not in allowed and not checkpoint):
             raise ValidationError({"name": [f"Expected one of: {', '.join(allowed)}."]})
         if upload is None or not upload.size:
             raise ValidationError({"file": ["The artifact is empty."]})
         part = parse_content_range(content_range)
-        uploads.check_size(upload.size if part is None else part[2])
+        limit = settings.CHECKPOINT_MAX_BYTES if checkpoint else settings.ARTIFACT_MAX_BYTES
+        uploads.check_size(upload.size if part is None else part[2], limit)
         path = artifact_path(assignment, name)
         with uploads.exclusive(assignment.pk):
             # Read under the lock: a submission or expiry that got there first closed them.
-            state = Assignment.objects.filter(pk=assignment.pk).values_list("state", flat=True).get()
-            if state != Assignment.State.RUNNING:
-                raise wrong_state(state, "artifacts are closed.")
+            assignment.refresh_from_db(fields=["state", "result", "challenge"])
+            if assignment.state != Assignment.State.RUNNING:
+                raise wrong_state(assignment.state, "artifacts are closed.")
+            if checkpoint:
+                proof.check_challenged(name, bool(assignment.result), list(assignment.challenge))
+            elif assignment.result:
+                raise Conflict({"name": [f"The result is signed; {name} can no longer change."]})
             if part is None:
                 uploads.save_whole(path, upload)
-                return {"name": name, "size_bytes": upload.size, "complete": True}
-            return {"name": name, **uploads.save_part(path, upload, *part)}
+                info = {"name": name, "size_bytes": upload.size, "complete": True}
+            else:
+                info = {"name": name, **uploads.save_part(path, upload, *part)}
+            if checkpoint and info["complete"]:
+                proof.check_checkpoint(assignment, name)
+                if not proof.missing_checkpoints(assignment):
+                    info["state"] = _challenge_answered(worker, assignment.pk).state
+                    uploads.close(assignment.pk)
+            return info
     finally:
         if upload is not None:
             # After the storage moved a large upload's temporary file into place: close it
@@ -223,6 +242,12 @@ def submit(worker: Worker, assignment_id: UUID, body: Any) -> Assignment:
     the worker's registered key; the SUBMIT_RESULT transaction must be the template the
     platform gave, signed by the same key. A second submission for a settled or already
     submitted assignment is refused with 409 and changes nothing.
+
+    A trained kind's result must commit to its training trace (``proof.commitment``). Its
+    assignment then stays running with the drawn challenge (``Assignment.challenge``,
+    ``proof.answer``) until the challenged checkpoints are uploaded (``store_artifact``); the
+    same signed result sent again is answered with the same challenge, a different one is
+    refused.
     """
     if not isinstance(body, dict):
         raise ValidationError({"non_field_errors": ["Expected a JSON object."]})
@@ -236,7 +261,8 @@ def submit(worker: Worker, assignment_id: UUID, body: Any) -> Assignment:
     # The artifact lock first: an upload still writing finishes before the artifacts close.
     with uploads.exclusive(assignment_id):
         assignment = _close_with_result(worker, assignment_id, result, tx_body)
-        uploads.close(assignment_id)
+        if assignment.state != Assignment.State.RUNNING:
+            uploads.close(assignment_id)
     return assignment
 
 
@@ -245,6 +271,10 @@ def _close_with_result(worker: Worker, assignment_id: UUID, result: Any, tx_body
         assignment, task = lifecycle.lock(assignment_id, worker=worker)
         if assignment.state != Assignment.State.RUNNING:
             raise wrong_state(assignment.state, "it takes no result.")
+        if assignment.result:
+            if assignment.result == {"compute_result": result.to_json(), "transaction": tx_body}:
+                return assignment  # its answer was lost: the same challenge again
+            raise Conflict({"state": ["This assignment's result is signed; upload the checkpoints it was asked for."]})
         if result.task_id != str(assignment.task_id):
             raise ValidationError({"compute_result": ["task_id is not this assignment's task."]})
         if result.worker_address != worker.address:
@@ -252,17 +282,64 @@ def _close_with_result(worker: Worker, assignment_id: UUID, result: Any, tx_body
         if not verify_compute_result(result, bytes.fromhex(worker.public_key)):
             raise ValidationError({"compute_result": ["The signature does not verify with this worker's key."]})
         _check_submit_tx(worker, tx_body, result)
+        commit = proof.commitment(result.proof) if proof.proves_training(task.kind) else None
         missing = [n for n in KINDS[task.kind].artifacts if not default_storage.exists(artifact_path(assignment, n))]
         if missing:
             raise ValidationError({"artifacts": [f"Upload {', '.join(missing)} before submitting."]})
-        assignment.state = Assignment.State.SUBMITTED
-        assignment.submitted_at = assignment.verify_sent_at = timezone.now()
         assignment.result = {"compute_result": result.to_json(), "transaction": tx_body}
-        assignment.save(update_fields=["state", "submitted_at", "verify_sent_at", "result"])
-        transaction.on_commit(partial(worker_changed, worker.pk))
-        lifecycle.sync_status(task, f"{worker.name} submitted a result.", reason=None)
-        transaction.on_commit(lambda: _enqueue_verification(assignment.pk))
+        if commit is not None and _trace_matches(assignment):
+            assignment.challenge = proof.draw(commit)
+            assignment.save(update_fields=["result", "challenge"])
+            count = len(proof.checkpoint_names(assignment.challenge))
+            lifecycle.sync_status(
+                task,
+                f"{worker.name} signed its result; it uploads the {count} checkpoints the platform picked to re-execute.",
+                reason=None,
+            )
+            return assignment
+        # Without a trace that matches its signed root there is nothing to challenge: its
+        # verification rejects it, saying why.
+        return _to_verification(assignment, task, f"{worker.name} submitted a result.")
+
+
+def submission_answer(assignment: Assignment) -> dict[str, Any]:
+    """The answer to a result: the assignment's state and, while a trained kind's challenge
+    is open, the segments picked and the checkpoint files to upload."""
+    if assignment.state == Assignment.State.RUNNING and assignment.result:
+        return {"state": assignment.state, "challenge": proof.answer(assignment)}
+    return {"state": assignment.state}
+
+
+def _trace_matches(assignment: Assignment) -> bool:
+    try:
+        proof.committed_trace(assignment)
+    except TraceError:
+        return False
+    return True
+
+
+def _to_verification(assignment: Assignment, task: Task, message: str) -> Assignment:
+    """running → submitted and ask for the verification (task and assignment rows locked)."""
+    assignment.state = Assignment.State.SUBMITTED
+    assignment.submitted_at = assignment.verify_sent_at = timezone.now()
+    assignment.save(update_fields=["state", "submitted_at", "verify_sent_at", "result"])
+    transaction.on_commit(partial(worker_changed, assignment.worker_id))
+    lifecycle.sync_status(task, message, reason=None)
+    transaction.on_commit(lambda: _enqueue_verification(assignment.pk))
     return assignment
+
+
+def _challenge_answered(worker: Worker, assignment_id: UUID) -> Assignment:
+    """Every challenged checkpoint is in: running → submitted, verification asked for
+    (call under the assignment's artifact lock)."""
+    with transaction.atomic():
+        assignment, task = lifecycle.lock(assignment_id, worker=worker)
+        if assignment.state != Assignment.State.RUNNING or not assignment.result:
+            return assignment
+        count = len(proof.checkpoint_names(list(assignment.challenge)))
+        return _to_verification(
+            assignment, task, f"{worker.name} uploaded the {count} checkpoints the platform picked; verifying."
+        )
 
 
 def signed_tx_from_json(body: dict[str, Any]) -> tuple[encoding.Tx, bytes]:

@@ -36,7 +36,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from django.conf import settings
 from django.core.files.storage import default_storage
 from django.core.files.uploadedfile import UploadedFile
 from rest_framework.exceptions import ValidationError
@@ -46,10 +45,10 @@ from config.api.uploads import OutOfOrder
 PART_SUFFIX = ".part"
 
 
-def check_size(total: int) -> None:
-    """400 naming ``file`` when an artifact of ``total`` bytes is over the limit."""
-    if total > settings.ARTIFACT_MAX_BYTES:
-        raise ValidationError({"file": [f"The artifact is larger than {settings.ARTIFACT_MAX_BYTES} bytes."]})
+def check_size(total: int, limit: int) -> None:
+    """400 naming ``file`` when an artifact of ``total`` bytes is over ``limit``."""
+    if total > limit:
+        raise ValidationError({"file": [f"The artifact is larger than {limit} bytes."]})
 
 
 def save_whole(path: str, upload: UploadedFile) -> None:

@@ -14,7 +14,7 @@ import hmac
 import json
 import shutil
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +23,11 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.files.storage import default_storage
 
 from marketplace.models import Task
+from training import kinds as plugin_kinds
 from training.plugin import WEIGHTS, sha256_file
 from training.specs import default
-from workers.assignments import heldout
+from training.trace import TraceError, checkpoint_name, file_sha256
+from workers.assignments import heldout, proof
 from workers.assignments.jobs import artifact_path
 from workers.models import Assignment
 
@@ -157,20 +159,71 @@ Judge = Callable[[Assignment, Path, float], Verdict]
 
 def training_claim(proof_key: str) -> Callable[[Judge], Verifier]:
     """What every training verifier checks first, as a decorator that makes ``judge`` a
-    verifier: the signed result_hash must be the sha256 of the uploaded model.safetensors
-    and the signed proof must carry ``proof_key`` (a ``*_micro`` integer); ``judge`` then
-    gets the uploaded model's folder and the claim as a float."""
+    verifier: the signed result_hash must be the sha256 of the uploaded model.safetensors,
+    the signed proof must carry ``proof_key`` (a ``*_micro`` integer) and, for a kind that
+    proves its training, the proof must hold (``training_proof_problem``); ``judge`` then
+    gets the uploaded model's folder and the claim as a float, for the quality bar."""
 
     def opening(judge: Judge) -> Verifier:
         def claim(assignment: Assignment, weights: Path) -> Verdict:
             reported = proof_micro(assignment, proof_key)
             if reported is None:
                 return Verdict(False, f"The signed proof carries no integer {proof_key}.")
-            return judge(assignment, weights.parent, reported)
+            if not proof.proves_training(assignment.task.kind):
+                return judge(assignment, weights.parent, reported)
+            problem = training_proof_problem(assignment)
+            if problem:
+                return Verdict(False, f"training not proven: {problem}")
+            verdict = judge(assignment, weights.parent, reported)
+            return replace(verdict, metrics={**verdict.metrics, "segments_replayed": len(assignment.challenge)})
 
         return _hashed(WEIGHTS, judge, claim)
 
     return opening
+
+
+def worker_data(task: Task) -> Path | None:
+    """The data file the task's worker trained on: the worker-facing part of a held-out
+    split, or the upload itself; None when the worker generates its data from the spec."""
+    if heldout.needs_preparation(task):
+        split = heldout.prepared(task)
+        if split is None:
+            raise PlatformFault(f"task {task.pk} has no held-out split")
+        return Path(default_storage.path(split.worker)) if split.worker is not None else None
+    return Path(task.dataset.file.path) if task.dataset is not None else None
+
+
+def training_proof_problem(assignment: Assignment) -> str:
+    """Why the proof of training does not hold ("" when it does): trace.json must be the
+    chain the signed proof's root commits to, the submitted weights one of its checkpoints'
+    (the run hands back its best epoch's end), and each challenged segment, re-executed from
+    its first checkpoint by the kind's ``replay``, must land on its second
+    (``docs/proof-of-training.md``)."""
+    try:
+        trace = proof.committed_trace(assignment)
+    except TraceError as exc:
+        return str(exc)
+    result_hash = assignment.result["compute_result"]["result_hash"]
+    if all(leaf.weights_sha256 != result_hash for leaf in trace.leaves):
+        return "the submitted model's weights are not those of any checkpoint in trace.json."
+    segments = list(assignment.challenge)
+    if not segments:
+        return "no segment of the trace was challenged."
+    replay = getattr(plugin_kinds.KINDS.get(assignment.task.kind), "replay", None)
+    if replay is None:
+        raise PlatformFault(f"{assignment.task.kind} has no replay: the platform cannot re-execute its segments")
+    task = assignment.task
+    data = worker_data(task)
+    for i in segments:
+        start, end = trace.leaves[i], trace.leaves[i + 1]
+        files = [Path(default_storage.path(artifact_path(assignment, checkpoint_name(j)))) for j in (i, i + 1)]
+        for leaf, path in zip((start, end), files, strict=True):
+            if not path.is_file() or file_sha256(path) != leaf.state_sha256:
+                return f"{path.name} is missing or does not hash to its leaf."
+        why = replay(task.spec, data, files[0], files[1], start, end)
+        if why:
+            return f"segment {i} (steps {start.step}→{end.step}): {why}"
+    return ""
 
 
 # recompute(assignment, its uploaded artifact, the source model's folder (fetched on demand),
