@@ -16,7 +16,7 @@ pytestmark = pytest.mark.django_db
 
 
 # A small spec keeps each task's price (and escrow) at the floor, so 30 fit any balance.
-SMALL_CUBE = {"epochs": 1, "lattice_edge": 2, "state_size": 4, "steps": 1}
+SMALL_CUBE = {"epochs": 1, "lattice_edge": 2, "state_size": 4, "steps": 2}
 
 
 def tasks(owner: Any, n: int) -> None:
