@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -49,11 +49,14 @@ class Resources:
 
 @dataclass(frozen=True)
 class Outcome:
-    """A finished job: the committed result hash, a proof object, and artifact files."""
+    """A finished job: the committed result hash, a proof object, and artifact files. A
+    trained kind's ``checkpoints`` (artifact name → file) stay on the node, and only those
+    the platform challenges are uploaded."""
 
     result_hash: str
     proof: dict[str, Any]
     artifacts: dict[str, Path]
+    checkpoints: dict[str, Path] = field(default_factory=dict)
 
 
 class DatasetProblem(ValueError):
@@ -91,6 +94,12 @@ Runner = Callable[[dict[str, Any], Path, Progress], Outcome]
 # sent: the held-out draw follows from it alone, so every task on one dataset holds out the
 # same rows and no worker can compute them. A ValueError names what is wrong with the data.
 Prepare = Callable[[Spec, Path | None, Path, bytes], tuple[Path | None, Path]]
+# fn(spec, the worker-facing data file prepare wrote (None: synthetic), challenged segments)
+# -> per segment, "" when its re-execution lands on its committed end, else the reason a
+# requester reads (``training.replay.check_segments``); keyword ``device`` (default "cpu").
+Replay = Callable[..., list[str]]
+# fn(spec, worker-facing data file | None) -> hex sha256 of the untrained weights (checkpoint 0's).
+Untrained = Callable[[Spec, Path | None], str]
 
 
 def _never(spec: Spec) -> bool:
@@ -140,6 +149,10 @@ class Kind:
     # Protocol features a worker must list in its capabilities to run this spec (for a
     # change a node cannot follow silently, such as how the synthetic matrices are drawn).
     features: Callable[[Spec], tuple[str, ...]] = _no_features
+    # A trained kind's proof of training: re-execute segments of its trace (training.trace),
+    # and the weights its trace must start from.
+    replay: Replay | None = None
+    untrained: Untrained | None = None
 
 
 class UnsupportedKind(Exception):
@@ -180,9 +193,17 @@ def numbers(values: Mapping[str, Any]) -> dict[str, float]:
 # The weights a training run commits to (``Outcome.result_hash``), and the file of its figures.
 WEIGHTS = "model.safetensors"
 METRICS = "metrics.json"
+# Where a training run writes its trace (``training.trace``), under its workdir.
+TRACE_DIR = "trace"
+
+
+def trace_dir(workdir: Path) -> Path:
+    """The folder a trained kind's ``train`` writes its training trace into."""
+    return Path(workdir) / TRACE_DIR
+
 
 # fn(job, workdir, out_dir, progress) -> the proof: train into out_dir, which then holds
-# the model's files and metrics.json.
+# the model's files and metrics.json, writing the training trace into ``trace_dir(workdir)``.
 Train = Callable[[dict[str, Any], Path, Path, Progress], dict[str, Any]]
 
 
@@ -217,16 +238,28 @@ def training_kind(
     train: Train,
     resources: Callable[[Spec], Resources],
     flops: Callable[[Spec], float],
+    replay: Replay | None = None,
+    untrained: Untrained | None = None,
 ) -> Kind:
     """A kind that trains a model: ``train`` writes ``model_files`` (``WEIGHTS`` among them)
-    and metrics.json into ``<workdir>/model``; the run commits to the weights and hands back
-    those files."""
-    artifacts = (*model_files, METRICS)
+    and metrics.json into ``<workdir>/model`` and its training trace into
+    ``trace_dir(workdir)``; the run commits to the weights and to the trace
+    (``proof["trace"]``, the Merkle root of its checkpoints), hands back those files and
+    trace.json, and keeps the checkpoints on the node (``Outcome.checkpoints``)."""
+    from training.trace import TRACE_FILE, checkpoint_name, read_trace
+
+    artifacts = (*model_files, METRICS, TRACE_FILE)
 
     def run(job: dict[str, Any], workdir: Path, progress: Progress) -> Outcome:
         out_dir = workdir / "model"
         proof = train(job, workdir, out_dir, progress)
-        return Outcome(sha256_file(out_dir / WEIGHTS), proof, {file: out_dir / file for file in artifacts})
+        traced = trace_dir(workdir)
+        trace = read_trace(traced / TRACE_FILE)
+        files = {file: out_dir / file for file in (*model_files, METRICS)}
+        files[TRACE_FILE] = traced / TRACE_FILE
+        checkpoints = {checkpoint_name(leaf.index): traced / checkpoint_name(leaf.index) for leaf in trace.leaves}
+        proof = {**proof, "trace": trace.commitment()}
+        return Outcome(sha256_file(out_dir / WEIGHTS), proof, files, checkpoints)
 
     return Kind(
         name=name,
@@ -238,6 +271,8 @@ def training_kind(
         flops=flops,
         run=run,
         artifacts=artifacts,
+        replay=replay,
+        untrained=untrained,
         **datasets.kind_fields(),
     )
 
