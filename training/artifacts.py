@@ -9,6 +9,7 @@ without executing anything from it.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import tempfile
@@ -218,3 +219,94 @@ def export_hf(
         "",
     ]
     _atomic_write_bytes(out_dir / "README.md", "\n".join(lines).encode())
+
+
+# A training-state file: one safetensors file whose metadata holds the state's structure.
+STATE_FORMAT = "proofwork-training-state"
+_STATE_VERSION = "1"
+
+
+def save_state_file(path: Path, state: Mapping[str, Any]) -> None:
+    """Save a nested state as ONE safetensors file: the tensors under dotted keys, the rest
+    of the structure as JSON in the file's metadata (``structure``). Nothing is pickled."""
+    tensors: dict[str, torch.Tensor] = {}
+    structure = _split(dict(state), "s", tensors)
+    metadata = {
+        "format": STATE_FORMAT,
+        "version": _STATE_VERSION,
+        "structure": json.dumps(structure, sort_keys=True, allow_nan=False),
+    }
+    save_tensors(path, tensors, metadata=metadata)
+
+
+def read_state_file(path: Path, max_bytes: int) -> dict[str, Any]:
+    """Load what ``save_state_file`` wrote, from a file that may come from anyone: refused
+    (ArtifactError, saying why) when larger than ``max_bytes``, not a safetensors file (a
+    pickle, say), without the structure, or holding a tensor the structure does not name."""
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError as exc:
+        raise ArtifactError(f"{path.name}: file not found.") from exc
+    if size > max_bytes:
+        raise ArtifactError(f"{path.name}: {size:,} bytes, more than the {max_bytes:,} a training state may take.")
+    try:
+        from safetensors import safe_open
+
+        with safe_open(str(path), framework="pt") as handle:
+            metadata = handle.metadata() or {}
+            names = set(handle.keys())
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise ArtifactError(f"{path.name}: not a safetensors file ({exc}).") from None
+    if metadata.get("format") != STATE_FORMAT or metadata.get("version") != _STATE_VERSION:
+        raise ArtifactError(f"{path.name}: not a version-{_STATE_VERSION} training state (metadata 'format').")
+    try:
+        structure = json.loads(metadata.get("structure", ""))
+    except (json.JSONDecodeError, RecursionError):
+        raise ArtifactError(f"{path.name}: its structure metadata is not valid JSON.") from None
+    named: set[str] = set()
+    _tensor_names(structure, named)
+    if names != named:
+        extra, missing = sorted(names - named), sorted(named - names)
+        parts = ([f"tensors it does not describe {extra[:5]}"] if extra else []) + (
+            [f"no tensors {missing[:5]}"] if missing else []
+        )
+        raise ArtifactError(f"{path.name}: holds " + " and ".join(parts) + ".")
+    try:
+        state = _join(structure, load_tensors(path))
+    except (AttributeError, TypeError, ValueError) as exc:
+        raise ArtifactError(f"{path.name}: its structure metadata is malformed ({exc}).") from None
+    if not isinstance(state, dict):
+        raise ArtifactError(f"{path.name}: expected a JSON object at the top of its structure.")
+    return state
+
+
+def _tensor_names(obj: Any, out: set[str], depth: int = 0) -> None:
+    if depth > 64:
+        raise ArtifactError("training state: its structure is nested too deeply.")
+    if isinstance(obj, dict):
+        if set(obj) == {_TENSOR}:
+            if not isinstance(obj[_TENSOR], str):
+                raise ArtifactError("training state: a tensor placeholder does not name a tensor.")
+            out.add(obj[_TENSOR])
+            return
+        for value in obj.values():
+            _tensor_names(value, out, depth + 1)
+    elif isinstance(obj, list):
+        for value in obj:
+            _tensor_names(value, out, depth + 1)
+
+
+def flatten_tensors(state: Any, prefix: str = "s") -> dict[str, torch.Tensor]:
+    """The tensors of a nested state under the dotted keys ``save_state_file`` gives them."""
+    tensors: dict[str, torch.Tensor] = {}
+    _split(state, prefix, tensors)
+    return tensors
+
+
+def weights_sha256(model: torch.nn.Module) -> str:
+    """Hex sha256 of the ``model.safetensors`` that ``save_model`` writes for these weights."""
+    from safetensors.torch import save
+
+    flat = {name: t.detach().to("cpu").contiguous() for name, t in model_tensors(model).items()}
+    return hashlib.sha256(save(flat, metadata={"format": "pt"})).hexdigest()

@@ -40,11 +40,12 @@ uninterrupted run.
 from __future__ import annotations
 
 import copy
+import hashlib
 import logging
 import math
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -52,8 +53,18 @@ import torch
 from torch import nn
 
 from training import stop
-from training.artifacts import load_model_tensors, load_state, save_state, state_exists
+from training.artifacts import (
+    ArtifactError,
+    flatten_tensors,
+    load_model_tensors,
+    load_state,
+    save_state,
+    save_state_file,
+    state_exists,
+    weights_sha256,
+)
 from training.device import autocast, keep_freed_memory, make_grad_scaler, seed_everything, select_device
+from training.trace import TRACE_FILE, Leaf, Trace, checkpoint_name, file_sha256, read_trace
 
 log = logging.getLogger("training.loop")
 
@@ -96,6 +107,8 @@ class LoopConfig:
     lookahead_alpha: float = 0.5
     device: str | None = None  # None: CUDA when available, else CPU
     max_steps_per_epoch: int | None = None  # cap on optimizer steps per epoch (smoke runs, benchmarks)
+    # Optimizer steps between training-trace checkpoints when a trace_dir is given; 0: no trace.
+    trace_every: int = 0
 
     def __post_init__(self) -> None:
         checks = {
@@ -107,6 +120,7 @@ class LoopConfig:
             "early_stopping_patience": self.early_stopping_patience >= 0,
             "warmup_steps": self.warmup_steps >= 0,
             "checkpoint_every": self.checkpoint_every >= 1,
+            "trace_every": self.trace_every >= 0,
             "optimizer": self.optimizer in ("adamw", "radam_lookahead"),
             "schedule": self.schedule in ("cosine", "onecycle", "constant"),
             "monitor_mode": self.monitor_mode in ("min", "max"),
@@ -129,10 +143,13 @@ class FitResult:
     history: list[dict[str, Any]] = field(default_factory=list)
     stopped_early: bool = False
     seconds: float = 0.0
+    trace: Trace | None = None  # the training trace, when one was written
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready copy."""
-        return asdict(self)
+        """A JSON-ready copy (the trace as its commitment)."""
+        out = asdict(self)
+        out["trace"] = self.trace.commitment() if self.trace is not None else None
+        return out
 
 
 class Lookahead(torch.optim.Optimizer):
@@ -247,7 +264,12 @@ def _epoch_seed(seed: int, epoch: int) -> int:
     return (seed * 1_000_003 + epoch * 7_919) % 2**32
 
 
-def _steps_per_epoch(loader: Iterable[Any], config: LoopConfig) -> int:
+def _step_seed(seed: int, step: int, micro: int) -> int:
+    return int.from_bytes(hashlib.sha256(f"step:{seed}:{step}:{micro}".encode()).digest()[:4], "big")
+
+
+def steps_per_epoch(loader: Iterable[Any], config: LoopConfig) -> int:
+    """Optimizer steps in one epoch over ``loader``."""
     try:
         batches = len(loader)  # type: ignore[arg-type]
     except TypeError as exc:
@@ -307,6 +329,11 @@ class _LoopState:
     best_metrics: dict[str, float] = field(default_factory=dict)
     best_state: dict[str, torch.Tensor] | None = None
     history: list[dict[str, Any]] = field(default_factory=list)
+    on_epoch: Callable[[int], None] | None = None
+    tracer: _Tracer | None = None
+    # Training losses of the steps since the last trace checkpoint.
+    segment_loss: float = 0.0
+    segment_steps: int = 0
 
     @classmethod
     def start(
@@ -316,6 +343,7 @@ class _LoopState:
         config: LoopConfig,
         progress: Progress | None,
         checkpoint_dir: Path | None,
+        on_epoch: Callable[[int], None] | None = None,
     ) -> _LoopState:
         """Seed, move ``model`` to its device, and build its optimizer, schedule and scaler."""
         device = select_device(config.device)
@@ -324,8 +352,8 @@ class _LoopState:
         seed_everything(config.seed)
         model.to(device)
         optimizer = build_optimizer(model, config)
-        steps_per_epoch = _steps_per_epoch(train_loader, config)
-        total_steps = steps_per_epoch * config.epochs
+        per_epoch = steps_per_epoch(train_loader, config)
+        total_steps = per_epoch * config.epochs
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_factor(s, total_steps, config))
         scaler = make_grad_scaler(device, config.mixed_precision)
         runner: nn.Module = model
@@ -339,10 +367,11 @@ class _LoopState:
             optimizer=optimizer,
             scheduler=scheduler,
             scaler=scaler,
-            steps_per_epoch=steps_per_epoch,
+            steps_per_epoch=per_epoch,
             total_steps=total_steps,
             progress=progress,
             checkpoint_dir=Path(checkpoint_dir) if checkpoint_dir is not None else None,
+            on_epoch=on_epoch,
         )
 
     def resume(self) -> None:
@@ -364,27 +393,40 @@ class _LoopState:
         if state_exists(ckpt / BEST_STEM):
             self.best_state = load_state(ckpt / BEST_STEM, device=self.device)["model"]
 
-    def train_epoch(self, epoch: int, loader: Iterable[Any], step_fn: StepFn) -> dict[str, float]:
-        """Up to ``steps_per_epoch`` optimizer steps; the epoch's mean figures (``train_<name>``)."""
+    def train_epoch(
+        self, epoch: int, loader: Iterable[Any], step_fn: StepFn, *, skip: int = 0, steps: int | None = None
+    ) -> dict[str, float]:
+        """Up to ``steps_per_epoch`` optimizer steps; the epoch's mean figures (``train_<name>``).
+
+        A replay passes ``skip`` (the epoch's steps already done, whose batches are drawn
+        and dropped) and ``steps`` (how many to run after them)."""
         config = self.config
         seed_everything(_epoch_seed(config.seed, epoch))
+        if self.on_epoch is not None:
+            self.on_epoch(epoch)
         self.model.train()
         sums: dict[str, float] = {}
         count = 0
         micro = 0
         step_loss = 0.0
         step_metrics: dict[str, float] = {}
-        steps_this_epoch = 0
+        last = self.steps_per_epoch if steps is None else min(self.steps_per_epoch, skip + steps)
+        steps_this_epoch = skip
         self.optimizer.zero_grad(set_to_none=True)
         batches = iter(loader)
-        while steps_this_epoch < self.steps_per_epoch:
+        # The data order follows from the epoch's seed alone: it is drawn before any step
+        # re-seeds the RNGs, and the batches of skipped steps are drawn the same way.
+        for _ in range(skip * config.grad_accumulation):
+            if next(batches, None) is None:
+                break
+        while steps_this_epoch < last:
             stop.check()
             batch = next(batches, None)
             if batch is None:
                 if micro == 0:
                     break
             else:
-                loss_value, floats = self._backward(epoch, step_fn, batch)
+                loss_value, floats = self._backward(epoch, step_fn, batch, micro)
                 micro += 1
                 step_loss += loss_value
                 for k, v in floats.items():
@@ -396,6 +438,8 @@ class _LoopState:
                     continue
             lr = self._optimizer_step(micro)
             steps_this_epoch += 1
+            self.segment_loss += step_loss / micro
+            self.segment_steps += 1
             if self.progress is not None:
                 self.progress(
                     {
@@ -408,13 +452,20 @@ class _LoopState:
                         "metrics": {k: v / micro for k, v in step_metrics.items()},
                     }
                 )
+            if self.tracer is not None and self.global_step % self.tracer.every == 0:
+                self.tracer.checkpoint(self, epoch)
             micro, step_loss, step_metrics = 0, 0.0, {}
             if batch is None:
                 break
+        if self.tracer is not None and steps is None and self.tracer.last_step != self.global_step:
+            self.tracer.checkpoint(self, epoch)
         return {f"train_{k}": v / max(1, count) for k, v in sums.items()}
 
-    def _backward(self, epoch: int, step_fn: StepFn, batch: Any) -> tuple[float, dict[str, float]]:
-        """Forward and backward one micro-batch; its loss and metrics as floats."""
+    def _backward(self, epoch: int, step_fn: StepFn, batch: Any, micro: int) -> tuple[float, dict[str, float]]:
+        """Forward and backward micro-batch ``micro`` of the next step; its loss and metrics
+        as floats. Its random draws (dropout, noise) come from RNGs re-seeded from (seed,
+        step, micro-batch), so a replay of the step draws the same."""
+        seed_everything(_step_seed(self.config.seed, self.global_step + 1, micro))
         with autocast(self.device, self.config.mixed_precision):
             loss, metrics = step_fn(self.runner, to_device(batch, self.device))
         loss_value = _as_float(loss)
@@ -481,6 +532,8 @@ class _LoopState:
         self.history.append({"epoch": epoch, "step": self.global_step, "train": train_metrics, "val": val_metrics})
         if self.checkpoint_dir is not None and (epoch % config.checkpoint_every == 0 or epoch == config.epochs):
             self._save_checkpoint(self.checkpoint_dir, epoch)
+        if self.tracer is not None:
+            self.tracer.write()
         log.info(
             "epoch %d/%d, step %d/%d: %s",
             epoch,
@@ -503,6 +556,58 @@ class _LoopState:
                     "improved": improved,
                 }
             )
+
+    def training_state(self, epoch: int) -> dict[str, Any]:
+        """What a replay needs to go on from here: weights, optimizer (AdamW moments, or the
+        Lookahead slow weights), schedule, scaler and the step counter."""
+        return {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "scaler": self.scaler.state_dict() if self.scaler is not None else {},
+            "loop": {"epoch": epoch, "global_step": self.global_step, "seed": self.config.seed},
+        }
+
+    def load_training_state(self, state: Mapping[str, Any], source: str) -> None:
+        """Go on from a training state that anyone may have written (``training_state``,
+        read with ``training.artifacts.read_state_file``): its tensors must have the shapes
+        and types of this run's model and optimizer and be finite; the hyperparameters and
+        the learning rate come from this run's config, never from the file. ArtifactError
+        (naming ``source``) when it does not fit."""
+        if set(state) != {"model", "optimizer", "scheduler", "scaler", "loop"}:
+            raise ArtifactError(f"{source}: not a training state (it holds {sorted(state)[:8]}).")
+        loop = state["loop"]
+        step = loop.get("global_step") if isinstance(loop, dict) else None
+        if type(step) is not int or not 0 <= step <= self.total_steps:
+            raise ArtifactError(f"{source}: its step counter is not a step of this run.")
+        weights = state["model"]
+        if not isinstance(weights, dict) or not all(isinstance(t, torch.Tensor) for t in weights.values()):
+            raise ArtifactError(f"{source}: its weights are not a map of tensors.")
+        template = _optimizer_template(self.model, self.config)
+        given = flatten_tensors(state["optimizer"], "o")
+        for name, tensor in {**{f"model {k}": v for k, v in weights.items()}, **given}.items():
+            if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+                raise ArtifactError(f"{source}: {name} holds NaN or infinite values.")
+        wrong = [k for k, t in given.items() if k not in template or template[k] != (tuple(t.shape), t.dtype)]
+        if wrong:
+            raise ArtifactError(f"{source}: its optimizer state does not fit the model ({', '.join(wrong[:3])}).")
+        load_model_tensors(self.model, weights, source=source)
+        fresh = [{k: v for k, v in g.items() if k != "params"} for g in self.optimizer.param_groups]
+        try:
+            # A copy: the optimizer steps its state tensors in place, and the caller keeps its own.
+            self.optimizer.load_state_dict(copy.deepcopy(state["optimizer"]))
+        except (KeyError, ValueError, TypeError, IndexError, AttributeError) as exc:
+            raise ArtifactError(f"{source}: its optimizer state does not fit ({exc}).") from None
+        factor = lr_factor(step, self.total_steps, self.config)
+        for group, settings in zip(self.optimizer.param_groups, fresh, strict=True):
+            group.update(settings)
+            group["lr"] = settings["initial_lr"] * factor
+        if isinstance(self.optimizer, Lookahead):
+            self.optimizer.counter = step
+        self.scheduler.last_epoch = step
+        self.scheduler._step_count = step + 1
+        self.scheduler._last_lr = [g["lr"] for g in self.optimizer.param_groups]
+        self.global_step = step
 
     def _save_checkpoint(self, ckpt: Path, epoch: int) -> None:
         """Everything ``resume`` needs to go on after ``epoch``."""
@@ -527,6 +632,70 @@ class _LoopState:
         )
 
 
+def _optimizer_template(model: nn.Module, config: LoopConfig) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
+    """The (shape, dtype) of every tensor a trained optimizer's state holds, by the dotted
+    key ``flatten_tensors`` gives it: one step of a throwaway copy."""
+    clone = copy.deepcopy(model)
+    optimizer = build_optimizer(clone, config)
+    for p in clone.parameters():
+        p.grad = torch.zeros_like(p)
+    optimizer.step()
+    return {k: (tuple(t.shape), t.dtype) for k, t in flatten_tensors(optimizer.state_dict(), "o").items()}
+
+
+@dataclass
+class _Tracer:
+    """Writes the training trace: a checkpoint of the whole training state every ``every``
+    optimizer steps and at each epoch's end, and the leaves that list them."""
+
+    folder: Path
+    every: int
+    leaves: list[Leaf] = field(default_factory=list)
+
+    @property
+    def last_step(self) -> int:
+        return self.leaves[-1].step if self.leaves else -1
+
+    @property
+    def trace(self) -> Trace:
+        return Trace(every=self.every, leaves=tuple(self.leaves))
+
+    def checkpoint(self, run: _LoopState, epoch: int) -> None:
+        """Write checkpoint number ``len(leaves)`` and its leaf."""
+        index = len(self.leaves)
+        path = self.folder / checkpoint_name(index)
+        save_state_file(path, run.training_state(epoch))
+        loss = run.segment_loss / run.segment_steps if run.segment_steps else 0.0
+        self.leaves.append(
+            Leaf(
+                index=index,
+                step=run.global_step,
+                epoch=epoch,
+                # A leaf holds integers ≥ 0; every trainer's loss is.
+                loss_micro=max(0, round(loss * 1_000_000)),
+                state_sha256=file_sha256(path),
+                weights_sha256=weights_sha256(run.model),
+            )
+        )
+        run.segment_loss, run.segment_steps = 0.0, 0
+
+    def write(self) -> None:
+        """trace.json as far as the run has gone."""
+        if len(self.leaves) >= 2:
+            self.trace.write(self.folder / TRACE_FILE)
+
+    def resume(self, step: int) -> None:
+        """Keep the leaves up to ``step`` from the trace.json of an interrupted run."""
+        path = self.folder / TRACE_FILE
+        if step == 0:
+            return
+        if not path.is_file():
+            raise ValueError(f"Cannot go on with the training trace: {path} is missing.")
+        self.leaves = [leaf for leaf in read_trace(path).leaves if leaf.step <= step]
+        if self.last_step != step:
+            raise ValueError(f"Cannot go on with the training trace: it has no checkpoint at step {step}.")
+
+
 def fit(
     model: nn.Module,
     train_loader: Iterable[Any],
@@ -537,17 +706,33 @@ def fit(
     progress: Progress | None = None,
     checkpoint_dir: Path | None = None,
     resume: bool = False,
+    *,
+    trace_dir: Path | None = None,
+    on_epoch: Callable[[int], None] | None = None,
 ) -> FitResult:
     """Train ``model`` in place and return what happened (see the module docstring).
 
     Raises NonFiniteLossError when a loss is NaN/inf, and KeyError when ``eval_fn`` does not
     return ``config.monitor``. With ``resume=True`` and a checkpoint in ``checkpoint_dir``
     the run continues after the checkpoint's epoch; without one it starts fresh.
+
+    With ``config.trace_every`` > 0 and a ``trace_dir``, the run writes its training trace
+    there (``training.trace``): ``ckpt-NNNNN.safetensors`` before the first step, every
+    ``trace_every`` steps and at each epoch's end, and trace.json; ``FitResult.trace`` is
+    it. ``on_epoch(epoch)`` runs before each epoch's first step (a trainer's per-epoch
+    switches, such as late dropout), in a replay too.
     """
     started = time.perf_counter()
-    run = _LoopState.start(model, train_loader, config, progress, checkpoint_dir)
+    run = _LoopState.start(model, train_loader, config, progress, checkpoint_dir, on_epoch)
     if resume:
         run.resume()
+    if config.trace_every and trace_dir is not None:
+        run.tracer = _Tracer(Path(trace_dir), config.trace_every)
+        run.tracer.folder.mkdir(parents=True, exist_ok=True)
+        if resume:
+            run.tracer.resume(run.global_step)
+        if run.global_step == 0:
+            run.tracer.checkpoint(run, 0)
     stopped_early = False
     val_metrics: dict[str, float] = dict(run.history[-1]["val"]) if run.history else {}
     for epoch in range(run.next_epoch, config.epochs + 1):
@@ -558,6 +743,8 @@ def fit(
         val_metrics, improved = run.validate(epoch, val_loader, eval_fn)
         run.end_epoch(epoch, train_metrics, val_metrics, improved)
 
+    if run.tracer is not None:
+        run.tracer.write()
     if config.restore_best and run.best_state is not None:
         model.load_state_dict(run.best_state)
     return FitResult(
@@ -569,4 +756,39 @@ def fit(
         history=run.history,
         stopped_early=stopped_early,
         seconds=time.perf_counter() - started,
+        trace=run.tracer.trace if run.tracer is not None and len(run.tracer.leaves) >= 2 else None,
     )
+
+
+def replay(
+    model: nn.Module,
+    train_loader: Iterable[Any],
+    step_fn: StepFn,
+    config: LoopConfig,
+    state: Mapping[str, Any],
+    steps: int,
+    *,
+    source: str = "checkpoint",
+    device: str = "cpu",
+    on_epoch: Callable[[int], None] | None = None,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
+    """Re-execute ``steps`` optimizer steps of the run ``config`` describes, from the training
+    state ``state`` (``training.artifacts.read_state_file`` of a trace checkpoint), in fp32
+    on ``device``: the same batches, in the same order, with the same random draws, as the
+    run took after that checkpoint. ``model`` ends holding the weights reached. Returns the
+    training state reached (``training_state``). ArtifactError when the state does not fit this run (named
+    ``source``); ValueError when the steps run past the epoch's end (a segment never does).
+    ``progress`` gets each step's event, as ``fit`` sends it.
+    """
+    exact = replace(config, mixed_precision=False, compile=False, device=device, trace_every=0)
+    run = _LoopState.start(model, train_loader, exact, progress, None, on_epoch)
+    run.load_training_state(state, source)
+    epoch, done = divmod(run.global_step, run.steps_per_epoch)
+    if steps < 1 or done + steps > run.steps_per_epoch:
+        raise ValueError(
+            f"{steps} steps from step {run.global_step} leave epoch {epoch + 1} "
+            f"({run.steps_per_epoch} steps per epoch)."
+        )
+    run.train_epoch(epoch + 1, train_loader, step_fn, skip=done, steps=steps)
+    return run.training_state(epoch + 1)

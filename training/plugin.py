@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -49,11 +49,14 @@ class Resources:
 
 @dataclass(frozen=True)
 class Outcome:
-    """A finished job: the committed result hash, a proof object, and artifact files."""
+    """A finished job: the committed result hash, a proof object, and artifact files. A
+    trained kind's ``checkpoints`` (artifact name → file) stay on the node, and only those
+    the platform challenges are uploaded."""
 
     result_hash: str
     proof: dict[str, Any]
     artifacts: dict[str, Path]
+    checkpoints: dict[str, Path] = field(default_factory=dict)
 
 
 class DatasetProblem(ValueError):
@@ -91,6 +94,40 @@ Runner = Callable[[dict[str, Any], Path, Progress], Outcome]
 # sent: the held-out draw follows from it alone, so every task on one dataset holds out the
 # same rows and no worker can compute them. A ValueError names what is wrong with the data.
 Prepare = Callable[[Spec, Path | None, Path, bytes], tuple[Path | None, Path]]
+# fn(spec, the worker-facing data file prepare wrote (None: synthetic), challenged segments)
+# -> per segment, "" when its re-execution lands on its committed end, else the reason a
+# requester reads (``training.replay.check_segments``); keyword ``device`` (default "cpu").
+Replay = Callable[..., list[str]]
+
+
+@dataclass(frozen=True)
+class TrainingPlan:
+    """What a run of a spec on the worker's data must do, as the platform checks a trace
+    against it: the weights its checkpoint 0 must hold, and its optimizer steps."""
+
+    untrained_sha256: str
+    steps_per_epoch: int
+    epochs: int
+    early_stopping_patience: int  # 0: off
+    every: int  # optimizer steps between checkpoints of its trace (``training.trace.trace_every``)
+
+    @property
+    def total_steps(self) -> int:
+        """The optimizer steps of a run that trains every epoch."""
+        return self.steps_per_epoch * self.epochs
+
+    @property
+    def least_steps(self) -> int:
+        """The fewest optimizer steps a run may end after: every epoch, or with early stopping
+        on, the patience plus the first epoch (which always improves)."""
+        epochs = self.epochs
+        if self.early_stopping_patience:
+            epochs = min(epochs, self.early_stopping_patience + 1)
+        return self.steps_per_epoch * epochs
+
+
+# fn(spec, worker-facing data file | None) -> the run's TrainingPlan.
+Plan = Callable[[Spec, Path | None], TrainingPlan]
 
 
 def _never(spec: Spec) -> bool:
@@ -147,6 +184,10 @@ class Kind:
     # fn(spec with defaults filled in) -> {field: why}: the rules between fields that their
     # bounds cannot say; the platform refuses such a spec (400) naming each field.
     check_spec: Callable[[Spec], dict[str, str]] = _no_problems
+    # A trained kind's proof of training: re-execute segments of its trace (training.trace),
+    # and what its trace must start from and span.
+    replay: Replay | None = None
+    plan: Plan | None = None
 
 
 class UnsupportedKind(Exception):
@@ -187,9 +228,17 @@ def numbers(values: Mapping[str, Any]) -> dict[str, float]:
 # The weights a training run commits to (``Outcome.result_hash``), and the file of its figures.
 WEIGHTS = "model.safetensors"
 METRICS = "metrics.json"
+# Where a training run writes its trace (``training.trace``), under its workdir.
+TRACE_DIR = "trace"
+
+
+def trace_dir(workdir: Path) -> Path:
+    """The folder a trained kind's ``train`` writes its training trace into."""
+    return Path(workdir) / TRACE_DIR
+
 
 # fn(job, workdir, out_dir, progress) -> the proof: train into out_dir, which then holds
-# the model's files and metrics.json.
+# the model's files and metrics.json, writing the training trace into ``trace_dir(workdir)``.
 Train = Callable[[dict[str, Any], Path, Path, Progress], dict[str, Any]]
 
 
@@ -225,16 +274,28 @@ def training_kind(
     resources: Callable[[Spec], Resources],
     flops: Callable[[Spec], float],
     check_spec: Callable[[Spec], dict[str, str]] = _no_problems,
+    replay: Replay | None = None,
+    plan: Plan | None = None,
 ) -> Kind:
     """A kind that trains a model: ``train`` writes ``model_files`` (``WEIGHTS`` among them)
-    and metrics.json into ``<workdir>/model``; the run commits to the weights and hands back
-    those files."""
-    artifacts = (*model_files, METRICS)
+    and metrics.json into ``<workdir>/model`` and its training trace into
+    ``trace_dir(workdir)``; the run commits to the weights and to the trace
+    (``proof["trace"]``, the Merkle root of its checkpoints), hands back those files and
+    trace.json, and keeps the checkpoints on the node (``Outcome.checkpoints``)."""
+    from training.trace import TRACE_FILE, checkpoint_name, read_trace
+
+    artifacts = (*model_files, METRICS, TRACE_FILE)
 
     def run(job: dict[str, Any], workdir: Path, progress: Progress) -> Outcome:
         out_dir = workdir / "model"
         proof = train(job, workdir, out_dir, progress)
-        return Outcome(sha256_file(out_dir / WEIGHTS), proof, {file: out_dir / file for file in artifacts})
+        traced = trace_dir(workdir)
+        trace = read_trace(traced / TRACE_FILE)
+        files = {file: out_dir / file for file in (*model_files, METRICS)}
+        files[TRACE_FILE] = traced / TRACE_FILE
+        checkpoints = {checkpoint_name(leaf.index): traced / checkpoint_name(leaf.index) for leaf in trace.leaves}
+        proof = {**proof, "trace": trace.commitment()}
+        return Outcome(sha256_file(out_dir / WEIGHTS), proof, files, checkpoints)
 
     return Kind(
         name=name,
@@ -247,6 +308,8 @@ def training_kind(
         run=run,
         artifacts=artifacts,
         check_spec=check_spec,
+        replay=replay,
+        plan=plan,
         **datasets.kind_fields(),
     )
 

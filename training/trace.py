@@ -183,6 +183,22 @@ def segments_needed(segments: int, detect: float, bad_fraction: float) -> int:
     return segments
 
 
+# What the challenge is sized for: a chain with a tenth of its segments wrong is caught with
+# probability 0.99, and re-executing the challenged segments costs at most a tenth of training.
+DETECT = 0.99
+BAD_FRACTION = 0.1
+VERIFY_SHARE = 0.1
+
+
+def trace_every(total_steps: int) -> int:
+    """The segment length k for a run of ``total_steps`` optimizer steps: the longest whose
+    challenge (``segments_needed`` segments of k steps) costs at most ``VERIFY_SHARE`` of the
+    training, k = max(1, ⌊VERIFY_SHARE · T / s⌋) with s = segments_needed(T, DETECT,
+    BAD_FRACTION). Longer segments would cost more to check; shorter ones, more checkpoints."""
+    s = segments_needed(max(1, total_steps), DETECT, BAD_FRACTION)
+    return max(1, math.floor(VERIFY_SHARE * total_steps / max(1, s)))
+
+
 def challenge(root: str, secret: bytes, segments: int, count: int) -> list[int]:
     """``count`` distinct segments of ``segments``, sorted, drawn from HMAC(secret, root): fixed
     once the root is, and unknown to whoever lacks the secret."""
@@ -208,3 +224,13 @@ def file_sha256(path: Path) -> str:
         for block in iter(lambda: fh.read(2**20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One challenged segment: the checkpoint files at its two ends and their leaves."""
+
+    start: Path
+    start_leaf: Leaf
+    end: Path
+    end_leaf: Leaf

@@ -8,16 +8,28 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from safetensors.numpy import load_file, save, save_file
 
-from training.plugin import METRICS, WEIGHTS, Kind, Outcome, Progress, Resources, Spec, micro, sha256_file
+from training.plugin import (
+    METRICS,
+    WEIGHTS,
+    Kind,
+    Outcome,
+    Progress,
+    Resources,
+    Spec,
+    TrainingPlan,
+    micro,
+    sha256_file,
+)
 from training.specs import param
-from training.trace import TRACE_FILE, Leaf, Trace, checkpoint_name, file_sha256
+from training.trace import TRACE_FILE, Leaf, Segment, Trace, checkpoint_name, file_sha256
 
 RATE = 0.5
 
@@ -29,13 +41,6 @@ class FitSpec:
     steps: int = param(12, "Optimizer steps.", lo=1, hi=1000)
     every: int = param(3, "Steps between checkpoints.", lo=1, hi=100)
     target: int = param(1000, "The number to fit.", lo=1, hi=10**6)
-
-
-@dataclass(frozen=True)
-class TracedOutcome(Outcome):
-    """An outcome with its checkpoint files, uploaded only when challenged."""
-
-    checkpoints: dict[str, Path] = field(default_factory=dict)
 
 
 def step(x: float, target: int) -> float:
@@ -97,7 +102,7 @@ def train(spec: Spec, out: Path, *, skip_every: int = 0) -> tuple[Trace, dict[st
     return Trace(every=every, leaves=tuple(leaves)), files, x
 
 
-def run(job: dict[str, Any], workdir: Path, progress: Progress) -> TracedOutcome:
+def run(job: dict[str, Any], workdir: Path, progress: Progress) -> Outcome:
     spec = job["spec"]
     out = workdir / "model"
     out.mkdir()
@@ -106,7 +111,7 @@ def run(job: dict[str, Any], workdir: Path, progress: Progress) -> TracedOutcome
     (out / METRICS).write_text(json.dumps({"loss": loss(x, int(spec["target"]))}))
     trace.write(out / TRACE_FILE)
     progress(1, 1, {})
-    return TracedOutcome(
+    return Outcome(
         result_hash=sha256_file(out / WEIGHTS),
         proof={"loss_micro": micro(loss(x, int(spec["target"]))), "trace": trace.commitment()},
         artifacts={name: out / name for name in (WEIGHTS, METRICS, TRACE_FILE)},
@@ -114,17 +119,34 @@ def run(job: dict[str, Any], workdir: Path, progress: Progress) -> TracedOutcome
     )
 
 
-def replay(spec: Spec, data: Path | None, start: Path, end: Path, first: Leaf, last: Leaf) -> str:
-    """Re-execute one segment from its first checkpoint; why it misses its last ("" when it lands)."""
-    x, at = read_checkpoint(start)
+def _replay_one(spec: Spec, segment: Segment) -> str:
+    first, last = segment.start_leaf, segment.end_leaf
+    where = f"segment {first.index} (steps {first.step}→{last.step})"
+    x, at = read_checkpoint(segment.start)
     if at != first.step:
-        return f"its first checkpoint says step {at}, its leaf {first.step}."
+        return f"{where}: its first checkpoint says step {at}, its leaf {first.step}."
     for _ in range(last.step - first.step):
         x = step(x, int(spec["target"]))
-    claimed, _ = read_checkpoint(end)
+    claimed, _ = read_checkpoint(segment.end)
     if abs(claimed - x) > 1e-9 * max(1.0, abs(x)):
-        return f"re-executed, x is {x:.6g}; the committed checkpoint holds {claimed:.6g}."
+        return f"{where}: re-executed, x is {x:.6g}; the committed checkpoint holds {claimed:.6g}."
     return ""
+
+
+def replay(spec: Spec, data: Path | None, segments: Sequence[Segment], *, device: str = "cpu") -> list[str]:
+    """Re-execute each segment from its first checkpoint: why it misses its last ("" when it lands)."""
+    return [_replay_one(spec, segment) for segment in segments]
+
+
+def plan(spec: Spec, data: Path | None) -> TrainingPlan:
+    """One epoch of ``steps`` steps from x = 0, a checkpoint every ``every``."""
+    return TrainingPlan(
+        untrained_sha256=hashlib.sha256(weights_bytes(0.0)).hexdigest(),
+        steps_per_epoch=int(spec["steps"]),
+        epochs=1,
+        early_stopping_patience=0,
+        every=int(spec["every"]),
+    )
 
 
 def _resources(spec: Spec) -> Resources:
@@ -135,14 +157,7 @@ def _flops(spec: Spec) -> float:
     return float(spec["steps"])
 
 
-@dataclass(frozen=True)
-class ReplayingKind(Kind):
-    """A kind with its segment replay (``workers.verification.base.training_proof_problem``)."""
-
-    replay: Any = None
-
-
-FIT = ReplayingKind(
+FIT = Kind(
     name="toy_fit",
     label="Toy fit",
     description="Fit one number, proving every step.",
@@ -153,4 +168,5 @@ FIT = ReplayingKind(
     artifacts=(WEIGHTS, METRICS, TRACE_FILE),
     model_files=(WEIGHTS,),
     replay=replay,
+    plan=plan,
 )

@@ -50,7 +50,8 @@ def test_band_rule_on_documented_sizes() -> None:
     (local, functional, distant) = band_offsets(16)
     assert local == ("local", True, [1.0])
     assert functional[2] == root([2**0.5, 3**0.5, 5**0.5])
-    assert distant[2][0] == 1.0 and distant[2][-1] == 8.0
+    assert distant[2][0] == 1.0
+    assert distant[2][-1] == 8.0
     # On a 2³ lattice every range is empty: each band borrows the nearest shell left.
     assert band_offsets(2) == [
         ("local", True, [1.0]),

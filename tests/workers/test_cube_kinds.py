@@ -697,9 +697,7 @@ def test_a_lattice_too_shallow_for_its_size_is_refused_naming_steps(bob: Any) ->
     assert cube.flops(auto) == cube.flops(explicit) > 0
 
 
-def test_a_task_stored_with_the_retired_loss_weights_still_verifies(
-    bob: Any, alpha: Provider, trained: Path
-) -> None:
+def test_a_task_stored_with_the_retired_loss_weights_still_verifies(bob: Any, alpha: Provider, trained: Path) -> None:
     task = training_task(bob)
     Task.objects.filter(pk=task.pk).update(
         spec={**task.spec, "loss_emergence": 0.05, "loss_dynamics": 0.05, "loss_spatial": 0.05}

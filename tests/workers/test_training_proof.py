@@ -27,9 +27,9 @@ from rest_framework.test import APIClient
 from marketplace import kinds as platform_kinds
 from marketplace.models import TaskStatus
 from tests.factories import CAPS, make_worker, post_task
-from tests.toykind.trained import FIT, TracedOutcome, run, train, weights_bytes
+from tests.toykind.trained import FIT, run, train, weights_bytes
 from training import kinds as node_kinds
-from training.plugin import WEIGHTS, sha256_file
+from training.plugin import WEIGHTS, Outcome, sha256_file
 from training.trace import TRACE_FILE, Leaf, Trace, challenge, checkpoint_name, segments_needed
 from workers.agent.identity import Credentials
 from workers.agent.jobs import Node
@@ -75,7 +75,7 @@ class FitNode:
             HTTP_CONTENT_DISPOSITION=f'attachment; filename="{name}"',
         )
 
-    def submit(self, assignment: Assignment, job: dict[str, Any], outcome: TracedOutcome) -> Any:
+    def submit(self, assignment: Assignment, job: dict[str, Any], outcome: Outcome) -> Any:
         node = Node(self.key, Credentials("http://testserver", str(self.worker.pk), self.key.address, ""), "x")
         try:
             body = node.sign_result(job, outcome)
@@ -83,7 +83,7 @@ class FitNode:
             node.http.close()
         return self.client.post(self.url(assignment, "result/"), body, format="json")
 
-    def upload_and_submit(self, assignment: Assignment, job: dict[str, Any], outcome: TracedOutcome) -> Any:
+    def upload_and_submit(self, assignment: Assignment, job: dict[str, Any], outcome: Outcome) -> Any:
         for name, path in outcome.artifacts.items():
             assert self.put(assignment, name, path.read_bytes()).status_code == 201
         return self.submit(assignment, job, outcome)
@@ -95,7 +95,7 @@ def node(alice: Any) -> FitNode:
 
 
 @pytest.fixture
-def started(node: FitNode, bob: Any, tmp_path: Path) -> tuple[Assignment, dict[str, Any], TracedOutcome]:
+def started(node: FitNode, bob: Any, tmp_path: Path) -> tuple[Assignment, dict[str, Any], Outcome]:
     """A toy_fit task assigned to ``node``, started, and honestly trained."""
     task = post_task(bob, "toy_fit", SPEC, max_attempts=1)
     (assignment,) = scheduler.schedule(task.pk)
@@ -103,7 +103,7 @@ def started(node: FitNode, bob: Any, tmp_path: Path) -> tuple[Assignment, dict[s
     return assignment, job, run(job, tmp_path, lambda *a: None)
 
 
-def answer_challenge(node: FitNode, assignment: Assignment, answer: dict[str, Any], outcome: TracedOutcome) -> Any:
+def answer_challenge(node: FitNode, assignment: Assignment, answer: dict[str, Any], outcome: Outcome) -> Any:
     last = None
     for name in answer["challenge"]["checkpoints"]:
         last = node.put(assignment, name, outcome.checkpoints[name].read_bytes())
@@ -112,7 +112,7 @@ def answer_challenge(node: FitNode, assignment: Assignment, answer: dict[str, An
 
 
 def test_an_honest_run_is_challenged_after_it_signed_then_replayed_accepted_and_paid(
-    node: FitNode, started: tuple[Assignment, dict[str, Any], TracedOutcome]
+    node: FitNode, started: tuple[Assignment, dict[str, Any], Outcome]
 ) -> None:
     assignment, job, outcome = started
     response = node.upload_and_submit(assignment, job, outcome)
@@ -135,7 +135,7 @@ def test_an_honest_run_is_challenged_after_it_signed_then_replayed_accepted_and_
 
 
 def test_the_same_signed_result_sent_again_gets_the_same_challenge_and_another_is_refused(
-    node: FitNode, started: tuple[Assignment, dict[str, Any], TracedOutcome]
+    node: FitNode, started: tuple[Assignment, dict[str, Any], Outcome]
 ) -> None:
     assignment, job, outcome = started
     first = node.upload_and_submit(assignment, job, outcome).json()
@@ -148,7 +148,7 @@ def test_the_same_signed_result_sent_again_gets_the_same_challenge_and_another_i
 
 
 def test_a_result_without_a_trace_is_refused_as_from_an_agent_that_does_not_prove_its_training(
-    node: FitNode, started: tuple[Assignment, dict[str, Any], TracedOutcome]
+    node: FitNode, started: tuple[Assignment, dict[str, Any], Outcome]
 ) -> None:
     assignment, job, outcome = started
     old = replace(outcome, proof={"loss_micro": outcome.proof["loss_micro"]})
@@ -163,7 +163,7 @@ def test_a_result_without_a_trace_is_refused_as_from_an_agent_that_does_not_prov
 
 
 def test_a_trace_json_that_is_not_the_signed_chain_is_rejected_with_the_reason(
-    node: FitNode, started: tuple[Assignment, dict[str, Any], TracedOutcome]
+    node: FitNode, started: tuple[Assignment, dict[str, Any], Outcome]
 ) -> None:
     assignment, job, outcome = started
     trace_file = outcome.artifacts[TRACE_FILE]
@@ -179,7 +179,7 @@ def test_a_trace_json_that_is_not_the_signed_chain_is_rejected_with_the_reason(
 
 
 def test_checkpoints_are_taken_only_when_challenged_and_only_with_their_committed_hash(
-    node: FitNode, started: tuple[Assignment, dict[str, Any], TracedOutcome], bob: Any, tmp_path: Path
+    node: FitNode, started: tuple[Assignment, dict[str, Any], Outcome], bob: Any, tmp_path: Path
 ) -> None:
     assignment, _, outcome = started
     early = node.put(assignment, checkpoint_name(1), outcome.checkpoints[checkpoint_name(1)].read_bytes())
@@ -213,7 +213,7 @@ def test_checkpoints_are_taken_only_when_challenged_and_only_with_their_committe
 
 
 def test_a_model_that_is_not_a_checkpoint_of_the_chain_is_rejected(
-    node: FitNode, started: tuple[Assignment, dict[str, Any], TracedOutcome]
+    node: FitNode, started: tuple[Assignment, dict[str, Any], Outcome]
 ) -> None:
     assignment, job, outcome = started
     # The honest chain, but a model of the run's final weight nudged: a cheaper model
@@ -229,7 +229,7 @@ def test_a_model_that_is_not_a_checkpoint_of_the_chain_is_rejected(
 
 
 def test_a_run_that_skipped_steps_is_caught_by_the_replay_and_not_paid(
-    node: FitNode, started: tuple[Assignment, dict[str, Any], TracedOutcome], tmp_path: Path
+    node: FitNode, started: tuple[Assignment, dict[str, Any], Outcome], tmp_path: Path
 ) -> None:
     assignment, job, _ = started
     # Half the steps skipped, the chain committed honestly to what was done.
@@ -239,7 +239,7 @@ def test_a_run_that_skipped_steps_is_caught_by_the_replay_and_not_paid(
     (out / WEIGHTS).write_bytes(weights_bytes(x))
     (out / "metrics.json").write_text("{}")
     trace.write(out / TRACE_FILE)
-    lazy = TracedOutcome(
+    lazy = Outcome(
         result_hash=sha256_file(out / WEIGHTS),
         proof={"loss_micro": 0, "trace": trace.commitment()},
         artifacts={name: out / name for name in (WEIGHTS, "metrics.json", TRACE_FILE)},
@@ -255,7 +255,7 @@ def test_a_run_that_skipped_steps_is_caught_by_the_replay_and_not_paid(
 
 
 def test_a_node_that_never_answers_its_challenge_expires_at_its_deadline(
-    node: FitNode, started: tuple[Assignment, dict[str, Any], TracedOutcome]
+    node: FitNode, started: tuple[Assignment, dict[str, Any], Outcome]
 ) -> None:
     assignment, job, outcome = started
     assert node.upload_and_submit(assignment, job, outcome).status_code == 202
@@ -329,7 +329,7 @@ def test_the_agent_uploads_exactly_the_challenged_checkpoints_and_the_result_is_
 def test_an_agent_asked_for_a_checkpoint_it_does_not_have_reports_the_job_failed(
     agent: Node, node: FitNode, bob: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def without_checkpoints(job: dict[str, Any], workdir: Path, progress: Any) -> TracedOutcome:
+    def without_checkpoints(job: dict[str, Any], workdir: Path, progress: Any) -> Outcome:
         return replace(run(job, workdir, progress), checkpoints={})
 
     monkeypatch.setitem(node_kinds.KINDS, FIT.name, replace(FIT, run=without_checkpoints))

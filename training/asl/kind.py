@@ -107,7 +107,14 @@ def train(job: dict[str, Any], workdir: Path, out_dir: Path, progress: Progress)
 
     data = workdir / f"dataset.{job['dataset']['format']}"
     metrics = train_asl(
-        job["spec"], data, out_dir, report, capabilities=_gpu_capabilities(), cache_dir=workdir / "cache", resume=False
+        job["spec"],
+        data,
+        out_dir,
+        report,
+        capabilities=_gpu_capabilities(),
+        cache_dir=workdir / "cache",
+        resume=False,
+        trace_dir=plugin.trace_dir(workdir),
     )
     return {
         "val_top1_micro": micro(metrics["val_top1"]),
@@ -116,6 +123,20 @@ def train(job: dict[str, Any], workdir: Path, out_dir: Path, progress: Progress)
         "val_sequences": int(metrics["val_sequences"]),
         "micros": micro(metrics["seconds"]),
     }
+
+
+def replay(spec: Spec, data: Path | None, segments: Any, *, device: str = "cpu") -> list[str]:
+    """Re-execute challenged segments of a run's trace (training.asl.run.replay_segments)."""
+    from training.asl.run import replay_segments
+
+    return replay_segments(spec, data, segments, device=device)
+
+
+def plan(spec: Spec, data: Path | None) -> plugin.TrainingPlan:
+    """What a run must start from and span (training.asl.run.training_plan)."""
+    from training.asl.run import training_plan
+
+    return training_plan(spec, data)
 
 
 ASL_TRAINING = plugin.training_kind(
@@ -128,6 +149,8 @@ ASL_TRAINING = plugin.training_kind(
     train=train,
     resources=_training_resources,
     flops=_training_flops,
+    replay=replay,
+    plan=plan,
 )
 
 

@@ -11,17 +11,19 @@ batch composition, so the same files always give the same figures.
 from __future__ import annotations
 
 import math
+import tempfile
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
 import torch.nn.functional as F  # noqa: N812
 from torch import nn
 
-from training.artifacts import read_json, state_exists, write_json
+from training.artifacts import weights_sha256, write_json
 from training.asl import export
 from training.asl.augment import Augmenter
 from training.asl.data import SequenceDataset, make_loader, split_by_participant
@@ -31,7 +33,10 @@ from training.asl.model import ModelConfig, SignModel
 from training.asl.parquet import DatasetError
 from training.asl.spec import TrainSpec, preset_batch
 from training.device import seed_everything, select_device
-from training.loop import CHECKPOINT_STEM, LoopConfig, fit
+from training.loop import LoopConfig, fit
+from training.plugin import TrainingPlan
+from training.replay import Trainer, check_segments, plan_of, total_steps
+from training.trace import Segment, trace_every
 
 Progress = Callable[[dict[str, Any]], None]
 CHECKPOINT_DIR = "checkpoints"
@@ -40,16 +45,6 @@ CHECKPOINT_DIR = "checkpoints"
 def late_dropout_start(epochs: int) -> int:
     """The first epoch with late dropout on: after the first fifth of training."""
     return 1 + epochs // 5
-
-
-def _resumed_epoch(checkpoints: Path) -> int:
-    if not state_exists(checkpoints / CHECKPOINT_STEM):
-        return 0
-    structure: Any = read_json((checkpoints / CHECKPOINT_STEM).with_suffix(".json"))
-    try:
-        return int(structure["loop"]["epoch"])
-    except (KeyError, TypeError, ValueError):
-        return 0
 
 
 def build_model(spec: TrainSpec, num_classes: int) -> SignModel:
@@ -66,41 +61,28 @@ def build_model(spec: TrainSpec, num_classes: int) -> SignModel:
     return SignModel(config)
 
 
-def run(
-    spec: dict[str, Any],
-    data_dir: Path,
-    out_dir: Path,
-    progress: Progress | None = None,
+def trainer(
+    spec: Mapping[str, Any],
+    data: Path | None,
+    device: str | None = None,
     *,
     capabilities: dict[str, Any] | None = None,
     cache_dir: Path | None = None,
-    device: str | None = None,
-    resume: bool = True,
-    export_onnx: bool = False,
     max_steps_per_epoch: int | None = None,
-) -> dict[str, Any]:
-    """Train on the ISLR dataset at ``data_dir`` (folder or zip); artifacts go to ``out_dir``.
-
-    Returns the metrics also written to metrics.json. Progress events are the shared
-    loop's (``step``, ``epoch``) plus ``{"event": "reading", "done", "total"}`` while the
-    dataset is cached. Raises DatasetError (naming the file) for a malformed dataset and
-    ValueError (naming the field) for a bad spec. With ``resume`` a run interrupted after
-    an epoch continues from its checkpoint in ``out_dir``.
-    """
-    started = time.perf_counter()
-    settings = TrainSpec.from_dict(spec)
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    emit = progress or (lambda event: None)
-
-    data = load_dataset(
-        Path(data_dir), cache_dir, progress=lambda done, total: emit({"event": "reading", "done": done, "total": total})
-    )
+    progress: Callable[[int, int], None] | None = None,
+) -> Trainer:
+    """The untrained model, loaders, step and loop settings a spec and the worker's ISLR
+    dataset (folder or zip) give: what ``run`` trains and what a replay of its trace
+    re-executes. Late dropout switches on per epoch (``on_epoch``)."""
+    if data is None:
+        raise DatasetError("dataset", "asl_training needs an ISLR dataset")
+    settings = TrainSpec.from_dict(dict(spec))
+    loaded = load_dataset(Path(data), cache_dir, progress=progress)
     train_rows, val_rows, held_out = split_by_participant(
-        data.participants, settings.validation_fraction, settings.seed
+        loaded.participants, settings.validation_fraction, settings.seed
     )
     seed_everything(settings.seed)  # the initial weights are part of a replayable run
-    model = build_model(settings, len(data.signs))
+    model = build_model(settings, len(loaded.signs))
     points = model.config.points
     augmenter = (
         Augmenter(points, settings.p_temporal, settings.p_spatial, settings.p_noise, settings.p_masking)
@@ -109,22 +91,16 @@ def run(
     )
     target = select_device(device)
     batch, accumulation = preset_batch(settings, capabilities)
-    train_set = SequenceDataset(data.subset(train_rows), points, settings.max_len, augmenter)
-    val_set = SequenceDataset(data.subset(val_rows), points, settings.max_len)
+    train_set = SequenceDataset(loaded.subset(train_rows), points, settings.max_len, augmenter)
+    val_set = SequenceDataset(loaded.subset(val_rows), points, settings.max_len)
     train_loader = make_loader(train_set, batch, shuffle=True, device=target, drop_last=len(train_set) > batch)
     val_loader = make_loader(val_set, max(batch, 32), shuffle=False, device=target)
-
-    checkpoints = out_dir / CHECKPOINT_DIR
-    epoch_now = {"epoch": (_resumed_epoch(checkpoints) if resume else 0) + 1}
     dropout_from = late_dropout_start(settings.epochs)
 
-    def on_progress(event: dict[str, Any]) -> None:
-        if event.get("event") == "epoch":
-            epoch_now["epoch"] = int(event["epoch"]) + 1
-        emit(event)
+    def on_epoch(epoch: int) -> None:
+        model.late_dropout.active = epoch >= dropout_from
 
     def step_fn(runner: nn.Module, batch: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, Any]]:
-        model.late_dropout.active = epoch_now["epoch"] >= dropout_from
         logits = runner(batch["x"], batch["lengths"]).float()
         loss = F.cross_entropy(logits, batch["y"], label_smoothing=settings.label_smoothing)
         return loss, {"top1": (logits.argmax(1) == batch["y"]).float().mean()}
@@ -150,9 +126,99 @@ def run(
         device=str(target),
         max_steps_per_epoch=max_steps_per_epoch,
     )
+    extras = {
+        "data": loaded,
+        "train_rows": train_rows,
+        "val_rows": val_rows,
+        "held_out": held_out,
+        "batch": batch,
+        "accumulation": accumulation,
+    }
+    return Trainer(model, train_loader, step_fn, loop, on_epoch, val_loader, eval_fn, extras)
+
+
+def replay_segments(
+    spec: Mapping[str, Any], data: Path | None, segments: Sequence[Segment], *, device: str = "cpu"
+) -> list[str]:
+    """``training.replay.check_segments`` for an asl_training run: "" or the reason, per segment."""
+    with tempfile.TemporaryDirectory(prefix="asl-replay-") as cache:
+        return check_segments(
+            lambda s, d, dev: trainer(s, d, dev, cache_dir=Path(cache)), spec, data, segments, device=device
+        )
+
+
+def untrained_weights(spec: Mapping[str, Any], data: Path | None) -> str:
+    """The sha256 of the weights a run of ``spec`` on ``data`` starts from (its checkpoint 0)."""
+    with tempfile.TemporaryDirectory(prefix="asl-replay-") as cache:
+        return weights_sha256(trainer(spec, data, "cpu", cache_dir=Path(cache)).model)
+
+
+def training_plan(spec: Mapping[str, Any], data: Path | None) -> TrainingPlan:
+    """What a run of ``spec`` on the worker's ``data`` starts from and how many steps it takes."""
+    with tempfile.TemporaryDirectory(prefix="asl-replay-") as cache:
+        return plan_of(trainer(spec, data, "cpu", cache_dir=Path(cache)))
+
+
+def run(
+    spec: dict[str, Any],
+    data_dir: Path,
+    out_dir: Path,
+    progress: Progress | None = None,
+    *,
+    capabilities: dict[str, Any] | None = None,
+    cache_dir: Path | None = None,
+    device: str | None = None,
+    resume: bool = True,
+    export_onnx: bool = False,
+    max_steps_per_epoch: int | None = None,
+    trace_dir: Path | None = None,
+) -> dict[str, Any]:
+    """Train on the ISLR dataset at ``data_dir`` (folder or zip); artifacts go to ``out_dir``.
+
+    Returns the metrics also written to metrics.json. Progress events are the shared
+    loop's (``step``, ``epoch``) plus ``{"event": "reading", "done", "total"}`` while the
+    dataset is cached. Raises DatasetError (naming the file) for a malformed dataset and
+    ValueError (naming the field) for a bad spec. With ``resume`` a run interrupted after
+    an epoch continues from its checkpoint in ``out_dir``. With ``trace_dir`` the run
+    writes its training trace there (``training.trace``; the metrics' ``trace`` is its
+    commitment).
+    """
+    started = time.perf_counter()
+    settings = TrainSpec.from_dict(spec)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    emit = progress or (lambda event: None)
+    built = trainer(
+        spec,
+        Path(data_dir),
+        device,
+        capabilities=capabilities,
+        cache_dir=cache_dir,
+        max_steps_per_epoch=max_steps_per_epoch,
+        progress=lambda done, total: emit({"event": "reading", "done": done, "total": total}),
+    )
+    model, val_loader, data = cast(SignModel, built.model), built.val_loader, built.extras["data"]
+    train_rows, val_rows = built.extras["train_rows"], built.extras["val_rows"]
+    target = select_device(built.config.device)
+    loop = built.config
+    if trace_dir is not None:
+        loop = replace(loop, trace_every=trace_every(total_steps(built)))
     if target.type == "cuda":
         torch.backends.cudnn.benchmark = True
-    result = fit(model, train_loader, val_loader, step_fn, eval_fn, loop, on_progress, checkpoints, resume=resume)
+    assert built.eval_fn is not None
+    result = fit(
+        model,
+        built.train_loader,
+        val_loader,
+        built.step_fn,
+        built.eval_fn,
+        loop,
+        progress,
+        out_dir / CHECKPOINT_DIR,
+        resume=resume,
+        trace_dir=trace_dir,
+        on_epoch=built.on_epoch,
+    )
 
     model.eval()
     logits, labels = predict_logits(model, val_loader)
@@ -164,14 +230,16 @@ def run(
         "stopped_early": result.stopped_early,
         "train_sequences": len(train_rows),
         "val_sequences": len(val_rows),
-        "val_participants": held_out,
+        "val_participants": built.extras["held_out"],
         "num_signs": len(data.signs),
-        "batch_size": batch,
-        "grad_accumulation": accumulation,
+        "batch_size": built.extras["batch"],
+        "grad_accumulation": built.extras["accumulation"],
         "device": str(target),
         "history": result.history,
         "seconds": time.perf_counter() - started,
     }
+    if result.trace is not None:
+        metrics["trace"] = result.trace.commitment()
     metrics["meets_min_accuracy"] = metrics["val_top1"] >= settings.min_accuracy
     model.cpu()
     export.save(out_dir, model, data.signs)

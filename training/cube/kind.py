@@ -145,7 +145,9 @@ def train(job: dict[str, Any], workdir: Path, out_dir: Path, progress: Progress)
         metrics = {"loss": float(event["loss"]), "lr": float(event["lr"]), **numbers(event.get("metrics", {}))}
         progress(int(event["step"]), int(event["total_steps"]), metrics)
 
-    metrics = cube.run(job["spec"], _data_dir(job, workdir), out_dir, progress=report)
+    metrics = cube.run(
+        job["spec"], _data_dir(job, workdir), out_dir, progress=report, trace_dir=plugin.trace_dir(workdir)
+    )
     proof: dict[str, Any] = {
         "val_loss_micro": micro(metrics["val_loss"]),
         "steps": int(metrics["steps"]),
@@ -155,6 +157,20 @@ def train(job: dict[str, Any], workdir: Path, out_dir: Path, progress: Progress)
     if isinstance(metrics.get("cosine"), int | float):
         proof["cosine_micro"] = micro(metrics["cosine"])
     return proof
+
+
+def replay(spec: Spec, data: Path | None, segments: Any, *, device: str = "cpu") -> list[str]:
+    """Re-execute challenged segments of a run's trace (training.cube.run.replay_segments)."""
+    from training.cube.run import replay_segments
+
+    return replay_segments(spec, data, segments, device=device)
+
+
+def plan(spec: Spec, data: Path | None) -> plugin.TrainingPlan:
+    """What a run must start from and span (training.cube.run.training_plan)."""
+    from training.cube.run import training_plan
+
+    return training_plan(spec, data)
 
 
 CUBE_TRAINING = plugin.training_kind(
@@ -168,6 +184,8 @@ CUBE_TRAINING = plugin.training_kind(
     resources=_training_resources,
     flops=_training_flops,
     check_spec=check_training_spec,
+    replay=replay,
+    plan=plan,
 )
 
 

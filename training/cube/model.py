@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+
 import torch
 from torch import nn
 
@@ -94,7 +95,7 @@ class VolumeStateInitializer(nn.Module):
 
     def forward(self, face: torch.Tensor) -> torch.Tensor:
         """Face ``[S², B, D]`` → lattice ``[S³, B, D]``."""
-        s2, b, d = face.shape
+        b = face.shape[1]
         inner = self.mlp(self.cell_features.to(face.dtype)).unsqueeze(1).expand(-1, b, -1)
         return torch.cat([face, inner], dim=0)
 

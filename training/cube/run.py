@@ -12,25 +12,30 @@ card), ``metrics.json``; resumable checkpoints under ``out_dir/checkpoints``.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+import tempfile
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from training import stop
-from training.artifacts import ArtifactError, export_hf, load_model_weights, read_json, write_json
+from training.artifacts import ArtifactError, export_hf, load_model_weights, read_json, weights_sha256, write_json
 from training.cube.config import CubeConfig, CubeConfigError, check_capacity
 from training.cube.data import CubeDataError, load_dataset, split_indices, synthetic_embeddings, validate_embeddings
-from training.cube.losses import total_loss, weights_from_spec
 from training.cube.lattice import LatticeOutput
+from training.cube.losses import total_loss, weights_from_spec
 from training.cube.model import CubeModel, CubeOutput
 from training.cube.spec import RETIRED_TRAINING_FIELDS, CubeInferenceSpec, CubeTrainingSpec
 from training.device import pin_memory, select_device
 from training.loop import FitResult, LoopConfig, fit
+from training.plugin import TrainingPlan
+from training.replay import Trainer, check_segments, plan_of, total_steps
 from training.specs import defaults
+from training.trace import Segment, trace_every
 
 Progress = Callable[[dict[str, Any]], None]
 
@@ -67,7 +72,7 @@ def _rows(array: np.ndarray | None, rows: np.ndarray) -> np.ndarray | None:
     return array[rows] if array is not None else None
 
 
-def evaluate(model: CubeModel, loader: DataLoader, weights: Mapping[str, float]) -> dict[str, float]:
+def evaluate(model: CubeModel, loader: Iterable[Any], weights: Mapping[str, float]) -> dict[str, float]:
     """Mean loss terms over ``loader`` (weighted by batch size), as ``val_loss``, ``val_<term>``, ``val_cosine``."""
     device = next(model.parameters()).device
     sums: dict[str, float] = {}
@@ -106,52 +111,52 @@ def constant_baseline(
     return total / max(1, rows)
 
 
-def run(
-    spec: Mapping[str, Any],
-    data_dir: Path,
-    out_dir: Path,
-    progress: Progress | None = None,
-    *,
-    device: str | None = None,
-    capacity_bytes: int | None = None,
-    resume: bool = False,
-    max_steps_per_epoch: int | None = None,
-) -> dict[str, Any]:
-    """Train a cube model and write its artifacts into ``out_dir``; return the metrics.
-
-    Data comes from ``data_dir`` (see ``training.cube.data``), or, when it holds none and
-    ``synthetic_samples`` > 0, from the synthetic generator (stream 0). ``progress`` gets
-    every step and epoch event of ``training.loop.fit``. Raises CubeConfigError (bad spec,
-    memory estimate above ``capacity_bytes``), CubeDataError (bad data) or
-    training.loop.NonFiniteLossError.
-    """
-    spec = training_spec(spec)
-    config = _config(spec)
-    batch_size = int(spec["batch_size"])
-    estimate = check_capacity(config, batch_size, capacity_bytes)
-    dataset = load_dataset(Path(data_dir), config.teacher_dim, config.mode)
+def _training_rows(
+    spec: Mapping[str, Any], config: CubeConfig, data: Path | None
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """The worker's rows: from ``data`` (a folder ``training.cube.data`` reads, or the one
+    file the platform sends, read as the node reads it), else synthetic stream 0 of the
+    spec's seed."""
+    dataset = None
+    if data is not None and Path(data).is_file():
+        with tempfile.TemporaryDirectory(prefix="cube-data-") as folder:
+            (Path(folder) / f"embeddings{Path(data).suffix}").symlink_to(Path(data).resolve())
+            dataset = load_dataset(Path(folder), config.teacher_dim, config.mode)
+    elif data is not None:
+        dataset = load_dataset(Path(data), config.teacher_dim, config.mode)
     if dataset is None:
         if spec["synthetic_samples"] <= 0:
             raise CubeDataError("No embeddings in the dataset and synthetic_samples is 0: upload embeddings.")
         dataset = synthetic_embeddings(spec["synthetic_samples"], config.teacher_dim, spec["seed"], config.mode)
-    inputs, targets = dataset
+    return dataset
+
+
+def trainer(
+    spec: Mapping[str, Any],
+    data: Path | None,
+    device: str | None = None,
+    *,
+    max_steps_per_epoch: int | None = None,
+    validation: bool = False,
+) -> Trainer:
+    """The untrained model, loaders, step and loop settings a spec and the worker's data
+    give: what ``run`` trains and what a replay of its trace re-executes. With
+    ``validation`` the trainer also holds the validation loader and its evaluation."""
+    spec = training_spec(spec)
+    config = _config(spec)
+    batch_size = int(spec["batch_size"])
+    inputs, targets = _training_rows(spec, config, data)
     train_idx, val_idx = split_indices(inputs.shape[0], VALIDATION_FRACTION, spec["seed"])
     dev = select_device(device)
-
     torch.manual_seed(spec["seed"])
     model = CubeModel(config)
     model.set_batch_size(batch_size)
     weights = weights_from_spec(spec)
     train_loader = _loader(inputs[train_idx], _rows(targets, train_idx), batch_size, True, dev)
-    val_loader = _loader(inputs[val_idx], _rows(targets, val_idx), batch_size, False, dev)
-    initial = evaluate(model.to(dev), val_loader, weights)
 
     def step_fn(m: torch.nn.Module, batch: Any) -> tuple[torch.Tensor, dict[str, float]]:
         x, y = batch
         return total_loss(m(x), y, weights)
-
-    def eval_fn(m: torch.nn.Module, loader: Any) -> dict[str, float]:
-        return evaluate(model, loader, weights)
 
     loop_config = LoopConfig(
         epochs=spec["epochs"],
@@ -168,17 +173,78 @@ def run(
         device=str(dev),
         max_steps_per_epoch=max_steps_per_epoch,
     )
+    out = Trainer(model, train_loader, step_fn, loop_config)
+    if validation:
+        out.val_loader = _loader(inputs[val_idx], _rows(targets, val_idx), batch_size, False, dev)
+        out.eval_fn = lambda m, loader: evaluate(model, loader, weights)
+        out.extras = {"weights": weights, "train_rows": len(train_idx), "validation_rows": len(val_idx)}
+    return out
+
+
+def replay_segments(
+    spec: Mapping[str, Any], data: Path | None, segments: Sequence[Segment], *, device: str = "cpu"
+) -> list[str]:
+    """``training.replay.check_segments`` for a cube_training run: "" or the reason, per segment."""
+    return check_segments(lambda s, d, dev: trainer(s, d, dev), spec, data, segments, device=device)
+
+
+def untrained_weights(spec: Mapping[str, Any], data: Path | None) -> str:
+    """The sha256 of the weights a run of ``spec`` starts from (its checkpoint 0)."""
+    return weights_sha256(trainer(spec, data, "cpu").model)
+
+
+def training_plan(spec: Mapping[str, Any], data: Path | None) -> TrainingPlan:
+    """What a run of ``spec`` on the worker's ``data`` starts from and how many steps it takes."""
+    built = trainer(spec, data, "cpu")
+    return plan_of(built)
+
+
+def run(
+    spec: Mapping[str, Any],
+    data_dir: Path,
+    out_dir: Path,
+    progress: Progress | None = None,
+    *,
+    device: str | None = None,
+    capacity_bytes: int | None = None,
+    resume: bool = False,
+    max_steps_per_epoch: int | None = None,
+    trace_dir: Path | None = None,
+) -> dict[str, Any]:
+    """Train a cube model and write its artifacts into ``out_dir``; return the metrics.
+
+    Data comes from ``data_dir`` (see ``training.cube.data``), or, when it holds none and
+    ``synthetic_samples`` > 0, from the synthetic generator (stream 0). ``progress`` gets
+    every step and epoch event of ``training.loop.fit``. With ``trace_dir`` the run writes
+    its training trace there, a checkpoint every ``training.trace.trace_every(steps)``
+    steps (the metrics' ``trace`` is its commitment). Raises CubeConfigError (bad spec,
+    memory estimate above ``capacity_bytes``), CubeDataError (bad data) or
+    training.loop.NonFiniteLossError.
+    """
+    spec = training_spec(spec)
+    config = _config(spec)
+    batch_size = int(spec["batch_size"])
+    estimate = check_capacity(config, batch_size, capacity_bytes)
+    built = trainer(spec, Path(data_dir), device, max_steps_per_epoch=max_steps_per_epoch, validation=True)
+    model, weights = cast(CubeModel, built.model), built.extras["weights"]
+    assert built.eval_fn is not None  # validation=True
+    dev = select_device(built.config.device)
+    initial = evaluate(model.to(dev), built.val_loader, weights)
+    loop_config = built.config
+    if trace_dir is not None:
+        loop_config = replace(loop_config, trace_every=trace_every(total_steps(built)))
     out_dir = Path(out_dir)
     result: FitResult = fit(
         model,
-        train_loader,
-        val_loader,
-        step_fn,
-        eval_fn,
+        built.train_loader,
+        built.val_loader,
+        built.step_fn,
+        built.eval_fn,
         loop_config,
         progress=progress,
         checkpoint_dir=out_dir / "checkpoints",
         resume=resume,
+        trace_dir=trace_dir,
     )
     best = result.best_metrics
     params = sum(p.numel() for p in model.parameters())
@@ -191,13 +257,15 @@ def run(
         "steps": result.global_step,
         "stopped_early": result.stopped_early,
         "parameters": params,
-        "train_rows": len(train_idx),
-        "validation_rows": len(val_idx),
+        "train_rows": built.extras["train_rows"],
+        "validation_rows": built.extras["validation_rows"],
         "memory_estimate_bytes": estimate,
         "seconds": result.seconds,
         "device": str(dev),
         "history": result.history,
     }
+    if result.trace is not None:
+        metrics["trace"] = result.trace.commitment()
     model_config = {**config.to_dict(), "architecture": "CubeModel", "loss_weights": weights, "batch_size": batch_size}
     export_hf(
         out_dir,

@@ -253,7 +253,7 @@ class Node(PlatformClient):
         if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
             self.report_failure(assignment_id, f"the platform's challenge names no checkpoints: {challenge!r:.150}")
             return "failed"
-        have: dict[str, Path] = dict(getattr(outcome, "checkpoints", None) or {})
+        have = outcome.checkpoints
         unknown = [n for n in names if n not in have]
         if unknown:
             self.report_failure(

@@ -24,9 +24,9 @@ from django.core.files.storage import default_storage
 
 from marketplace.models import Task
 from training import kinds as plugin_kinds
-from training.plugin import WEIGHTS, sha256_file
+from training.plugin import WEIGHTS, TrainingPlan, sha256_file
 from training.specs import default
-from training.trace import TraceError, checkpoint_name, file_sha256
+from training.trace import Segment, Trace, TraceError, checkpoint_name, file_sha256
 from workers.assignments import heldout, proof
 from workers.assignments.jobs import artifact_path
 from workers.models import Assignment
@@ -195,34 +195,65 @@ def worker_data(task: Task) -> Path | None:
 
 def training_proof_problem(assignment: Assignment) -> str:
     """Why the proof of training does not hold ("" when it does): trace.json must be the
-    chain the signed proof's root commits to, the submitted weights one of its checkpoints'
-    (the run hands back its best epoch's end), and each challenged segment, re-executed from
-    its first checkpoint by the kind's ``replay``, must land on its second
-    (``docs/proof-of-training.md``)."""
+    chain the signed proof's root commits to; it must start from the spec's seeded
+    initialisation, take checkpoints as often as the run's length asks, and span the run
+    the spec asks (every epoch, or as many as early stopping allows); the submitted weights
+    must be one of its checkpoints' (the run hands back its best epoch's end); and each
+    challenged segment, re-executed from its first checkpoint by the kind's ``replay``, must
+    land on its second (``docs/proof-of-training.md``)."""
     try:
         trace = proof.committed_trace(assignment)
     except TraceError as exc:
         return str(exc)
+    task = assignment.task
+    kind = plugin_kinds.KINDS.get(task.kind)
+    replay, plan_of = getattr(kind, "replay", None), getattr(kind, "plan", None)
+    if replay is None or plan_of is None:
+        raise PlatformFault(f"{task.kind} has no replay: the platform cannot re-execute its segments")
+    data = worker_data(task)
+    plan = plan_of(task.spec, data)
+    problem = _span_problem(trace, plan)
+    if problem:
+        return problem
     result_hash = assignment.result["compute_result"]["result_hash"]
     if all(leaf.weights_sha256 != result_hash for leaf in trace.leaves):
         return "the submitted model's weights are not those of any checkpoint in trace.json."
     segments = list(assignment.challenge)
     if not segments:
         return "no segment of the trace was challenged."
-    replay = getattr(plugin_kinds.KINDS.get(assignment.task.kind), "replay", None)
-    if replay is None:
-        raise PlatformFault(f"{assignment.task.kind} has no replay: the platform cannot re-execute its segments")
-    task = assignment.task
-    data = worker_data(task)
+    picked = []
     for i in segments:
         start, end = trace.leaves[i], trace.leaves[i + 1]
         files = [Path(default_storage.path(artifact_path(assignment, checkpoint_name(j)))) for j in (i, i + 1)]
         for leaf, path in zip((start, end), files, strict=True):
             if not path.is_file() or file_sha256(path) != leaf.state_sha256:
                 return f"{path.name} is missing or does not hash to its leaf."
-        why = replay(task.spec, data, files[0], files[1], start, end)
+        picked.append(Segment(start=files[0], start_leaf=start, end=files[1], end_leaf=end))
+    for why in replay(task.spec, data, picked):
         if why:
-            return f"segment {i} (steps {start.step}→{end.step}): {why}"
+            return str(why)
+    return ""
+
+
+def _span_problem(trace: Trace, plan: TrainingPlan) -> str:
+    """Whether the chain is the run the plan asks for, before any segment is re-executed."""
+    first, last = trace.leaves[0], trace.leaves[-1]
+    if first.weights_sha256 != plan.untrained_sha256:
+        return "checkpoint 0 is not the untrained model the spec's seed gives."
+    if trace.every != plan.every:
+        return (
+            f"trace.json takes a checkpoint every {trace.every} steps; a run of {plan.total_steps} steps "
+            f"takes one every {plan.every}."
+        )
+    if last.step > plan.total_steps:
+        return f"trace.json runs {last.step} optimizer steps; the spec asks for {plan.total_steps}."
+    if last.step < plan.least_steps or last.step % plan.steps_per_epoch:
+        stop = (
+            f" (early stopping may end it after {plan.least_steps} steps, at an epoch's end)"
+            if plan.least_steps < plan.total_steps
+            else ""
+        )
+        return f"trace.json ends after {last.step} of the {plan.total_steps} optimizer steps the spec asks for{stop}."
     return ""
 
 

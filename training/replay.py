@@ -1,0 +1,214 @@
+"""Re-executing segments of a training trace: the platform's side of proof of training.
+
+A segment is checkpoint i → i + 1 of a run's trace (``training.trace``). ``check_segments``
+re-runs each segment's steps from its start checkpoint, in fp32, with the data the worker
+was sent and the spec's seeds, and compares the weights reached with the committed end
+checkpoint. The distance is in units of the segment's mean step: ``‖replayed − committed‖ /
+(‖replayed − start‖ / steps)`` over every weight, and the same over the optimizer's first
+moments (where the data a step trained on shows most); the larger of the two counts, so 1 means "one step's update away"
+whatever the learning rate or the layer sizes (Proof-of-Learning, Jia et al. 2021, uses
+such normalised distances). A skipped, shortened or fabricated segment lands about a step
+or more away; an honest one, trained in bf16 autocast or on another device, lands within
+``TOLERANCE`` (measured by ``bench/prooftrain.py``, written down in docs/kinds.md).
+
+Each kind says how to build its trainer from a spec and the worker's data (``Build``); the
+rest is shared. Checkpoint files are untrusted: each must hash to its leaf before it is
+read, is read as safetensors only, size-bounded, and must fit the spec's model.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from training.artifacts import ArtifactError, flatten_tensors, load_model_tensors, read_state_file, weights_sha256
+from training.loop import EvalFn, LoopConfig, Progress, StepFn, replay, steps_per_epoch
+from training.plugin import TrainingPlan
+from training.trace import Segment, file_sha256, trace_every
+
+# Largest distance, in steps' updates, that an honest segment may land from its committed
+# end: bench/prooftrain.py measured honest bf16-trained segments replayed in fp32 at most
+# 0.18 (median 0.05), fp32 ones at 0, and a skipped step, a copied segment, training on
+# other rows or without lattice steps at 0.37 to 2 (a skipped step: 1.0).
+TOLERANCE = 0.5
+# A checkpoint holds the weights and at most three tensors per weight (AdamW's moments, or
+# RAdam's and the Lookahead slow copy): anything larger is refused unread.
+STATE_COPIES = 4
+STATE_SLACK_BYTES = 4 * 2**20
+
+
+@dataclass
+class Trainer:
+    """What a kind builds from a spec and the worker's data, for training or a replay: the
+    model (its untrained weights), the training loader, the step and the loop's settings."""
+
+    model: nn.Module
+    train_loader: Iterable[Any]
+    step_fn: StepFn
+    config: LoopConfig
+    on_epoch: Callable[[int], None] | None = None
+    # For training (not needed by a replay): validation, and what the run reports.
+    val_loader: Iterable[Any] = ()
+    eval_fn: EvalFn | None = None
+    extras: dict[str, Any] = field(default_factory=dict)
+
+
+def total_steps(trainer: Trainer) -> int:
+    """The optimizer steps a full run of ``trainer`` takes."""
+    return steps_per_epoch(trainer.train_loader, trainer.config) * trainer.config.epochs
+
+
+def plan_of(trainer: Trainer) -> TrainingPlan:
+    """The plan a trainer runs: its untrained weights' sha256 and its step counts."""
+    per_epoch = steps_per_epoch(trainer.train_loader, trainer.config)
+    return TrainingPlan(
+        untrained_sha256=weights_sha256(trainer.model),
+        steps_per_epoch=per_epoch,
+        epochs=trainer.config.epochs,
+        early_stopping_patience=trainer.config.early_stopping_patience,
+        every=trace_every(per_epoch * trainer.config.epochs),
+    )
+
+
+# fn(spec, worker's data (the file the platform sends, a folder holding it, or None for
+# synthetic data), device) -> Trainer. ValueError when the spec or data cannot be used.
+Build = Callable[[Mapping[str, Any], Path | None, str], Trainer]
+
+
+def state_bound(model: nn.Module) -> int:
+    """The most bytes a training-state file of ``model`` may take."""
+    weights = sum(t.numel() * t.element_size() for t in model.state_dict().values())
+    return STATE_COPIES * weights + STATE_SLACK_BYTES
+
+
+def _vector(tensors: Mapping[str, torch.Tensor], like: Mapping[str, torch.Tensor]) -> torch.Tensor:
+    """``tensors`` in the order and shapes of ``like`` (zeros where one is missing or does
+    not fit), as one float64 vector."""
+    parts = []
+    for name, ref in sorted(like.items()):
+        if not ref.is_floating_point():
+            continue
+        t = tensors.get(name)
+        if isinstance(t, torch.Tensor) and t.shape == ref.shape:
+            parts.append(t.detach().double().reshape(-1).cpu())
+        else:
+            parts.append(torch.zeros(ref.numel(), dtype=torch.float64))
+    return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.float64)
+
+
+def distance(
+    start: Mapping[str, torch.Tensor],
+    replayed: Mapping[str, torch.Tensor],
+    committed: Mapping[str, torch.Tensor],
+    steps: int,
+) -> float:
+    """``‖replayed − committed‖ / (‖replayed − start‖ / steps)`` over every float tensor."""
+    a, r, c = _vector(start, replayed), _vector(replayed, replayed), _vector(committed, replayed)
+    moved = float(torch.linalg.vector_norm(r - a)) / max(1, steps)
+    gap = float(torch.linalg.vector_norm(r - c))
+    if moved == 0.0:
+        return 0.0 if gap == 0.0 else math.inf
+    return gap / moved
+
+
+def first_moments(state: Mapping[str, Any]) -> dict[str, torch.Tensor]:
+    """The optimizer's running mean of the gradients (AdamW's and RAdam's ``exp_avg``) in a
+    training state: where the data a segment trained on shows most (a step's gradient
+    weighs (1 − β₁) in it, against a tenth of that in the weights' step)."""
+    tensors = flatten_tensors(state.get("optimizer", {}), "o")
+    return {k: v for k, v in tensors.items() if k.endswith(".exp_avg")}
+
+
+def segment_distance(
+    trainer: Trainer, segment: Segment, device: str = "cpu", progress: Progress | None = None
+) -> float:
+    """How far the committed end of ``segment`` lies from its re-execution, in steps'
+    updates. ArtifactError (or ValueError) says why a checkpoint cannot be used."""
+    start_leaf, end_leaf = segment.start_leaf, segment.end_leaf
+    name = f"checkpoint {start_leaf.index}"
+    steps = end_leaf.step - start_leaf.step
+    if end_leaf.index != start_leaf.index + 1 or steps < 1:
+        raise ArtifactError(f"checkpoints {start_leaf.index} and {end_leaf.index} are not one segment.")
+    if start_leaf.index == 0 and weights_sha256(trainer.model) != start_leaf.weights_sha256:
+        raise ArtifactError("checkpoint 0 is not the untrained model the spec's seed gives.")
+    bound = state_bound(trainer.model)
+    for path, leaf in ((segment.start, start_leaf), (segment.end, end_leaf)):
+        if path.stat().st_size > bound:
+            raise ArtifactError(f"checkpoint {leaf.index} is larger than a training state of this model may be.")
+        if file_sha256(path) != leaf.state_sha256:
+            raise ArtifactError(f"checkpoint {leaf.index} does not match the sha256 its leaf commits to.")
+    start = read_state_file(segment.start, bound)
+    end = read_state_file(segment.end, bound)
+    for state, leaf in ((start, start_leaf), (end, end_leaf)):
+        loop = state.get("loop")
+        if not isinstance(loop, dict) or loop.get("global_step") != leaf.step:
+            raise ArtifactError(f"checkpoint {leaf.index} was not taken at step {leaf.step}, as its leaf says.")
+    committed = copy.deepcopy(trainer.model)
+    end_weights = end.get("model")
+    if not isinstance(end_weights, dict):
+        raise ArtifactError(f"checkpoint {end_leaf.index} holds no weights.")
+    load_model_tensors(committed, end_weights, source=f"checkpoint {end_leaf.index}")
+    if weights_sha256(committed) != end_leaf.weights_sha256:
+        raise ArtifactError(f"checkpoint {end_leaf.index}'s weights do not match the sha256 its leaf commits to.")
+    model = trainer.model
+    reached = replay(
+        model,
+        trainer.train_loader,
+        trainer.step_fn,
+        trainer.config,
+        start,
+        steps,
+        source=name,
+        device=device,
+        on_epoch=trainer.on_epoch,
+        progress=progress,
+    )
+    model.cpu()
+    weights = distance(start["model"], model.state_dict(), committed.state_dict(), steps)
+    moments = distance(first_moments(start), first_moments(reached), first_moments(end), steps)
+    return max(weights, moments)
+
+
+def check_segments(
+    build: Build,
+    spec: Mapping[str, Any],
+    data: Path | None,
+    segments: Sequence[Segment],
+    *,
+    device: str = "cpu",
+    tolerance: float = TOLERANCE,
+) -> list[str]:
+    """For each segment, "" when its re-execution lands within ``tolerance`` of its committed
+    end, else the reason, as a requester reads it."""
+    trainer = build(spec, data, device)
+    untrained = {k: v.clone() for k, v in trainer.model.state_dict().items()}
+    reasons = []
+    for segment in segments:
+        trainer.model.load_state_dict(untrained)
+        reasons.append(_verdict(trainer, segment, device, tolerance))
+    return reasons
+
+
+def within(gap: float, tolerance: float = TOLERANCE) -> bool:
+    """Whether a segment whose end lies ``gap`` steps' updates from its re-execution passes."""
+    return math.isfinite(gap) and gap <= tolerance
+
+
+def _verdict(trainer: Trainer, segment: Segment, device: str, tolerance: float) -> str:
+    a, b = segment.start_leaf, segment.end_leaf
+    where = f"segment {a.index} (steps {a.step}→{b.step})"
+    try:
+        gap = segment_distance(trainer, segment, device)
+    except (ArtifactError, ValueError, OSError) as exc:
+        return f"{where} cannot be re-executed: {exc}"
+    if within(gap, tolerance):
+        return ""
+    away = f"{gap:.2f} of a step's update" if math.isfinite(gap) else "infinitely far"
+    return f"{where} does not re-execute: its end is {away} away; tolerance {tolerance:g}."
