@@ -28,6 +28,10 @@ from training.asl.synthetic import generate
 from workers.agent import runners
 from workers.assignments import heldout
 from workers.verification.asl import verify_asl_inference, verify_asl_training
+from workers.verification.base import quality_bar as quality_bar_of
+
+# The held-out bar alone: the proof of training has its own tests (test_training_proof*.py).
+quality_bar = quality_bar_of(verify_asl_training)
 
 pytestmark = pytest.mark.django_db
 
@@ -226,7 +230,7 @@ def test_an_honest_model_is_accepted_on_the_held_out_participants(
     bob: Any, alpha: AslProvider, dataset: Path, trained: Path
 ) -> None:
     assignment = submitted(assign(training_task(bob, dataset)), trained / "model.safetensors", claim(trained))
-    verdict = verify_asl_training(assignment, artifacts_of(trained))
+    verdict = quality_bar(assignment, artifacts_of(trained))
     assert verdict.ok, verdict.reason
     assert verdict.metrics["heldout_sequences"] == 10
     assert verdict.metrics["heldout_top1"] >= 0.5
@@ -234,7 +238,7 @@ def test_an_honest_model_is_accepted_on_the_held_out_participants(
 
 def test_a_wrong_reported_accuracy_is_rejected(bob: Any, alpha: AslProvider, dataset: Path, trained: Path) -> None:
     assignment = submitted(assign(training_task(bob, dataset)), trained / "model.safetensors", claim(trained, 0.05))
-    verdict = verify_asl_training(assignment, artifacts_of(trained))
+    verdict = quality_bar(assignment, artifacts_of(trained))
     assert not verdict.ok
     assert "differs from reported 0.0500" in verdict.reason
     assert verdict.penalise
@@ -255,7 +259,7 @@ def test_below_the_minimum_accuracy_is_not_paid(
     assignment = assign(task)
     honest = verify(model, heldout.prepared(task).heldout_path(), cache_dir=tmp_path / "cache")  # type: ignore[union-attr]
     assert honest["top1"] < 0.5
-    verdict = verify_asl_training(
+    verdict = quality_bar(
         submitted(assignment, model / "model.safetensors", claim(trained, honest["top1"])), artifacts_of(model)
     )
     assert not verdict.ok
@@ -278,7 +282,7 @@ def test_an_untrained_model_honestly_reported_is_not_paid_even_with_no_minimum(
     task = training_task(bob, dataset)  # min_accuracy 0: any accuracy "reaches" it
     assignment = assign(task)
     honest = verify(model, heldout.prepared(task).heldout_path(), cache_dir=tmp_path / "cache")  # type: ignore[union-attr]
-    verdict = verify_asl_training(
+    verdict = quality_bar(
         submitted(assignment, model / "model.safetensors", claim(trained, honest["top1"])), artifacts_of(model)
     )
     assert honest["top1"] < chance_floor(5, 10)
@@ -298,15 +302,11 @@ def test_a_tampered_model_is_rejected(
     save_file({k: v * 0 if v.dtype.kind == "f" else v for k, v in tensors.items()}, str(model / "model.safetensors"))
     assignment = assign(training_task(bob, dataset))
 
-    verdict = verify_asl_training(
-        submitted(assignment, trained / "model.safetensors", claim(trained)), artifacts_of(model)
-    )
+    verdict = quality_bar(submitted(assignment, trained / "model.safetensors", claim(trained)), artifacts_of(model))
     assert not verdict.ok
     assert "result_hash" in verdict.reason
 
-    verdict = verify_asl_training(
-        submitted(assignment, model / "model.safetensors", claim(trained)), artifacts_of(model)
-    )
+    verdict = quality_bar(submitted(assignment, model / "model.safetensors", claim(trained)), artifacts_of(model))
     assert not verdict.ok
     assert "differs from reported" in verdict.reason
 
@@ -330,7 +330,7 @@ def test_a_model_other_than_the_spec_is_rejected(
         raw.update(change)
     (model / file).write_text(json.dumps(raw))
     assignment = submitted(assign(training_task(bob, dataset)), model / "model.safetensors", claim(trained))
-    verdict = verify_asl_training(assignment, artifacts_of(model))
+    verdict = quality_bar(assignment, artifacts_of(model))
     assert not verdict.ok
     assert words in verdict.reason
 

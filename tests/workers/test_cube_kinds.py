@@ -29,7 +29,11 @@ from training.cube.split import load_heldout, prepare
 from workers.agent import capabilities, runners
 from workers.assignments import heldout, jobs, scheduler
 from workers.models import Assignment
+from workers.verification.base import quality_bar as quality_bar_of
 from workers.verification.cube import verify_cube_inference, verify_cube_training
+
+# The held-out bar alone: the proof of training has its own tests (test_training_proof*.py).
+quality_bar = quality_bar_of(verify_cube_training)
 
 pytestmark = pytest.mark.django_db
 
@@ -391,7 +395,7 @@ def test_an_honest_model_is_accepted_on_the_held_out_rows(bob: Any, alpha: Provi
     assignment = submitted(
         assign(training_task(bob)), trained / "model.safetensors", {"val_loss_micro": reported_micro(trained)}
     )
-    verdict = verify_cube_training(assignment, artifacts_of(trained))
+    verdict = quality_bar(assignment, artifacts_of(trained))
     assert verdict.ok, verdict.reason
     assert verdict.metrics["heldout_rows"] == 20
     assert verdict.metrics["heldout_val_loss"] < verdict.metrics["untrained_val_loss"]
@@ -404,7 +408,7 @@ def test_a_requester_may_ask_for_more_than_the_platforms_bar(bob: Any, alpha: Pr
     assignment = assign(task)
     assert "min_loss_reduction" not in jobs.describe(assignment)["spec"]
     assert task.spec["min_loss_reduction"] == 99
-    verdict = verify_cube_training(
+    verdict = quality_bar(
         submitted(assignment, trained / "model.safetensors", {"val_loss_micro": reported_micro(trained)}),
         artifacts_of(trained),
     )
@@ -417,7 +421,7 @@ def test_a_wrong_reported_loss_is_rejected(bob: Any, alpha: Provider, trained: P
     assignment = submitted(
         assign(training_task(bob)), trained / "model.safetensors", {"val_loss_micro": reported_micro(trained, 0.3)}
     )
-    verdict = verify_cube_training(assignment, artifacts_of(trained))
+    verdict = quality_bar(assignment, artifacts_of(trained))
     assert not verdict.ok
     assert "differs from reported" in verdict.reason
     assert verdict.penalise  # a false claim costs reputation
@@ -425,7 +429,7 @@ def test_a_wrong_reported_loss_is_rejected(bob: Any, alpha: Provider, trained: P
 
 def test_a_proof_without_the_integer_loss_is_rejected(bob: Any, alpha: Provider, trained: Path) -> None:
     assignment = submitted(assign(training_task(bob)), trained / "model.safetensors", {"val_loss": 0.1})
-    verdict = verify_cube_training(assignment, artifacts_of(trained))
+    verdict = quality_bar(assignment, artifacts_of(trained))
     assert not verdict.ok
     assert "val_loss_micro" in verdict.reason
 
@@ -440,13 +444,13 @@ def test_a_tampered_model_is_rejected(bob: Any, alpha: Provider, trained: Path, 
 
     # Committed to the honest file, uploaded the tampered one.
     honest = submitted(assignment, trained / "model.safetensors", {"val_loss_micro": reported_micro(trained)})
-    verdict = verify_cube_training(honest, artifacts_of(model))
+    verdict = quality_bar(honest, artifacts_of(model))
     assert not verdict.ok
     assert "result_hash" in verdict.reason
 
     # Committed to the tampered file, claiming the honest loss.
     lying = submitted(assignment, model / "model.safetensors", {"val_loss_micro": reported_micro(trained)})
-    verdict = verify_cube_training(lying, artifacts_of(model))
+    verdict = quality_bar(lying, artifacts_of(model))
     assert not verdict.ok
     assert "differs from reported" in verdict.reason
 
@@ -459,7 +463,7 @@ def test_a_model_other_than_the_spec_is_rejected(bob: Any, alpha: Provider, trai
     assignment = submitted(
         assign(training_task(bob)), model / "model.safetensors", {"val_loss_micro": reported_micro(trained)}
     )
-    verdict = verify_cube_training(assignment, artifacts_of(model))
+    verdict = quality_bar(assignment, artifacts_of(model))
     assert not verdict.ok
     assert "loss_weights" in verdict.reason
 
@@ -480,7 +484,7 @@ def test_an_untrained_model_honestly_reported_is_rejected(
     save_tensors(model / "model.safetensors", model_tensors(CubeModel(CubeConfig.from_dict(training_spec(TINY_CUBE)))))
     held, targets = load_heldout(heldout.prepared(task).heldout_path())  # type: ignore[union-attr]
     honest_loss = _untrained_loss(task.spec, held, targets)
-    verdict = verify_cube_training(
+    verdict = quality_bar(
         submitted(assignment, model / "model.safetensors", {"val_loss_micro": round(honest_loss * 1e6)}),
         artifacts_of(model),
     )
@@ -507,7 +511,7 @@ def test_a_barely_trained_model_honestly_reported_is_not_paid(bob: Any, alpha: P
     run(cheat, tmp_path / "data", tmp_path / "model", max_steps_per_epoch=1)
     held, targets = load_heldout(heldout.prepared(task).heldout_path())  # type: ignore[union-attr]
     honest = float(verify(tmp_path / "model", held, targets, {"val_loss": 1.0})["recomputed"]["val_loss"])
-    verdict = verify_cube_training(
+    verdict = quality_bar(
         submitted(assignment, tmp_path / "model" / "model.safetensors", {"val_loss_micro": round(honest * 1e6)}),
         artifacts_of(tmp_path / "model"),
     )
@@ -645,7 +649,7 @@ def test_a_model_trained_without_its_lattice_is_rejected(
     model = _lattice_free_model(trained, tmp_path / "no-lattice")
 
     # Claiming the honest model's figure: the spec's 3 lattice steps recompute another.
-    verdict = verify_cube_training(
+    verdict = quality_bar(
         submitted(assignment, model / "model.safetensors", {"val_loss_micro": reported_micro(trained)}),
         artifacts_of(model),
     )
@@ -658,7 +662,7 @@ def test_a_model_trained_without_its_lattice_is_rejected(
     honest = float(verify(model, held, targets, {"val_loss": 1.0})["recomputed"]["val_loss"])
     trained_loss = float(verify(trained, held, targets, {"val_loss": 1.0})["recomputed"]["val_loss"])
     assert trained_loss < 0.7 * honest
-    verdict = verify_cube_training(
+    verdict = quality_bar(
         submitted(assignment, model / "model.safetensors", {"val_loss_micro": round(honest * 1e6)}),
         artifacts_of(model),
     )
@@ -675,7 +679,7 @@ def test_a_config_claiming_other_lattice_steps_is_rejected(
     config = json.loads((model / "config.json").read_text())
     config["steps"] = steps
     (model / "config.json").write_text(json.dumps(config))
-    verdict = verify_cube_training(
+    verdict = quality_bar(
         submitted(assign(training_task(bob)), model / "model.safetensors", {"val_loss_micro": reported_micro(trained)}),
         artifacts_of(model),
     )
@@ -704,5 +708,5 @@ def test_a_task_stored_with_the_retired_loss_weights_still_verifies(bob: Any, al
     )
     task.refresh_from_db()
     assignment = submitted(assign(task), trained / "model.safetensors", {"val_loss_micro": reported_micro(trained)})
-    verdict = verify_cube_training(assignment, artifacts_of(trained))
+    verdict = quality_bar(assignment, artifacts_of(trained))
     assert verdict.ok, verdict.reason

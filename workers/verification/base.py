@@ -157,6 +157,10 @@ def _hashed(artifact: str, wrapped: Callable[..., Verdict], then: Callable[[Assi
 Judge = Callable[[Assignment, Path, float], Verdict]
 
 
+# Each training verifier's second half alone, by verifier (``quality_bar``).
+_QUALITY_BARS: dict[Verifier, Verifier] = {}
+
+
 def training_claim(proof_key: str) -> Callable[[Judge], Verifier]:
     """What every training verifier checks first, as a decorator that makes ``judge`` a
     verifier: the signed result_hash must be the sha256 of the uploaded model.safetensors,
@@ -165,21 +169,32 @@ def training_claim(proof_key: str) -> Callable[[Judge], Verifier]:
     gets the uploaded model's folder and the claim as a float, for the quality bar."""
 
     def opening(judge: Judge) -> Verifier:
-        def claim(assignment: Assignment, weights: Path) -> Verdict:
+        def bar(assignment: Assignment, weights: Path) -> Verdict:
             reported = proof_micro(assignment, proof_key)
             if reported is None:
                 return Verdict(False, f"The signed proof carries no integer {proof_key}.")
-            if not proof.proves_training(assignment.task.kind):
-                return judge(assignment, weights.parent, reported)
+            return judge(assignment, weights.parent, reported)
+
+        def claim(assignment: Assignment, weights: Path) -> Verdict:
+            if proof_micro(assignment, proof_key) is None or not proof.proves_training(assignment.task.kind):
+                return bar(assignment, weights)
             problem = training_proof_problem(assignment)
             if problem:
                 return Verdict(False, f"training not proven: {problem}")
-            verdict = judge(assignment, weights.parent, reported)
+            verdict = bar(assignment, weights)
             return replace(verdict, metrics={**verdict.metrics, "segments_replayed": len(assignment.challenge)})
 
-        return _hashed(WEIGHTS, judge, claim)
+        verifier = _hashed(WEIGHTS, judge, claim)
+        _QUALITY_BARS[verifier] = _hashed(WEIGHTS, judge, bar)
+        return verifier
 
     return opening
+
+
+def quality_bar(verifier: Verifier) -> Verifier:
+    """The second half of a training verifier alone: the result_hash, the claim and the
+    held-out bar, without the proof of training (which ``training_proof_problem`` checks)."""
+    return _QUALITY_BARS[verifier]
 
 
 def worker_data(task: Task) -> Path | None:
