@@ -1,0 +1,233 @@
+"""Proof of training, the trainer's side: the trace a run writes and the platform's
+re-execution of its segments (training.replay), for both trained kinds, tried as a
+dishonest worker would."""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from tests.factories import TINY_ASL, TINY_CUBE
+from training.artifacts import read_state_file, save_state_file, weights_sha256
+from training.asl.run import replay_segments as asl_replay
+from training.asl.run import run as asl_run
+from training.asl.run import trainer as asl_trainer
+from training.asl.synthetic import generate
+from training.cube.run import replay_segments as cube_replay
+from training.cube.run import run as cube_run
+from training.cube.run import trainer as cube_trainer
+from training.trace import Leaf, Segment, Trace, checkpoint_name, file_sha256, read_trace, trace_root
+
+CUBE = {**TINY_CUBE, "synthetic_samples": 96, "epochs": 2, "mixed_precision": False}
+ASL = {**TINY_ASL, "epochs": 2, "mixed_precision": False}
+
+Replay = Callable[..., list[str]]
+
+
+@dataclasses.dataclass
+class Run:
+    """A traced run: its spec, the worker's data, its trace folder and the kind's replay."""
+
+    spec: dict[str, Any]
+    data: Path | None
+    folder: Path
+    replay: Replay
+    trainer: Callable[..., Any]
+
+    @property
+    def trace(self) -> Trace:
+        return read_trace(self.folder / "trace.json")
+
+    def segment(self, i: int, end: Path | None = None, end_leaf: Leaf | None = None) -> Segment:
+        a, b = self.trace.leaves[i], self.trace.leaves[i + 1]
+        return Segment(
+            self.folder / checkpoint_name(a.index), a, end or self.folder / checkpoint_name(b.index), end_leaf or b
+        )
+
+
+def _cube(root: Path, spec: dict[str, Any], every: int) -> Run:
+    folder = root / "trace"
+    built = cube_trainer(spec, None, "cpu")
+    config = dataclasses.replace(built.config, trace_every=every)
+    from training.loop import fit
+
+    fit(
+        built.model,
+        built.train_loader,
+        [],
+        built.step_fn,
+        lambda m, loader: {"val_loss": 0.0},
+        config,
+        trace_dir=folder,
+    )
+    return Run(spec, None, folder, cube_replay, lambda s, d: cube_trainer(s, d, "cpu"))
+
+
+@pytest.fixture(scope="module")
+def cube_fp32(tmp_path_factory: pytest.TempPathFactory) -> Run:
+    return _cube(tmp_path_factory.mktemp("cube32"), CUBE, 3)
+
+
+@pytest.fixture(scope="module")
+def cube_bf16(tmp_path_factory: pytest.TempPathFactory) -> Run:
+    return _cube(tmp_path_factory.mktemp("cube16"), {**CUBE, "mixed_precision": True}, 3)
+
+
+@pytest.fixture(scope="module")
+def asl_fp32(tmp_path_factory: pytest.TempPathFactory) -> Run:
+    root = tmp_path_factory.mktemp("asl")
+    data = generate(root / "signs.zip", n_signs=4, n_participants=4, per_participant=3, max_frames=16, as_zip=True)
+    metrics = asl_run(ASL, data, root / "model", cache_dir=root / "cache", resume=False, trace_dir=root / "trace")
+    assert metrics["trace"]["leaves"] >= 3
+    return Run(ASL, data, root / "trace", asl_replay, lambda s, d: asl_trainer(s, d, "cpu", cache_dir=root / "c"))
+
+
+def _forge(run: Run, i: int, tmp: Path, change: Callable[[dict[str, Any]], dict[str, Any]]) -> Segment:
+    """Segment ``i`` with its end replaced by a forged checkpoint, its leaf matching it."""
+    seg = run.segment(i)
+    state = change(read_state_file(seg.end, 1 << 30))
+    path = tmp / "forged.safetensors"
+    save_state_file(path, state)
+    model = run.trainer(run.spec, run.data).model
+    model.load_state_dict(state["model"])
+    leaf = dataclasses.replace(seg.end_leaf, state_sha256=file_sha256(path), weights_sha256=weights_sha256(model))
+    return Segment(seg.start, seg.start_leaf, path, leaf)
+
+
+@pytest.mark.parametrize("name", ["cube_fp32", "cube_bf16", "asl_fp32"])
+def test_honest_segments_re_execute(name: str, request: pytest.FixtureRequest) -> None:
+    run: Run = request.getfixturevalue(name)
+    trace = run.trace
+    assert trace.leaves[0].step == 0
+    assert trace.segments >= 2
+    picks = sorted({0, trace.segments // 2, trace.segments - 1})
+    assert run.replay(run.spec, run.data, [run.segment(i) for i in picks]) == [""] * len(picks)
+
+
+def test_a_trace_is_bound_to_the_model_handed_back(tmp_path: Path) -> None:
+    metrics = cube_run(CUBE, tmp_path / "none", tmp_path / "out", trace_dir=tmp_path / "trace")
+    trace = read_trace(tmp_path / "trace" / "trace.json")
+    assert metrics["trace"] == trace.commitment()
+    assert file_sha256(tmp_path / "out" / "model.safetensors") in {leaf.weights_sha256 for leaf in trace.leaves}
+
+
+def test_fp32_replay_from_mid_epoch_is_bit_exact(cube_fp32: Run) -> None:
+    trace = cube_fp32.trace
+    i = next(i for i, leaf in enumerate(trace.leaves[:-1]) if leaf.step % 3 == 0 and leaf.step > 0 and leaf.epoch)
+    built = cube_trainer(cube_fp32.spec, None, "cpu")
+    from training.loop import replay
+
+    seg = cube_fp32.segment(i)
+    replay(
+        built.model,
+        built.train_loader,
+        built.step_fn,
+        built.config,
+        read_state_file(seg.start, 1 << 30),
+        seg.end_leaf.step - seg.start_leaf.step,
+    )
+    assert weights_sha256(built.model) == seg.end_leaf.weights_sha256
+
+
+@pytest.mark.parametrize("name", ["cube_bf16", "asl_fp32"])
+def test_a_segment_with_a_skipped_step_is_rejected(name: str, request: pytest.FixtureRequest, tmp_path: Path) -> None:
+    run: Run = request.getfixturevalue(name)
+    i = run.trace.segments // 2
+    seg = run.segment(i)
+    steps = seg.end_leaf.step - seg.start_leaf.step
+    assert steps >= 2
+    # The worker does one step fewer than the segment says, and commits what it got.
+    built = run.trainer(run.spec, run.data)
+    from training.loop import replay
+
+    short = replay(
+        built.model, built.train_loader, built.step_fn, built.config, read_state_file(seg.start, 1 << 30), steps - 1
+    )
+    short["loop"]["global_step"] = seg.end_leaf.step
+    forged = _forge(run, i, tmp_path, lambda end: {**end, "model": short["model"], "optimizer": short["optimizer"]})
+    [reason] = run.replay(run.spec, run.data, [forged])
+    assert reason.startswith(f"segment {i} (steps {seg.start_leaf.step}→{seg.end_leaf.step}) does not re-execute")
+    assert "of a step's update away; tolerance" in reason
+
+
+def test_a_fabricated_end_is_rejected(cube_bf16: Run, tmp_path: Path) -> None:
+    start = read_state_file(cube_bf16.segment(1).start, 1 << 30)
+
+    def halfway(end: dict[str, Any]) -> dict[str, Any]:
+        return {**end, "model": {k: (v + start["model"][k]) / 2 for k, v in end["model"].items()}}
+
+    [reason] = cube_bf16.replay(cube_bf16.spec, None, [_forge(cube_bf16, 1, tmp_path, halfway)])
+    assert "does not re-execute" in reason
+
+
+def test_a_start_checkpoint_that_does_not_match_its_leaf_is_refused(cube_fp32: Run, tmp_path: Path) -> None:
+    seg = cube_fp32.segment(1)
+    other = cube_fp32.segment(2).start
+    [reason] = cube_fp32.replay(cube_fp32.spec, None, [dataclasses.replace(seg, start=other)])
+    assert reason == (
+        f"segment 1 (steps {seg.start_leaf.step}→{seg.end_leaf.step}) cannot be re-executed: "
+        "checkpoint 1 does not match the sha256 its leaf commits to."
+    )
+
+
+def test_a_trained_model_passed_off_as_the_untrained_one_is_refused(cube_fp32: Run, tmp_path: Path) -> None:
+    seg = cube_fp32.segment(0)
+    later = cube_fp32.segment(3).start
+    shutil.copy(later, tmp_path / "zero.safetensors")
+    leaf = dataclasses.replace(cube_fp32.trace.leaves[3], index=0, step=0)
+    [reason] = cube_fp32.replay(
+        cube_fp32.spec, None, [Segment(tmp_path / "zero.safetensors", leaf, seg.end, seg.end_leaf)]
+    )
+    assert "checkpoint 0 is not the untrained model the spec's seed gives" in reason
+
+
+@pytest.mark.parametrize(
+    ("make", "says"),
+    [
+        ("pickle", "not a safetensors file"),
+        ("extra", "tensors it does not describe"),
+        ("shape", "do not fit the model: wrong shape"),
+    ],
+)
+def test_malformed_checkpoint_files_are_refused(cube_fp32: Run, tmp_path: Path, make: str, says: str) -> None:
+    seg = cube_fp32.segment(1)
+    path = tmp_path / "bad.safetensors"
+    if make == "pickle":
+        torch.save({"model": torch.zeros(3)}, path)
+    else:
+        state = read_state_file(seg.start, 1 << 30)
+        if make == "shape":
+            name = next(iter(state["model"]))
+            state["model"][name] = torch.zeros(2, 2)
+        save_state_file(path, state)
+        if make == "extra":
+            from safetensors import safe_open
+            from safetensors.torch import load_file
+
+            with safe_open(str(path), framework="pt") as handle:
+                metadata = handle.metadata()
+            tensors = {**load_file(str(path)), "smuggled": torch.zeros(1)}
+            save_file(tensors, str(path), metadata=metadata)
+    leaf = dataclasses.replace(seg.start_leaf, state_sha256=file_sha256(path))
+    [reason] = cube_fp32.replay(cube_fp32.spec, None, [Segment(path, leaf, seg.end, seg.end_leaf)])
+    assert "cannot be re-executed" in reason
+    assert says in reason, reason
+
+
+def test_the_root_changes_with_any_leaf(cube_fp32: Run) -> None:
+    leaves = cube_fp32.trace.leaves
+    root = trace_root(leaves)
+    for field in ("step", "epoch", "loss_micro"):
+        changed = list(leaves)
+        changed[1] = dataclasses.replace(leaves[1], **{field: getattr(leaves[1], field) + 1})
+        assert trace_root(changed) != root
+    changed = list(leaves)
+    changed[-1] = dataclasses.replace(leaves[-1], weights_sha256="0" * 64)
+    assert trace_root(changed) != root
