@@ -4,6 +4,8 @@ epoch (a resume) gets that epoch's batches."""
 
 from __future__ import annotations
 
+import threading
+import time
 from typing import Any
 
 import numpy as np
@@ -81,3 +83,23 @@ def test_only_a_training_loaders_workers_persist() -> None:
     assert not loader.loader.persistent_workers
     labels = [batch["y"].tolist() for batch in loader]
     assert labels[0] == [i % 5 for i in range(BATCH)]  # in order
+
+
+def test_a_consumer_that_stops_early_frees_the_prefetch_thread_even_once_its_source_ran_out() -> None:
+    """A replay reads a few batches of an epoch and stops; the reader thread, whose source
+    was already read to its end with the buffer full, must give up its last put (it once
+    blocked on it for ever, and the replay with it)."""
+    from training.asl.data import _prefetch
+
+    source = iter([{"x": torch.zeros(1)} for _ in range(4)])  # one more than the buffer holds
+    batches = _prefetch(source, depth=3)
+    next(batches)
+    time.sleep(0.3)  # the thread fills the buffer and reaches the end of its source
+    done = threading.Event()
+
+    def close() -> None:
+        batches.close()
+        done.set()
+
+    threading.Thread(target=close, daemon=True).start()
+    assert done.wait(10), "closing the prefetching iterator never returned"

@@ -156,20 +156,25 @@ def _prefetch(source: Iterator[dict[str, torch.Tensor]], depth: int = 3) -> Iter
     buffer: queue.Queue[Any] = queue.Queue(maxsize=depth)
     stop = threading.Event()
 
+    def offer(item: Any) -> bool:
+        """Put ``item`` once there is room; False when the consumer has gone (a full buffer
+        then never drains, so every put must give up)."""
+        while not stop.is_set():
+            try:
+                buffer.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
     def produce() -> None:
         try:
             for item in source:
-                while not stop.is_set():
-                    try:
-                        buffer.put(item, timeout=0.1)
-                        break
-                    except queue.Full:
-                        continue
-                if stop.is_set():
+                if not offer(item):
                     return
-            buffer.put(_END)
+            offer(_END)
         except BaseException as exc:  # handed to the consumer, which re-raises it
-            buffer.put(exc)
+            offer(exc)
 
     thread = threading.Thread(target=produce, name="asl-prefetch", daemon=True)
     thread.start()
