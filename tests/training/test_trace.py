@@ -142,14 +142,13 @@ def test_a_segment_with_a_skipped_step_is_rejected(name: str, request: pytest.Fi
     i = run.trace.segments // 2
     seg = run.segment(i)
     steps = seg.end_leaf.step - seg.start_leaf.step
-    assert steps >= 2
-    # The worker does one step fewer than the segment says, and commits what it got.
+    # The worker does one step fewer than the segment says, and commits what it got (its
+    # start again, when the segment is one step long).
     built = run.trainer(run.spec, run.data)
     from training.loop import replay
 
-    short = replay(
-        built.model, built.train_loader, built.step_fn, built.config, read_state_file(seg.start, 1 << 30), steps - 1
-    )
+    start = read_state_file(seg.start, 1 << 30)
+    short = start if steps == 1 else replay(built.model, built.train_loader, built.step_fn, built.config, start, steps - 1)
     short["loop"]["global_step"] = seg.end_leaf.step
     forged = _forge(run, i, tmp_path, lambda end: {**end, "model": short["model"], "optimizer": short["optimizer"]})
     [reason] = run.replay(run.spec, run.data, [forged])
