@@ -14,24 +14,19 @@ from importlib import import_module
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
-from django.conf import settings
-from django.core import signals
-from django.core.wsgi import get_wsgi_application
-from django.db import close_old_connections
 from django.test import override_settings
 from django.utils import timezone
-from rest_framework.test import APIClient
 
 from marketplace import kinds as platform_kinds
 from marketplace.models import TaskStatus
-from tests.factories import CAPS, make_worker, post_task
+from tests.factories import CAPS, post_task
 from tests.toykind.trained import FIT, run, train, weights_bytes
+from tests.workers.proving import RestNode as FitNode
+from tests.workers.proving import answer_challenge, in_process_agent
 from training import kinds as node_kinds
 from training.plugin import WEIGHTS, Outcome, sha256_file
 from training.trace import TRACE_FILE, Leaf, Trace, challenge, checkpoint_name, segments_needed
-from workers.agent.identity import Credentials
 from workers.agent.jobs import Node
 from workers.assignments import proof, scheduler
 from workers.models import Assignment
@@ -51,47 +46,9 @@ def fit_kind(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(platform_kinds.KINDS, FIT.name, platform_kinds.Kind.of(FIT))
 
 
-class FitNode:
-    """A registered node of the toy trained kind, speaking REST as the agent does."""
-
-    def __init__(self, owner: Any) -> None:
-        self.worker, self.token, self.key = make_worker(owner, name="fit-node", caps=FIT_CAPS)
-        self.client = APIClient()
-        self.client.credentials(HTTP_AUTHORIZATION=f"Worker {self.token}")
-
-    def url(self, assignment: Assignment, tail: str = "") -> str:
-        return f"/api/v1/assignments/{assignment.pk}/{tail}"
-
-    def job(self, assignment: Assignment) -> dict[str, Any]:
-        job: dict[str, Any] = self.client.get(self.url(assignment)).json()
-        assert self.client.post(self.url(assignment, "start/")).status_code == 200
-        return job
-
-    def put(self, assignment: Assignment, name: str, content: bytes) -> Any:
-        return self.client.put(
-            self.url(assignment, f"artifacts/{name}/"),
-            data=content,
-            content_type="application/octet-stream",
-            HTTP_CONTENT_DISPOSITION=f'attachment; filename="{name}"',
-        )
-
-    def submit(self, assignment: Assignment, job: dict[str, Any], outcome: Outcome) -> Any:
-        node = Node(self.key, Credentials("http://testserver", str(self.worker.pk), self.key.address, ""), "x")
-        try:
-            body = node.sign_result(job, outcome)
-        finally:
-            node.http.close()
-        return self.client.post(self.url(assignment, "result/"), body, format="json")
-
-    def upload_and_submit(self, assignment: Assignment, job: dict[str, Any], outcome: Outcome) -> Any:
-        for name, path in outcome.artifacts.items():
-            assert self.put(assignment, name, path.read_bytes()).status_code == 201
-        return self.submit(assignment, job, outcome)
-
-
 @pytest.fixture
 def node(alice: Any) -> FitNode:
-    return FitNode(alice)
+    return FitNode(alice, "fit-node", FIT_CAPS)
 
 
 @pytest.fixture
@@ -101,14 +58,6 @@ def started(node: FitNode, bob: Any, tmp_path: Path) -> tuple[Assignment, dict[s
     (assignment,) = scheduler.schedule(task.pk)
     job = node.job(assignment)
     return assignment, job, run(job, tmp_path, lambda *a: None)
-
-
-def answer_challenge(node: FitNode, assignment: Assignment, answer: dict[str, Any], outcome: Outcome) -> Any:
-    last = None
-    for name in answer["challenge"]["checkpoints"]:
-        last = node.put(assignment, name, outcome.checkpoints[name].read_bytes())
-        assert last.status_code == 201, last.json()
-    return last
 
 
 def test_an_honest_run_is_challenged_after_it_signed_then_replayed_accepted_and_paid(
@@ -288,32 +237,8 @@ def test_the_challenge_follows_from_the_signed_root_and_the_platform_secret_alon
 
 @pytest.fixture
 def agent(node: FitNode) -> Iterator[Node]:
-    """The agent's Node, its HTTP going to the platform's WSGI application in-process."""
-    server = "http://testserver"
-    creds = Credentials(
-        server=server,
-        worker_id=str(node.worker.pk),
-        address=node.key.address,
-        token=node.token,
-        chain_id=settings.LEDGER_CHAIN_ID,
-    )
-    agent = Node(node.key, creds, server)
-    agent.http.close()
-    # As Django's test client does: the test's transaction holds the connection, which the
-    # end of each request would otherwise close.
-    signals.request_started.disconnect(close_old_connections)
-    signals.request_finished.disconnect(close_old_connections)
-    agent.http = httpx.Client(
-        base_url=server,
-        headers={"Authorization": f"Worker {node.token}"},
-        transport=httpx.WSGITransport(app=get_wsgi_application()),
-    )
-    try:
-        yield agent
-    finally:
-        agent.http.close()
-        signals.request_started.connect(close_old_connections)
-        signals.request_finished.connect(close_old_connections)
+    with in_process_agent(node) as running:
+        yield running
 
 
 def test_the_agent_uploads_exactly_the_challenged_checkpoints_and_the_result_is_verified(
