@@ -148,7 +148,9 @@ def test_a_segment_with_a_skipped_step_is_rejected(name: str, request: pytest.Fi
     from training.loop import replay
 
     start = read_state_file(seg.start, 1 << 30)
-    short = start if steps == 1 else replay(built.model, built.train_loader, built.step_fn, built.config, start, steps - 1)
+    short = (
+        start if steps == 1 else replay(built.model, built.train_loader, built.step_fn, built.config, start, steps - 1)
+    )
     short["loop"]["global_step"] = seg.end_leaf.step
     forged = _forge(run, i, tmp_path, lambda end: {**end, "model": short["model"], "optimizer": short["optimizer"]})
     [reason] = run.replay(run.spec, run.data, [forged])

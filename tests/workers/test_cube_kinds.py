@@ -387,6 +387,14 @@ def artifacts_of(model: Path) -> dict[str, Path]:
     return {name: model / name for name in ("model.safetensors", "config.json", "metrics.json")}
 
 
+def honest_claim(task: Task, model: Path) -> int:
+    """What an honest worker reports for ``model``: its loss on the worker's validation rows."""
+    from training.cube.run import validation_loss
+    from workers.verification.base import worker_data
+
+    return round(validation_loss(task.spec, worker_data(task), model) * 1e6)
+
+
 def reported_micro(trained: Path, factor: float = 1.0) -> int:
     return round(json.loads((trained / "reported.json").read_text())["val_loss"] * factor * 1e6)
 
@@ -475,17 +483,14 @@ def test_an_untrained_model_honestly_reported_is_rejected(
     from training.cube.config import CubeConfig
     from training.cube.model import CubeModel
     from training.cube.run import training_spec
-    from workers.verification.cube import _untrained_loss
 
     task = training_task(bob)
     assignment = assign(task)
     model = copy_model(trained, tmp_path / "untrained")
     torch.manual_seed(TINY_CUBE["seed"])
     save_tensors(model / "model.safetensors", model_tensors(CubeModel(CubeConfig.from_dict(training_spec(TINY_CUBE)))))
-    held, targets = load_heldout(heldout.prepared(task).heldout_path())  # type: ignore[union-attr]
-    honest_loss = _untrained_loss(task.spec, held, targets)
     verdict = quality_bar(
-        submitted(assignment, model / "model.safetensors", {"val_loss_micro": round(honest_loss * 1e6)}),
+        submitted(assignment, model / "model.safetensors", {"val_loss_micro": honest_claim(task, model)}),
         artifacts_of(model),
     )
     assert not verdict.ok
@@ -494,8 +499,6 @@ def test_an_untrained_model_honestly_reported_is_rejected(
 
 
 def test_a_barely_trained_model_honestly_reported_is_not_paid(bob: Any, alpha: Provider, tmp_path: Path) -> None:
-    from training.cube.run import verify
-
     task = training_task(bob)
     assignment = assign(task)
     # The worker's rows, trained for one optimiser step at a high rate instead of the
@@ -509,10 +512,9 @@ def test_a_barely_trained_model_honestly_reported_is_not_paid(bob: Any, alpha: P
     shutil.copy(worker_file, tmp_path / "data" / "embeddings.npy")
     cheat = {**TINY_CUBE, "epochs": 1, "warmup_steps": 0, "learning_rate": 1e-2}
     run(cheat, tmp_path / "data", tmp_path / "model", max_steps_per_epoch=1)
-    held, targets = load_heldout(heldout.prepared(task).heldout_path())  # type: ignore[union-attr]
-    honest = float(verify(tmp_path / "model", held, targets, {"val_loss": 1.0})["recomputed"]["val_loss"])
+    claim = honest_claim(task, tmp_path / "model")
     verdict = quality_bar(
-        submitted(assignment, tmp_path / "model" / "model.safetensors", {"val_loss_micro": round(honest * 1e6)}),
+        submitted(assignment, tmp_path / "model" / "model.safetensors", {"val_loss_micro": claim}),
         artifacts_of(tmp_path / "model"),
     )
     assert not verdict.ok
@@ -663,7 +665,7 @@ def test_a_model_trained_without_its_lattice_is_rejected(
     trained_loss = float(verify(trained, held, targets, {"val_loss": 1.0})["recomputed"]["val_loss"])
     assert trained_loss < 0.7 * honest
     verdict = quality_bar(
-        submitted(assignment, model / "model.safetensors", {"val_loss_micro": round(honest * 1e6)}),
+        submitted(assignment, model / "model.safetensors", {"val_loss_micro": honest_claim(task, model)}),
         artifacts_of(model),
     )
     assert not verdict.ok, verdict.metrics

@@ -193,6 +193,16 @@ def untrained_weights(spec: Mapping[str, Any], data: Path | None) -> str:
     return weights_sha256(trainer(spec, data, "cpu").model)
 
 
+def validation_loss(spec: Mapping[str, Any], data: Path | None, model_dir: Path) -> float:
+    """The loss of the model in ``model_dir`` on the validation rows a run of ``spec`` on the
+    worker's ``data`` holds back (the figure the run reports as ``val_loss``), in fp32 on CPU.
+    ArtifactError when the weights do not fit the spec's model."""
+    built = trainer(spec, data, "cpu", validation=True)
+    load_model_weights(built.model, model_dir)
+    assert built.eval_fn is not None  # validation=True
+    return float(built.eval_fn(built.model.eval(), built.val_loader)["val_loss"])
+
+
 def training_plan(spec: Mapping[str, Any], data: Path | None) -> TrainingPlan:
     """What a run of ``spec`` on the worker's ``data`` starts from and how many steps it takes."""
     built = trainer(spec, data, "cpu")

@@ -2,8 +2,10 @@
 
 cube_training: the model's config must be the spec's (so the worker cannot swap in a
 cheaper model or loss weights), the signed result_hash must be the sha256 of
-model.safetensors, and the validation loss recomputed on the held-out split no worker
-received must match the reported ``val_loss_micro`` within tolerance, be at least
+model.safetensors, the training must be proven (``base.training_proof_problem``), the
+reported ``val_loss_micro`` must be the model's loss on the worker's own validation rows
+(recomputed from the same data and spec), and the loss on the held-out split no worker
+received must be at least
 ``CUBE_MIN_LOSS_REDUCTION_PCT`` (20 %) below the untrained model's, and below that of
 predicting the mean row for every input (what a model that skipped its lattice reaches). cube_inference: the
 outputs' hash, every value finite, then k rows chosen with a platform secret recomputed
@@ -12,6 +14,7 @@ with the source task's verified model.
 
 from __future__ import annotations
 
+import math
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -25,6 +28,10 @@ from training.specs import default
 from workers.models import Assignment
 from workers.verification import base
 from workers.verification.base import Verdict, copy_dataset, heldout_path, read_small_json
+
+# A reported val_loss is the model's on the worker's validation rows, recomputed in fp32:
+# only float summation order may differ (another device, another batch kernel).
+CLAIM_RELATIVE_TOLERANCE = 1e-3
 
 # The model fields that change what is computed (activation checkpointing does not).
 MODEL_FIELDS = ("teacher_dim", "lattice_edge", "state_size", "steps", "gate", "top_k", "mode")
@@ -79,15 +86,28 @@ def _untrained_loss(spec: dict[str, Any], inputs: np.ndarray, targets: np.ndarra
 @base.training_claim("val_loss_micro")
 def verify_cube_training(assignment: Assignment, model_dir: Path, reported: float) -> Verdict:
     """Recompute the submitted model's loss on the held-out split and compare it with the claim."""
-    from training.cube.run import verify
+    from training.artifacts import ArtifactError
+    from training.cube.run import validation_loss, verify
     from training.cube.split import load_heldout
 
     task = assignment.task
     problem = config_problem(task.spec, model_dir / "config.json")
     if problem:
         return Verdict(False, problem)
+    # The claim is the model's loss on the worker's own validation rows, which the platform
+    # recomputes exactly from the same data and spec; the held-out rows then set the bar.
+    try:
+        claimed = validation_loss(task.spec, base.worker_data(task), model_dir)
+    except ArtifactError as exc:
+        return Verdict(False, str(exc))
+    if not math.isclose(claimed, reported, rel_tol=CLAIM_RELATIVE_TOLERANCE, abs_tol=1e-6):
+        return Verdict(
+            False, f"val_loss on the worker's validation rows {claimed:.6g} differs from reported {reported:.6g}."
+        )
     inputs, targets = load_heldout(heldout_path(task))
-    outcome = verify(model_dir, inputs, targets, {"val_loss": reported})
+    outcome = verify(
+        model_dir, inputs, targets, {"val_loss": reported}, relative_tolerance=0.0, absolute_tolerance=math.inf
+    )
     if not outcome["accepted"]:
         return Verdict(False, str(outcome["reason"]))
     recomputed = float(outcome["recomputed"]["val_loss"])
