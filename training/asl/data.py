@@ -11,7 +11,7 @@ import math
 import os
 import queue
 import threading
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from typing import Any
 
 import numpy as np
@@ -151,7 +151,7 @@ class EpochLoader:
 _END = object()
 
 
-def _prefetch(source: Iterator[dict[str, torch.Tensor]], depth: int = 3) -> Iterator[dict[str, torch.Tensor]]:
+def _prefetch(source: Iterator[dict[str, torch.Tensor]], depth: int = 3) -> Generator[dict[str, torch.Tensor]]:
     """Items of ``source`` produced by a background thread, up to ``depth`` ahead."""
     buffer: queue.Queue[Any] = queue.Queue(maxsize=depth)
     stop = threading.Event()
