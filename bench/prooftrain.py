@@ -16,6 +16,10 @@ dishonest worker would have committed from the same start:
 - skip (concentrated): whole segments copied (the end is the start), a tenth of them;
 - fabricated: every checkpoint interpolated between the untrained and the final weights.
 
+An honest segment beyond the tolerance in fp32 is re-executed again in the run's own mixed
+precision and passes when either lands, as the platform does; the derived dishonest ends are
+judged against the fp32 re-execution only.
+
 Two more dishonest runs are trained for ``--dishonest-steps`` steps and their segments
 re-executed with the platform's ``check_segments`` against the worker's real data:
 trained on regenerated held-out rows (synthetic stream 1 of the spec's seed), and trained
@@ -118,6 +122,10 @@ def analyse(spec: dict[str, Any], folder: Path, final: dict[str, torch.Tensor]) 
         started = time.perf_counter()
         honest = segment_distance(built, segment, progress=keep)
         out["seconds"].append(time.perf_counter() - started)
+        if not within(honest) and built.config.mixed_precision:
+            # The platform's rule (training.replay._verdict): again in the run's own precision.
+            built.model.load_state_dict(untrained)
+            honest = min(honest, segment_distance(built, segment, mixed_precision=True))
         bound = state_bound(built.model)
         start = _vector(read_state_file(segment.start, bound)["model"])
         committed = _vector(read_state_file(segment.end, bound)["model"])

@@ -772,16 +772,19 @@ def replay(
     device: str = "cpu",
     on_epoch: Callable[[int], None] | None = None,
     progress: Progress | None = None,
+    mixed_precision: bool = False,
 ) -> dict[str, Any]:
     """Re-execute ``steps`` optimizer steps of the run ``config`` describes, from the training
     state ``state`` (``training.artifacts.read_state_file`` of a trace checkpoint), in fp32
-    on ``device``: the same batches, in the same order, with the same random draws, as the
+    (or with the run's mixed precision when ``mixed_precision``) on ``device``: the same batches, in the same order, with the same random draws, as the
     run took after that checkpoint. ``model`` ends holding the weights reached. Returns the
     training state reached (``training_state``). ArtifactError when the state does not fit this run (named
     ``source``); ValueError when the steps run past the epoch's end (a segment never does).
     ``progress`` gets each step's event, as ``fit`` sends it.
     """
-    exact = replace(config, mixed_precision=False, compile=False, device=device, trace_every=0)
+    exact = replace(
+        config, mixed_precision=mixed_precision and config.mixed_precision, compile=False, device=device, trace_every=0
+    )
     run = _LoopState.start(model, train_loader, exact, progress, None, on_epoch)
     run.load_training_state(state, source)
     epoch, done = divmod(run.global_step, run.steps_per_epoch)

@@ -127,7 +127,11 @@ def first_moments(state: Mapping[str, Any]) -> dict[str, torch.Tensor]:
 
 
 def segment_distance(
-    trainer: Trainer, segment: Segment, device: str = "cpu", progress: Progress | None = None
+    trainer: Trainer,
+    segment: Segment,
+    device: str = "cpu",
+    progress: Progress | None = None,
+    mixed_precision: bool = False,
 ) -> float:
     """How far the committed end of ``segment`` lies from its re-execution, in steps'
     updates. ArtifactError (or ValueError) says why a checkpoint cannot be used."""
@@ -169,6 +173,7 @@ def segment_distance(
         device=device,
         on_epoch=trainer.on_epoch,
         progress=progress,
+        mixed_precision=mixed_precision,
     )
     model.cpu()
     weights = distance(start["model"], model.state_dict(), committed.state_dict(), steps)
@@ -189,11 +194,12 @@ def check_segments(
     end, else the reason, as a requester reads it."""
     trainer = build(spec, data, device)
     untrained = {k: v.clone() for k, v in trainer.model.state_dict().items()}
-    reasons = []
-    for segment in segments:
+
+    def distance_in(mixed_precision: bool, segment: Segment) -> float:
         trainer.model.load_state_dict(untrained)
-        reasons.append(_verdict(trainer, segment, device, tolerance))
-    return reasons
+        return segment_distance(trainer, segment, device, mixed_precision=mixed_precision)
+
+    return [_verdict(distance_in, trainer.config.mixed_precision, segment, tolerance) for segment in segments]
 
 
 def within(gap: float, tolerance: float = TOLERANCE) -> bool:
@@ -201,11 +207,19 @@ def within(gap: float, tolerance: float = TOLERANCE) -> bool:
     return math.isfinite(gap) and gap <= tolerance
 
 
-def _verdict(trainer: Trainer, segment: Segment, device: str, tolerance: float) -> str:
+def _verdict(distance_in: Callable[[bool, Segment], float], mixed: bool, segment: Segment, tolerance: float) -> str:
+    """A segment is re-executed in fp32; one that lands beyond ``tolerance`` there, of a run
+    the spec trains in mixed precision, again in that precision, and passes when either lands.
+    Measured at the cube defaults: fp32 alone puts 11 of 282 honest bf16-trained segments
+    past 0.5 (up to 0.70; 1.47 in another run, late in the schedule where a step's update is
+    small), which fails most honest tasks once 42 are drawn; the bf16 re-execution on the
+    same CPU lands them at 0."""
     a, b = segment.start_leaf, segment.end_leaf
     where = f"segment {a.index} (steps {a.step}→{b.step})"
     try:
-        gap = segment_distance(trainer, segment, device)
+        gap = distance_in(False, segment)
+        if not within(gap, tolerance) and mixed:
+            gap = min(gap, distance_in(True, segment))
     except (ArtifactError, ValueError, OSError) as exc:
         return f"{where} cannot be re-executed: {exc}"
     if within(gap, tolerance):
