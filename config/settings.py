@@ -396,26 +396,23 @@ CUBE_MIN_LOSS_REDUCTION_PCT = env_int("PROOFWORK_CUBE_MIN_LOSS_REDUCTION_PCT", 2
 # is derived from SECRET_KEY, so production needs nothing more; set it on its own to rotate
 # SECRET_KEY without moving the draws (after a move, a dataset's new held-out rows may have
 # been served to workers of its earlier tasks).
-_heldout_secret = env_str("PROOFWORK_HELDOUT_SECRET")
-if _heldout_secret and len(_heldout_secret) < 32:
-    raise ImproperlyConfigured("PROOFWORK_HELDOUT_SECRET must be at least 32 characters")
-HELDOUT_SECRET = (
-    _heldout_secret.encode()
-    if _heldout_secret
-    else hmac.new(SECRET_KEY.encode(), b"proofwork:heldout-secret", hashlib.sha256).digest()
-)
+
+
+def _platform_secret(name: str, label: bytes) -> bytes:
+    """The environment's ``name`` (at least 32 characters), else HMAC-SHA256 of SECRET_KEY
+    under ``label``: one derived secret per use, none recoverable from another."""
+    raw = env_str(name)
+    if raw and len(raw) < 32:
+        raise ImproperlyConfigured(f"{name} must be at least 32 characters")
+    return raw.encode() if raw else hmac.new(SECRET_KEY.encode(), label, hashlib.sha256).digest()
+
+
+HELDOUT_SECRET = _platform_secret("PROOFWORK_HELDOUT_SECRET", b"proofwork:heldout-secret")
 # Proof of training (docs/proof-of-training.md): after a trained kind's signed result the
 # platform picks segments of its committed checkpoint chain to re-execute, with HMAC under
 # this secret over the chain's root, so no node can know them before it signs. Derived from
 # SECRET_KEY unless set, like the held-out secret, under its own label.
-_trace_secret = env_str("PROOFWORK_TRACE_SECRET")
-if _trace_secret and len(_trace_secret) < 32:
-    raise ImproperlyConfigured("PROOFWORK_TRACE_SECRET must be at least 32 characters")
-TRACE_SECRET = (
-    _trace_secret.encode()
-    if _trace_secret
-    else hmac.new(SECRET_KEY.encode(), b"proofwork:trace-challenge", hashlib.sha256).digest()
-)
+TRACE_SECRET = _platform_secret("PROOFWORK_TRACE_SECRET", b"proofwork:trace-challenge")
 # Enough segments are picked that a chain with at least TRACE_BAD_FRACTION of its segments
 # wrong is caught with probability at least TRACE_DETECT (training.trace.segments_needed).
 TRACE_DETECT = env_fraction("PROOFWORK_TRACE_DETECT", 0.99)

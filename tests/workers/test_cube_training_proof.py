@@ -68,6 +68,18 @@ def run_as(monkeypatch: pytest.MonkeyPatch, run: Run) -> None:
     )
 
 
+def run_patched(monkeypatch: pytest.MonkeyPatch, owner: Any, name: str, value: Any) -> None:
+    """The node's cube_training runner trains with ``owner.name`` replaced by ``value``."""
+    run = honest_run()
+
+    def patched(job: dict[str, Any], workdir: Path, progress: Any) -> Outcome:
+        with monkeypatch.context() as patch:
+            patch.setattr(owner, name, value)
+            return run(job, workdir, progress)
+
+    run_as(monkeypatch, patched)
+
+
 def verdict_of(agent: Node, bob: Any, spec: dict[str, Any] | None = None) -> Assignment:
     """Post a cube task on 320 uploaded rows, let ``agent`` run it, verify: the assignment."""
     rows, _ = synthetic_embeddings(320, 32, seed=7)
@@ -97,17 +109,12 @@ def test_an_honest_cube_run_is_challenged_replayed_accepted_and_paid(agent: Node
 def test_a_cube_trained_without_its_lattice_steps_is_rejected(
     agent: Node, bob: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    forward, run = CubeModel.forward, honest_run()
+    forward = CubeModel.forward
 
     def no_lattice(self: CubeModel, x: torch.Tensor, steps: int | None = None) -> Any:
         return forward(self, x, steps=0)
 
-    def lazy(job: dict[str, Any], workdir: Path, progress: Any) -> Outcome:
-        with monkeypatch.context() as patch:
-            patch.setattr(CubeModel, "forward", no_lattice)
-            return run(job, workdir, progress)
-
-    run_as(monkeypatch, lazy)
+    run_patched(monkeypatch, CubeModel, "forward", no_lattice)
     reason = rejected_because(verdict_of(agent, bob))
     assert reason.startswith("training not proven: segment ")
     assert "does not re-execute: its end is" in reason
@@ -191,7 +198,6 @@ def test_a_cube_run_that_skipped_a_tenth_of_its_steps_is_rejected(
     """Every tenth optimizer step left out (its batch never trained on), the chain committed
     to what was done: a tenth of the segments are wrong, and the challenge is sized to
     catch that 99 times in 100."""
-    run = honest_run()
     step = torch.optim.AdamW.step
     calls = {"n": 0}
 
@@ -199,12 +205,7 @@ def test_a_cube_run_that_skipped_a_tenth_of_its_steps_is_rejected(
         calls["n"] += 1
         return None if calls["n"] % 10 == 0 else step(self, *args, **kwargs)
 
-    def lazy(job: dict[str, Any], workdir: Path, progress: Any) -> Outcome:
-        with monkeypatch.context() as patch:
-            patch.setattr(torch.optim.AdamW, "step", skipping)
-            return run(job, workdir, progress)
-
-    run_as(monkeypatch, lazy)
+    run_patched(monkeypatch, torch.optim.AdamW, "step", skipping)
     reason = rejected_because(verdict_of(agent, bob))
     assert reason.startswith("training not proven: segment ")
     assert "does not re-execute: its end is" in reason
