@@ -213,11 +213,17 @@ def lock_escrow(task_id: uuid.UUID, owner: Any, amount: int, reference: str) -> 
         )
 
 
-def release_to_worker(task_id: uuid.UUID, worker_address: str, amount: int, reference: str) -> Transaction:
-    """Pay ``amount`` out of the task's escrow: the platform's fee share
-    (LEDGER_PLATFORM_FEE_BPS) to the platform account as a FEE transaction, the rest
-    to the worker as ESCROW_RELEASE. Returns the release. Idempotent per reference."""
+def release_to_worker(
+    task_id: uuid.UUID, worker_address: str, amount: int, reference: str, *, fee: int | None = None
+) -> Transaction:
+    """Pay a job out of the task's escrow: ``amount`` to the worker as ESCROW_RELEASE and
+    ``fee`` on top to the platform account as a FEE transaction (the market's terms:
+    marketplace/pricing.py). With ``fee`` None (a job offered before the market), the
+    platform's share (LEDGER_PLATFORM_FEE_BPS) comes out of ``amount`` instead. Returns
+    the release. Idempotent per reference."""
     _check_amount(amount)
+    if fee is not None and fee < 0:
+        raise LedgerError("bad_amount", "A fee is not negative.", "fee")
     try:
         worker_address = normalize_address(worker_address)
     except AddressError as exc:
@@ -231,14 +237,15 @@ def release_to_worker(task_id: uuid.UUID, worker_address: str, amount: int, refe
         existing = _existing(reference)
         if existing is not None:
             return existing
-        if amount > escrow.available:
+        fee_share = amount * settings.LEDGER_PLATFORM_FEE_BPS // 10_000 if fee is None else fee
+        paid = amount - fee_share if fee is None else amount
+        if paid + fee_share > escrow.available:
             raise InsufficientFunds(
-                "insufficient_funds", f"The escrow holds {escrow.available} units, not {amount}.", "amount"
+                "insufficient_funds", f"The escrow holds {escrow.available} units, not {paid + fee_share}.", "amount"
             )
         pair = _custodial_pair(escrow)
-        fee_share = amount * settings.LEDGER_PLATFORM_FEE_BPS // 10_000
         payload = {"task_id": str(task_id), "kind": "reward"}
-        release = _send(escrow, pair, encoding.ESCROW_RELEASE, worker_address, amount - fee_share, payload, reference)
+        release = _send(escrow, pair, encoding.ESCROW_RELEASE, worker_address, paid, payload, reference)
         if fee_share:
             _send(
                 escrow,

@@ -198,7 +198,22 @@ class TaskForm(ServiceErrorsMixin, forms.Form):
             "min_value": f"Must be at least {format_credits(1)} credits.",
             "max_value": f"Must be at most {format_credits(9_000_000_000 * UNITS_PER_CREDIT)} credits.",
         },
-        help_text="The most you pay, in credits (up to 9 decimal places). It must cover the estimated price.",
+        help_text="The most you pay, in credits (up to 9 decimal places): every replica may be paid the bid.",
+    )
+    bid = forms.DecimalField(
+        label="Bid per replica (credits)",
+        required=False,
+        max_digits=19,
+        decimal_places=9,
+        min_value=Decimal(1) / UNITS_PER_CREDIT,
+        max_value=Decimal(9_000_000_000),
+        # Django's own say "greater than or equal to 1E-9": the bounds in credits, as the API words them.
+        error_messages={
+            "min_value": f"Must be at least {format_credits(1)} credits.",
+            "max_value": f"Must be at most {format_credits(9_000_000_000 * UNITS_PER_CREDIT)} credits.",
+        },
+        help_text="The most you pay per replica, the platform's fee included; the job pays its node's ask and the"
+        " rest comes back. Empty: the budget's share per replica.",
     )
     min_reputation = forms.IntegerField(
         label="Minimum worker reputation", min_value=0, max_value=100, initial=0, help_text="0–100."
@@ -243,7 +258,7 @@ class TaskForm(ServiceErrorsMixin, forms.Form):
         return [self[SPEC_PREFIX + name] for name in self.spec_names]
 
     def setting_fields(self) -> list[forms.BoundField]:
-        return [self[name] for name in ("budget", "min_reputation", "replication", "max_attempts", "draft")]
+        return [self[name] for name in ("budget", "bid", "min_reputation", "replication", "max_attempts", "draft")]
 
     def parsed_spec(self) -> dict[str, Any] | None:
         """The spec from the fields that parsed, or None while any spec field does not."""
@@ -261,6 +276,7 @@ class TaskForm(ServiceErrorsMixin, forms.Form):
             kind=self.kind.name,
             spec=self.parsed_spec() or {},
             budget=credits_to_units(data["budget"]),
+            bid=credits_to_units(data["bid"]) if data.get("bid") is not None else None,
             title=data.get("title", ""),
             dataset=dataset.pk if dataset is not None else None,
             min_reputation=data["min_reputation"],

@@ -15,7 +15,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from rest_framework import serializers
 
@@ -108,26 +107,19 @@ class Kind:
         return spec
 
     def estimate_price(self, spec: dict[str, Any]) -> int:
-        """Price estimate in base units: work in TFLOP at the configured rate, with a floor."""
-        units = int(self.flops(spec) / 1e12 * settings.PRICE_PER_TFLOP_UNITS)
-        return max(units, settings.MIN_TASK_PRICE_UNITS, minimum_reward())
+        """Price estimate in base units, the platform's fee included: what a requester pays
+        a node at the platform's reference ask (``marketplace.pricing``)."""
+        from marketplace import pricing
+
+        return pricing.charge(pricing.reference_ask().price(self.tflop(spec)))
+
+    def tflop(self, spec: dict[str, Any]) -> float:
+        """The kind's work measure of a spec: the TFLOPs it estimates, the unit asks price."""
+        return self.flops(spec) / 1e12
 
     def json_schema(self) -> dict[str, Any]:
         """The spec as a JSON schema object (draft 2020-12 subset)."""
         return specs.json_schema(self.spec_serializer)
-
-
-def minimum_reward() -> int:
-    """The least a task may pay: after the platform's fee share, the worker's reward
-    must still cover the gas of the SUBMIT_RESULT it signs (paid out of that reward) and
-    of the TRANSFER that sweeps the rest to its provider's wallet (workers/assignments/sweep.py)."""
-    from ledger import gas
-    from protocol import encoding
-
-    price = settings.LEDGER_GAS_PRICE
-    fee = gas.fee_for(encoding.SUBMIT_RESULT, price) + gas.fee_for(encoding.TRANSFER, price)
-    keep = 10_000 - settings.LEDGER_PLATFORM_FEE_BPS
-    return -(-fee * 10_000 // keep) if keep > 0 else fee
 
 
 KINDS: dict[str, Kind] = {name: Kind.of(plugin) for name, plugin in plugins.KINDS.items()}

@@ -212,6 +212,15 @@ class Task(models.Model):
     dataset = models.ForeignKey(Dataset, null=True, blank=True, on_delete=models.PROTECT, related_name="tasks")
     budget = models.BigIntegerField(help_text="Most the requester pays, in base units (1 credit = 10^9).")
     price_estimate = models.BigIntegerField(help_text="Estimated price at posting time, in base units.")
+    bid = models.BigIntegerField(
+        help_text="Most the requester pays per replica, the platform's fee included, in base units: "
+        "a node is offered the task only when its ask plus the fee fits (docs/market.md)."
+    )
+    # What the task asks of a node, read from its spec at posting, so a scheduling pass
+    # over every waiting task reads columns rather than each spec (workers/market/).
+    work_tflop = models.FloatField(default=0.0, help_text="The kind's work measure: estimated TFLOPs.")
+    memory_bytes = models.BigIntegerField(default=0, help_text="Memory a node needs for it.")
+    features = models.JSONField(default=list, blank=True, help_text="Agent features a node needs for it.")
     min_reputation = models.PositiveSmallIntegerField(default=0, help_text="0–100")
     replication = models.PositiveSmallIntegerField(default=1)
     max_attempts = models.PositiveSmallIntegerField(default=3)
@@ -234,9 +243,11 @@ class Task(models.Model):
             models.Index(fields=["owner", "-created_at"]),
             models.Index(fields=["status", "-created_at"]),
             models.Index(fields=["status", "-budget"]),  # the public listing's ?ordering=budget
+            models.Index(fields=["status", "-bid", "opened_at"]),  # the scheduler's order
         ]
         constraints = [
             models.CheckConstraint(condition=models.Q(budget__gt=0), name="task_budget_positive"),
+            models.CheckConstraint(condition=models.Q(bid__gt=0), name="task_bid_positive"),
             models.CheckConstraint(condition=models.Q(replication__gte=1), name="task_replication_min_1"),
             models.CheckConstraint(condition=models.Q(min_reputation__lte=100), name="task_min_reputation_le_100"),
         ]

@@ -21,6 +21,8 @@ class Quote:
     replication: int | None  # None while the form's field does not parse
     resources: Resources
     supply: Supply
+    bid: int | None = None  # per replica, fee included; None when the request names none yet
+    wait_seconds: float | None = None  # the likely wait for a node at the bid (None: unknown)
 
     @property
     def budget_needed(self) -> int | None:
@@ -29,17 +31,23 @@ class Quote:
 
     @property
     def warning(self) -> str:
-        """Why the task would wait for workers, or "" when enough of them fit now."""
-        return self.supply.posting_warning(self.replication or 1)
+        """Why the task would wait for workers, or "" when enough of them fit now and take its bid."""
+        return (self.supply.posting_warning(self.replication or 1) + self.supply.bid_advice()).strip()
 
 
-def quote_task(kind: Kind, spec: dict[str, Any], min_reputation: int, replication: int | None) -> Quote:
-    """Price and supply for a validated ``spec`` of ``kind``."""
+def quote_task(
+    kind: Kind, spec: dict[str, Any], min_reputation: int, replication: int | None, bid: int | None = None
+) -> Quote:
+    """Price and supply for a validated ``spec`` of ``kind``, and the market at ``bid``."""
+    supply = work().survey(kind.name, spec, min_reputation, bid)
+    wait = None if bid is None else work().expected_wait(kind.name, bid, supply.at_bid, len(supply.free))
     return Quote(
         kind=kind,
         spec=spec,
         price=kind.estimate_price(spec),
         replication=replication,
         resources=kind.resources(spec),
-        supply=work().survey(kind.name, spec, min_reputation),
+        supply=supply,
+        bid=bid,
+        wait_seconds=wait,
     )

@@ -26,6 +26,7 @@ from rest_framework.exceptions import ValidationError
 
 from ledger import services as ledger
 from ledger.units import format_credits
+from marketplace import pricing
 from marketplace.datasets import clean_name, embeddings_map, embeddings_shape, inspect_upload
 from marketplace.kinds import Kind, get_kind
 from marketplace.lifecycle import cancel_locked, lock_own_task, open_locked
@@ -49,6 +50,7 @@ class TaskRequest:
     replication: int = 1
     max_attempts: int = 3
     draft: bool = False
+    bid: int | None = None  # per replica, fee included; None: all the budget's share per replica
 
 
 def check_task_request(
@@ -99,18 +101,43 @@ def check_task_request(
         _check_dataset(kind, spec, dataset, source_spec)
 
     price = kind.estimate_price(spec)
-    needed = price * request.replication
-    if check_budget and request.budget < needed:
-        copies = f" × {request.replication} replicas" if request.replication > 1 else ""
+    if check_budget:
+        check_bid(request)
+    return spec, dataset, price
+
+
+def bid_of(request: TaskRequest) -> int:
+    """The request's bid per replica: the one it names, or its budget's share per replica."""
+    return request.bid if request.bid is not None else request.budget // request.replication
+
+
+def check_bid(request: TaskRequest) -> None:
+    """The bid fits the budget (every replica may be paid it) and clears the least any node
+    may ask; a 400 naming ``bid``, or ``budget`` when the bid is the budget's share. A bid
+    under every fitting node's ask is not an error: the task waits and says what ask it needs."""
+    bid = bid_of(request)
+    field = "bid" if request.bid is not None else "budget"
+    copies = f" × {request.replication} replicas" if request.replication > 1 else ""
+    if bid * request.replication > request.budget:
         raise ValidationError(
             {
-                "budget": [
-                    f"The estimated price is {format_credits(price)} credits{copies}; "
-                    f"the budget must cover {format_credits(needed)}."
+                "bid": [
+                    f"A bid of {format_credits(bid)} credits{copies} is more than the budget of"
+                    f" {format_credits(request.budget)} credits."
                 ]
             }
         )
-    return spec, dataset, price
+    least = pricing.charge(pricing.floor_price())
+    if bid < least:
+        floor = format_credits(pricing.floor_price())
+        cost = (
+            f"The least a job may cost is {format_credits(least)} credits (the lowest ask a node may set,"
+            f" {floor}, plus the platform's fee)"
+        )
+        if field == "bid":
+            raise ValidationError({"bid": [f"{cost}; a bid of {format_credits(bid)} credits is under it."]})
+        needed = format_credits(least * request.replication)
+        raise ValidationError({"budget": [f"{cost}{copies}; the budget must cover {needed}."]})
 
 
 def _check_dataset(kind: Kind, spec: dict[str, Any], dataset: Dataset, source: dict[str, Any] | None) -> None:
@@ -167,6 +194,10 @@ def post_task(owner: User, request: TaskRequest) -> Task:
             dataset=dataset,
             budget=request.budget,
             price_estimate=price,
+            bid=bid_of(request),
+            work_tflop=kind.tflop(spec),
+            memory_bytes=kind.resources(spec).memory_bytes,
+            features=sorted(kind.features(spec)),
             min_reputation=request.min_reputation,
             replication=request.replication,
             max_attempts=request.max_attempts,

@@ -32,16 +32,36 @@ class Supply(Protocol):
     @property
     def free(self) -> Sized: ...
 
+    @property
+    def lowest_asks(self) -> list[int]:
+        """What the cheapest fitting workers, free or busy, would cost (fee included)."""
+        ...
+
+    @property
+    def at_bid(self) -> int:
+        """Fitting workers, free or busy, whose ask fits the bid."""
+        ...
+
     def posting_warning(self, replication: int) -> str:
         """Why a task not posted yet would wait, or "" when enough workers fit."""
+        ...
+
+    def bid_advice(self) -> str:
+        """When no fitting worker takes the task at its bid: the bid that one would take."""
         ...
 
 
 class TaskWork(Protocol):
     """The questions about a task's work that the marketplace asks the workers app."""
 
-    def survey(self, kind: str, spec: dict[str, Any], min_reputation: int) -> Supply:
-        """Which online workers could take a task of ``kind`` and ``spec`` now."""
+    def survey(self, kind: str, spec: dict[str, Any], min_reputation: int, bid: int | None = None) -> Supply:
+        """Which online workers could take a task of ``kind`` and ``spec`` now (at ``bid``)."""
+        ...
+
+    def expected_wait(self, kind: str, bid: int, at_bid: int, free: int) -> float | None:
+        """Seconds a task of ``kind`` bidding ``bid`` would likely wait for a node, with
+        ``at_bid`` fitting nodes taking that bid, ``free`` of them free now; None when no
+        node takes it or there is no history of the kind's jobs to estimate from."""
         ...
 
     def live_state(self, task: Task) -> dict[str, Any]:

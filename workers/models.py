@@ -114,6 +114,28 @@ class Worker(models.Model):
         return "busy" if busy else "online"
 
 
+class Ask(models.Model):
+    """A provider's price for one kind on one node (docs/market.md). A node without one
+    for a kind asks the platform's reference rate (``marketplace.pricing.reference_ask``)."""
+
+    worker = models.ForeignKey(Worker, on_delete=models.CASCADE, related_name="asks")
+    kind = models.CharField(max_length=32)
+    per_tflop = models.BigIntegerField(help_text="Base units per TFLOP of the kind's work measure.")
+    minimum = models.BigIntegerField(help_text="Least the node takes for one job, in base units.")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["kind"]
+        constraints = [
+            models.UniqueConstraint(fields=["worker", "kind"], name="ask_one_per_worker_kind"),
+            models.CheckConstraint(condition=models.Q(per_tflop__gte=0), name="ask_per_tflop_not_negative"),
+            models.CheckConstraint(condition=models.Q(minimum__gt=0), name="ask_minimum_positive"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.worker_id} {self.kind}: {self.per_tflop}/TFLOP, min {self.minimum}"
+
+
 class AssignmentState(models.TextChoices):
     OFFERED = "offered", "Offered"
     RUNNING = "running", "Running"
@@ -192,6 +214,12 @@ class Assignment(models.Model):
         "signed (docs/proof-of-training.md); the result waits for their checkpoints while still running.",
     )
     reason = models.CharField(max_length=300, blank=True, help_text="Why it was rejected or expired.")
+    price = models.BigIntegerField(
+        null=True,
+        blank=True,
+        help_text="What the job pays its node if verified, in base units: the node's ask when it was offered "
+        "(docs/market.md). Empty on jobs offered before the market, which pay the task's estimate.",
+    )
     shortfall = models.CharField(
         max_length=10,
         choices=Shortfall.choices,

@@ -23,6 +23,7 @@ from django.utils import timezone
 
 from workers import verification
 from workers.assignments import jobs, nodebroker, retention, scheduler, settlement, supply
+from workers.assignments import market_pass as market
 from workers.models import Assignment
 
 log = logging.getLogger(__name__)
@@ -30,7 +31,19 @@ log = logging.getLogger(__name__)
 
 @shared_task(name="workers.schedule_task", ignore_result=True)
 def schedule_task(task_id: str) -> int:
-    return len(scheduler.schedule(task_id))  # type: ignore[arg-type]
+    """A task opened or one of its jobs ended (freeing a node): a market pass gives the free
+    nodes to the waiting tasks by bid, then the task itself is scheduled (its status
+    reason, or its failure once its attempts are used up)."""
+    offered = _market_pass()
+    return offered + len(scheduler.schedule(task_id))  # type: ignore[arg-type]
+
+
+def _market_pass() -> int:
+    try:
+        return market.offer_waiting()
+    except Exception:
+        log.exception("the market pass failed; the next one tries again")
+        return 0
 
 
 @shared_task(name="workers.schedule_waiting", ignore_result=True)
@@ -44,7 +57,7 @@ def schedule_waiting() -> int:
             step()
         except Exception:
             log.exception("%s failed; the next pass tries again", step.__name__)
-    offered = 0
+    offered = _market_pass()
     with supply.one_pass():  # why each task still waits: one read of the online workers
         for task_id in scheduler.open_tasks_waiting():
             try:

@@ -93,6 +93,7 @@ class TaskSerializer(serializers.ModelSerializer):
 
     budget = CreditsField(read_only=True)
     price_estimate = CreditsField(read_only=True)
+    bid = CreditsField(read_only=True)
     dataset = serializers.UUIDField(source="dataset_id", read_only=True, allow_null=True)
     kind_available = serializers.SerializerMethodField()
 
@@ -107,6 +108,7 @@ class TaskSerializer(serializers.ModelSerializer):
             "dataset",
             "budget",
             "price_estimate",
+            "bid",
             "min_reputation",
             "replication",
             "max_attempts",
@@ -151,6 +153,13 @@ class TaskCreateSerializer(StrictInput, serializers.Serializer):
     spec = JSONField(required=False, default=dict, help_text="The kind's spec; omitted fields take their defaults.")
     dataset = serializers.UUIDField(required=False, allow_null=True, default=None)
     budget = CreditsField(help_text="Most you pay, in credits (up to 9 decimal places).")
+    bid = CreditsField(
+        required=False,
+        default=None,
+        allow_null=True,
+        help_text="Most you pay per replica, the platform's fee included (docs/market.md); the job pays its"
+        " node's ask and the rest comes back. Left out: the budget's share per replica.",
+    )
     min_reputation = serializers.IntegerField(min_value=0, max_value=100, default=0)
     replication = serializers.IntegerField(
         min_value=1, max_value=5, default=1, help_text="Workers of different providers that each compute the job."
@@ -181,12 +190,29 @@ class WorkerSupplySerializer(serializers.Serializer):
     free = serializers.IntegerField(help_text="Of those, the ones not busy with another job.")
 
 
+class MarketQuoteSerializer(serializers.Serializer):
+    lowest_asks = serializers.ListField(
+        child=CreditsField(),
+        help_text="What the cheapest online nodes that fit would cost per replica, fee included, free or busy.",
+    )
+    nodes_at_bid = serializers.IntegerField(
+        allow_null=True, help_text="Fitting online nodes, free or busy, whose ask fits the bid (null: no bid)."
+    )
+    expected_wait_seconds = serializers.FloatField(
+        allow_null=True,
+        help_text="Likely wait for a node at the bid: 0 when one is free; null when no node takes the bid or"
+        " there is no history to estimate from.",
+    )
+
+
 class TaskQuoteResultSerializer(serializers.Serializer):
     """What posting the task would cost and who could take it now. Nothing is written."""
 
     kind = serializers.CharField()
     spec = serializers.JSONField(help_text="The spec with its defaults filled in, as it would be stored.")
-    price_estimate = CreditsField(help_text="Per replica.")
+    price_estimate = CreditsField(help_text="Per replica, at the platform's reference ask, fee included.")
+    bid = CreditsField(allow_null=True, help_text="The bid per replica, as it would be stored (null: no budget given).")
+    market = MarketQuoteSerializer()
     budget_needed = CreditsField(help_text="The price times the replication: the least budget accepted.")
     memory_bytes = serializers.IntegerField(help_text="Memory a worker needs for the task.")
     gpu_preferred = serializers.BooleanField()

@@ -107,9 +107,16 @@ class TaskViewSet(OwnedViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixin
         budget = data.pop("budget")
         task_request = services.TaskRequest(budget=budget or 0, **data)
         spec, _, _ = services.check_task_request(request.user, task_request, check_budget=budget is not None)  # type: ignore[arg-type]
-        quote = quote_task(KINDS[task_request.kind], spec, task_request.min_reputation, task_request.replication)
+        bid = services.bid_of(task_request) if budget is not None or task_request.bid is not None else None
+        quote = quote_task(KINDS[task_request.kind], spec, task_request.min_reputation, task_request.replication, bid)
         supply = quote.supply
         body = {
+            "bid": bid,
+            "market": {
+                "lowest_asks": supply.lowest_asks,
+                "nodes_at_bid": supply.at_bid if bid is not None else None,
+                "expected_wait_seconds": quote.wait_seconds,
+            },
             "kind": quote.kind.name,
             "spec": spec,
             "price_estimate": quote.price,

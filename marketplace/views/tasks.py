@@ -21,7 +21,7 @@ from rest_framework.exceptions import APIException, NotFound, ValidationError
 from config.downloads import download
 from ledger import services as ledger
 from ledger.models import TxStatus
-from ledger.units import format_credits
+from ledger.units import credits_to_units, format_credits
 from marketplace import services
 from marketplace.errors import error_text
 from marketplace.forms import StatusFilterForm, TaskForm
@@ -137,8 +137,19 @@ def _estimate(form: TaskForm) -> dict[str, Any] | None:
     min_reputation = data.get("min_reputation", form.fields["min_reputation"].initial) or 0
     # None while the field does not parse: the price per replica is all that is known then.
     replication = data.get("replication") if form.is_bound else form.fields["replication"].initial
-    quote = quote_task(form.kind, clean, min_reputation, replication)
+    budget, bid = data.get("budget"), data.get("bid")
+    if bid is not None:
+        bid_units: int | None = credits_to_units(bid)
+    elif budget is not None and replication:
+        bid_units = credits_to_units(budget) // replication
+    else:
+        bid_units = None
+    quote = quote_task(form.kind, clean, min_reputation, replication, bid_units)
     return {
+        "bid": format_credits(bid_units) if bid_units is not None else None,
+        "lowest_asks": [format_credits(c) for c in quote.supply.lowest_asks],
+        "at_bid": quote.supply.at_bid if bid_units is not None else None,
+        "wait_seconds": quote.wait_seconds,
         "price": format_credits(quote.price),
         "replication": replication,
         "budget_needed": format_credits(quote.budget_needed) if quote.budget_needed is not None else None,

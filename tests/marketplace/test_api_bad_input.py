@@ -58,7 +58,7 @@ BAD_BODIES: list[tuple[dict[str, Any], list[str], str]] = [
     ({**GOOD, "spec": "n=3"}, ["spec", "non_field_errors"], "JSON object"),
     ({**GOOD, "spec": None}, ["spec"], "null"),
     ({**GOOD, "colour": "red"}, ["colour"], "Unknown field"),
-    ({**GOOD, "budget": "0.000000001"}, ["budget"], "estimated price"),
+    ({**GOOD, "budget": "0.000000001"}, ["budget"], "least a job may cost"),
     ({**GOOD, "budget": "1.0000000001"}, ["budget"], "9 decimal places"),
     ({**GOOD, "budget": "-5"}, ["budget"], "at least 0.000000001"),
     ({**GOOD, "budget": "0"}, ["budget"], "at least"),

@@ -283,7 +283,7 @@ def test_quote_prices_a_task_and_says_who_could_take_it_without_posting(
     # The errors posting would give, the budget included when it is given.
     short = alice_client.post(TASKS + "quote/", {"kind": "synthetic", "budget": "0.000000001"}, format="json")
     assert short.status_code == 400
-    assert short.json()["budget"][0].startswith("The estimated price is ")
+    assert short.json()["budget"][0].startswith("The least a job may cost is ")
     bad = alice_client.post(TASKS + "quote/", {"kind": "synthetic", "spec": {"n": 0}, "colour": 1}, format="json")
     assert bad.status_code == 400
     assert bad.json() == {"colour": ["Unknown field."]}

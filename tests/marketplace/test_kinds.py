@@ -10,7 +10,8 @@ from rest_framework import serializers
 from rest_framework.test import APIClient
 
 from ledger.units import format_credits
-from marketplace.kinds import KINDS, get_kind, minimum_reward
+from marketplace.kinds import KINDS, get_kind
+from marketplace.pricing import charge, largest_price_under, minimum_reward
 
 pytestmark = pytest.mark.django_db
 
@@ -102,21 +103,23 @@ def test_price_grows_with_the_work_and_has_a_floor(settings: Any) -> None:
     settings.ARTIFACT_MAX_BYTES = 2**40  # a platform that takes 64 products of 16384²
     small = kind.estimate_price(kind.validate_spec({"n": 64}))
     big = kind.estimate_price(kind.validate_spec({"n": 16384, "count": 64}))
-    assert small == max(settings.MIN_TASK_PRICE_UNITS, minimum_reward())
+    # The floor is the least ask a node may set, plus the platform's fee the requester pays.
+    assert small == charge(max(settings.MIN_TASK_PRICE_UNITS, minimum_reward()))
     assert big > small
     assert isinstance(big, int)
 
 
 def test_the_floor_always_leaves_the_worker_its_submit_and_sweep_gas(settings: Any) -> None:
-    """Even with no configured floor, a reward net of the platform fee pays the worker's
-    SUBMIT_RESULT gas and the TRANSFER that sweeps its earnings to the provider's wallet,
-    so an accepted result can always enter the ledger and one job is enough to cash out."""
+    """Even with no configured floor, the least a job pays its node (the platform's fee is
+    the requester's, on top) covers the worker's SUBMIT_RESULT gas and the TRANSFER that
+    sweeps its earnings to the provider's wallet, so an accepted result can always enter
+    the ledger and one job is enough to cash out."""
     from ledger import gas
     from protocol import encoding
 
     settings.MIN_TASK_PRICE_UNITS = 0
     price = get_kind("synthetic").estimate_price(get_kind("synthetic").validate_spec({"n": 64}))
-    net = price - price * settings.LEDGER_PLATFORM_FEE_BPS // 10_000
+    net = largest_price_under(price)  # what the node at the reference ask is paid
     submit = gas.fee_for(encoding.SUBMIT_RESULT, settings.LEDGER_GAS_PRICE)
     sweep = gas.fee_for(encoding.TRANSFER, settings.LEDGER_GAS_PRICE)
     assert net >= submit + sweep

@@ -346,7 +346,7 @@ def test_service_errors_land_on_the_right_field(alice_web: Client, alice: Any) -
     response = alice_web.post(reverse("task-post", args=["synthetic"]), synthetic_form(budget="0.001"))
     assert response.status_code == 400
     floor = format_credits(KINDS["synthetic"].estimate_price(KINDS["synthetic"].validate_spec({})))
-    assert f"The estimated price is {floor} credits" in error_slot(text(response), "id_budget")
+    assert f"The least a job may cost is {floor} credits" in error_slot(text(response), "id_budget")
     # So does the dataset rule of a kind that needs one.
     response = alice_web.post(
         reverse("task-post", args=["asl_training"]), default_form("asl_training", alice, budget="100000")
@@ -401,7 +401,8 @@ def test_check_endpoint_returns_errors_and_estimate(alice_web: Client, settings:
     assert re.search(r'id="id_spec_n_error" hx-swap-oob="innerHTML"><p>[^<]*16384', bad)
     assert "Fix the fields marked in red" in bad
     good = text(alice_web.post(url, synthetic_form(spec_n="16384", spec_count="64"), HTTP_HX_REQUEST="true"))
-    assert '<strong id="estimate-price">0.562949953</strong>' in good  # 2·16384³·64 FLOP at 10⁶ units/TFLOP
+    # 2·16384³·64 FLOP: the reference ask (10⁶ units/TFLOP less the fee) plus the fee.
+    assert '<strong id="estimate-price">0.562949982</strong>' in good
     assert re.search(r'id="id_spec_n_error" hx-swap-oob="innerHTML"></div>', good)
     assert not Task.objects.exists()
 

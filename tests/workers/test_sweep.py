@@ -124,7 +124,7 @@ def test_a_worker_sweeps_its_earnings_into_its_owners_wallet(
     alpha: Rig, alice: Any, alice_client: APIClient, bob: Any, tmp_path: Path
 ) -> None:
     # One job at the minimum price pays its own SUBMIT_RESULT gas and still leaves more
-    # than a sweep's fee (marketplace.kinds.minimum_reward): one job is enough to cash out.
+    # than a sweep's fee (marketplace.pricing.minimum_reward): one job is enough to cash out.
     earn(alpha, bob, tmp_path / "1")
     earned = ledger.address_balance(alpha.worker.address)
     assert earned > FEE

@@ -8,7 +8,7 @@ trusts what a worker says about itself beyond the capabilities it registered.
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from datetime import datetime, timedelta
 from functools import partial
 from uuid import UUID
@@ -19,12 +19,14 @@ from django.db.models import Max, Q
 from django.utils import timezone
 
 from ledger.models import Block
+from marketplace import pricing
 from marketplace.kinds import KINDS
 from marketplace.lifecycle import fail_locked, lock_task, set_reason_locked
 from marketplace.models import ACTIVE, Task
 from workers.assignments import heldout, lifecycle, nodebroker, supply, uploads
 from workers.assignments.control import stop_on_commit
 from workers.live.dashboard import worker_changed
+from workers.market import asks as market_asks
 from workers.models import BARS_PROVIDER, REPLICA_HELD, UNSETTLED, Assignment, Shortfall, Worker
 
 log = logging.getLogger(__name__)
@@ -39,23 +41,41 @@ def latest_block_hash() -> str:
 
 
 def eligible_workers(task: Task, exclude: set[UUID], owners: Collection[int] = ()) -> list[Worker]:
-    """Online, active, free workers whose registered capabilities fit the task, best first,
-    none of them in ``exclude`` or of a provider in ``owners``.
+    """Online, active, free workers whose registered capabilities fit the task and whose
+    ask for it fits its bid, none of them in ``exclude`` or of a provider in ``owners``;
+    cheapest first, then by reputation and verified benchmark (``workers.market``)."""
+    return priced_workers(task, exclude, owners)[0]
+
+
+def priced_workers(
+    task: Task, exclude: set[UUID], owners: Collection[int] = ()
+) -> tuple[list[Worker], dict[UUID, int]]:
+    """``eligible_workers``, and what the job would pay each of them (its ask for the task).
 
     The same check as ``supply.survey``, with what SQL can filter filtered there: this runs
     for every task scheduled, the survey only for one that waits.
     """
     need = supply.Need.of(task.kind, task.spec, task.min_reputation)
-    candidates = (
+    candidates = list(
         Worker.objects.online()
         .filter(reputation__gte=task.min_reputation)
         .exclude(pk__in=exclude)
         .exclude(owner_id__in=owners)
         # One unsettled job per worker: its SUBMIT_RESULT nonce is then always the next one.
         .exclude(assignments__state__in=UNSETTLED)
-        .order_by("-reputation", "last_heartbeat_at")
     )
-    return [worker for worker in candidates if supply.misfit(worker, need) is None]
+    limit = pricing.largest_price_under(task.bid)
+    asks = market_asks.asks_of(w.pk for w in candidates)
+    tflop = KINDS[task.kind].tflop(task.spec)
+    prices = {}
+    for worker in candidates:
+        if supply.misfit(worker, need) is None:
+            price = market_asks.ask_for(asks.get(worker.pk), task.kind).price(tflop)
+            if price <= limit:
+                prices[worker.pk] = price
+    fitting = [w for w in candidates if w.pk in prices]
+    fitting.sort(key=lambda w: (prices[w.pk], -w.reputation, -(w.benchmark_gflops or 0.0), str(w.pk)))
+    return fitting, prices
 
 
 def newcomers_first(candidates: list[Worker], earlier: Collection[tuple[UUID, int]]) -> list[Worker]:
@@ -74,7 +94,7 @@ def newcomers_first(candidates: list[Worker], earlier: Collection[tuple[UUID, in
 def waiting_reason(task: Task, exclude: set[UUID], taken: set[UUID], owners: set[int]) -> str:
     """Why the task waits: the online workers besides ``taken`` (just given the task), by
     the first requirement each one misses."""
-    need = supply.Need.of(task.kind, task.spec, task.min_reputation)
+    need = supply.Need.of(task.kind, task.spec, task.min_reputation, bid=task.bid)
     return supply.survey(need, exclude, taken, owners=owners).reason()
 
 
@@ -99,8 +119,9 @@ def _lock_free_workers(candidates: list[Worker], wanted: int) -> list[Worker]:
     return chosen
 
 
-def schedule(task_id: UUID) -> list[Assignment]:
-    """Give a task to as many eligible workers as its replication still needs.
+def schedule(task_id: UUID, chosen: Sequence[UUID] | None = None) -> list[Assignment]:
+    """Give a task to as many eligible workers as its replication still needs (with
+    ``chosen``: only those of them, in that order, as a market pass matched them).
 
     Locks the task row; creates assignments and syncs the task's status in one
     transaction; the Celery messages to the workers' queues go out after commit. A kind
@@ -136,7 +157,11 @@ def schedule(task_id: UUID) -> list[Assignment]:
         # the data, so one provider's nodes could compute once and submit it r times), nor
         # one whose result fell short of the task's bar (BARS_PROVIDER).
         owners = set(Assignment.objects.filter(BARS_PROVIDER, task=task).values_list("worker__owner_id", flat=True))
-        candidates = newcomers_first(eligible_workers(task, exclude, owners), expired)
+        priced, prices = priced_workers(task, exclude, owners)
+        candidates = newcomers_first(priced, expired)
+        if chosen is not None:
+            by_id = {w.pk: w for w in candidates}
+            candidates = [by_id[pk] for pk in chosen if pk in by_id]
         workers = _lock_free_workers(candidates, missing)
         short = missing - len(workers)
         taken = {w.pk for w in workers}
@@ -155,7 +180,12 @@ def schedule(task_id: UUID) -> list[Assignment]:
         deadline = timezone.now() + timedelta(seconds=settings.ASSIGNMENT_DEADLINE)
         created = [
             Assignment.objects.create(
-                task=task, worker=w, attempt=failed_attempts + 1, seed_block_hash=seed, deadline=deadline
+                task=task,
+                worker=w,
+                attempt=failed_attempts + 1,
+                seed_block_hash=seed,
+                deadline=deadline,
+                price=prices[w.pk],
             )
             for w in workers
         ]
@@ -324,11 +354,15 @@ def dispatch(assignment: Assignment) -> None:
 
 
 def open_tasks_waiting() -> list[UUID]:
-    """Tasks of runnable kinds still short of workers, oldest first: candidates for
-    another scheduling pass (open ones, and those whose other replicas are in hand)."""
+    """Tasks of runnable kinds still short of workers, highest bid first, then oldest:
+    candidates for another scheduling pass (open ones, and those whose other replicas are
+    in hand)."""
     runnable = [name for name, kind in KINDS.items() if kind.available]
     return list(
-        lifecycle.needing_workers().filter(kind__in=runnable).order_by("opened_at").values_list("pk", flat=True)[:200]
+        lifecycle.needing_workers()
+        .filter(kind__in=runnable)
+        .order_by("-bid", "opened_at")
+        .values_list("pk", flat=True)[:200]
     )
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 from functools import partial
+from typing import Any
 from uuid import UUID
 
 from django.db import transaction
@@ -22,6 +23,7 @@ from django.db.models.functions import Coalesce, Greatest, Least
 from django.utils import timezone
 
 from ledger import services as ledger
+from marketplace import pricing
 from marketplace.lifecycle import complete_locked, lock_task
 from marketplace.models import ACTIVE, Task
 from workers.assignments import lifecycle
@@ -40,8 +42,19 @@ SHORT_PENALTY = 5
 
 
 def reward_per_replica(task: Task) -> int:
-    """What one accepted replica earns: the task's price estimate, bounded by the budget share."""
+    """What an accepted replica offered before the market earns: the task's price estimate,
+    bounded by the budget share, the platform's fee out of it."""
     return min(task.price_estimate, task.budget // task.replication)
+
+
+def release_reward(task: Task, assignment: Assignment, worker_address: str) -> Any:
+    """Pay the accepted job out of escrow: its node's ask (``Assignment.price``), with the
+    platform's fee on top from the requester's escrow (marketplace/pricing.py)."""
+    reference = f"reward:{assignment.pk}"
+    if assignment.price is None:
+        return ledger.release_to_worker(task.pk, worker_address, reward_per_replica(task), reference=reference)
+    fee = pricing.fee_on(assignment.price)
+    return ledger.release_to_worker(task.pk, worker_address, assignment.price, reference=reference, fee=fee)
 
 
 class ResultVoid(Exception):
@@ -77,8 +90,7 @@ def accept(assignment_id: UUID, metrics: dict[str, object]) -> Assignment | None
         ledger.lock_task_accounts(task.pk, worker.address)
         if ledger.next_nonce(worker.address) > tx.nonce:
             raise ResultVoid(f"the worker spent nonce {tx.nonce}, which its result's transaction carries")
-        reward = reward_per_replica(task)
-        release = ledger.release_to_worker(task.pk, worker.address, reward, reference=f"reward:{assignment.pk}")
+        release = release_reward(task, assignment, worker.address)
         row = ledger.submit_transaction(tx, signature, reference=f"submit:{assignment.pk}")
         if row.status == "refused":
             # The platform built this template; a refusal is our bug, not the worker's.

@@ -20,8 +20,11 @@ from uuid import UUID
 
 from django.db.models import Exists, OuterRef
 
+from ledger.units import format_credits
+from marketplace import pricing
 from marketplace.kinds import KINDS, Kind, memory
 from workers.assignments import lifecycle
+from workers.market.asks import asks_of
 from workers.models import BARS_PROVIDER, UNSETTLED, Assignment, Worker
 
 log = logging.getLogger(__name__)
@@ -30,7 +33,8 @@ log = logging.getLogger(__name__)
 # once, under the first requirement it fails.
 KIND, FEATURES, MEMORY, REPUTATION, TOOK_PART, BUSY = "kind", "features", "memory", "reputation", "took_part", "busy"
 SAME_PROVIDER = "same_provider"  # its owner's other node holds a replica of the task
-REASONS = (KIND, FEATURES, MEMORY, REPUTATION, TOOK_PART, SAME_PROVIDER, BUSY)
+ASK = "ask"  # it asks more for the task than the task bids (docs/market.md)
+REASONS = (KIND, FEATURES, MEMORY, REPUTATION, TOOK_PART, SAME_PROVIDER, ASK, BUSY)
 
 
 @dataclass(frozen=True)
@@ -41,11 +45,25 @@ class Need:
     memory_bytes: int
     features: frozenset[str]
     min_reputation: int
+    tflop: float = 0.0  # the kind's work measure of the spec: what asks price
+    bid: int | None = None  # per replica, the fee included; None: any ask fits (a quote without one)
 
     @classmethod
-    def of(cls, kind_name: str, spec: dict[str, Any], min_reputation: int) -> Need:
+    def of(cls, kind_name: str, spec: dict[str, Any], min_reputation: int, bid: int | None = None) -> Need:
         kind = KINDS[kind_name]
-        return cls(kind, kind.resources(spec).memory_bytes, frozenset(kind.features(spec)), min_reputation)
+        return cls(
+            kind,
+            kind.resources(spec).memory_bytes,
+            frozenset(kind.features(spec)),
+            min_reputation,
+            kind.tflop(spec),
+            bid,
+        )
+
+    def charge(self, asks: dict[str, pricing.Ask] | None) -> int:
+        """What the requester would pay a node with ``asks`` for the task, fee included."""
+        own = (asks or {}).get(self.kind.name)
+        return pricing.charge((own or pricing.reference_ask()).price(self.tflop))
 
     def sentence(self) -> str:
         supporting = f" (agent supporting {', '.join(sorted(self.features))})" if self.features else ""
@@ -85,6 +103,18 @@ class Survey:
     short: Counter[str] = field(default_factory=Counter)  # the others, by reason (REASONS)
     taken: int = 0  # workers just given the task, left out of the rest
     providers: set[int] = field(default_factory=set)  # owners of the fitting workers
+    charges: list[int] = field(default_factory=list)  # what each fitting worker would cost, free or busy
+    busy_at_bid: int = 0  # fitting workers whose ask fits the bid, busy with another job
+
+    @property
+    def lowest_asks(self) -> list[int]:
+        """What the cheapest fitting workers (free or busy) would cost, the fee included."""
+        return sorted(self.charges)[:5]
+
+    @property
+    def at_bid(self) -> int:
+        """Fitting workers, free or busy, that would take the task at its bid."""
+        return len(self.free) + self.busy_at_bid
 
     @property
     def online(self) -> int:
@@ -99,7 +129,17 @@ class Survey:
         """Why the task waits. Called once the free workers were given its job, so a free
         one still counted was taken by another task meanwhile: it counts as busy."""
         counts = self.short + Counter({BUSY: len(self.free)})
-        return f"Waiting for a worker: {self._state(counts)}. {self.need.sentence()}"
+        return f"Waiting for a worker: {self._state(counts)}. {self.need.sentence()}{self.bid_advice()}"
+
+    def bid_advice(self) -> str:
+        """When no fitting worker takes the task at its bid: the bid that one would take."""
+        if self.need.bid is None or self.at_bid or not self.charges:
+            return ""
+        return (
+            f" Its bid of {format_credits(self.need.bid)} credits is under every fitting node's ask:"
+            f" the lowest asks {format_credits(min(self.charges))} credits with the platform's fee;"
+            " a bid of that much would be taken."
+        )
 
     def warning(self) -> str:
         """For a task not posted yet, when no online worker fits it."""
@@ -148,6 +188,8 @@ def _describe(reason: str, count: int, need: Need) -> str:
             f"{count} {'belongs' if one else 'belong'} to a provider already computing a replica of it"
             " (or whose result fell short of its quality bar)"
         )
+    if reason == ASK:
+        return f"{count} {'asks' if one else 'ask'} more than its bid"
     return f"{count} {'fits but is' if one else 'fit but are'} busy with another job"
 
 
@@ -166,6 +208,7 @@ class Online(NamedTuple):
     capabilities: Any
     busy: bool  # holds an unsettled job
     owner_id: int
+    asks: dict[str, pricing.Ask] | None = None  # its own asks by kind (none: the reference ask)
 
 
 def online_workers(max_age: float = 0.0) -> list[Online]:
@@ -190,6 +233,8 @@ def online_workers(max_age: float = 0.0) -> list[Online]:
         .order_by("-reputation", "last_heartbeat_at")
         .values_list("pk", "reputation", "capabilities", "busy", "owner_id")
     ]
+    asks = asks_of(row.pk for row in rows)
+    rows = [row._replace(asks=asks.get(row.pk)) for row in rows]
     if shared is not None:
         shared.append(rows)
     _recent = (now, rows)
@@ -237,8 +282,14 @@ def survey(
             reason = TOOK_PART
         if reason is None and worker.owner_id in owners:
             reason = SAME_PROVIDER
+        if reason is None:
+            charge = need.charge(worker.asks)
+            result.charges.append(charge)
+            if need.bid is not None and charge > need.bid:
+                reason = ASK
         if reason is None and worker.busy:
             reason = BUSY
+            result.busy_at_bid += 1
         if reason is None:
             result.free.append(worker.pk)
         else:

@@ -12,14 +12,16 @@ from marketplace.models import Task
 from workers.assignments import supply
 from workers.assignments.jobs import ledger_trail, result_file, result_files
 from workers.live.task_page import task_live_state as live_state
+from workers.market.book import expected_wait
 from workers.models import Assignment
 
-__all__ = ["ledger_trail", "live_state", "result_file", "result_files", "start_times", "survey"]
+__all__ = ["expected_wait", "ledger_trail", "live_state", "result_file", "result_files", "start_times", "survey"]
 
 
-def survey(kind: str, spec: dict[str, Any], min_reputation: int) -> supply.Survey:
+def survey(kind: str, spec: dict[str, Any], min_reputation: int, bid: int | None = None) -> supply.Survey:
     """The online workers, by whether they could take a task of ``kind`` and ``spec`` now."""
-    return supply.survey(supply.Need.of(kind, spec, min_reputation), max_age=settings.SUPPLY_SNAPSHOT_SECONDS)
+    need = supply.Need.of(kind, spec, min_reputation, bid=bid)
+    return supply.survey(need, max_age=settings.SUPPLY_SNAPSHOT_SECONDS)
 
 
 def start_times(task: Task) -> list[datetime]:

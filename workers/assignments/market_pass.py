@@ -1,0 +1,169 @@
+"""A market pass (workers.market has the rule): read every waiting task and every free online node from the database,
+match them by the rule (``workers.market.matching``), and hand each match to the
+scheduler, which re-checks it under the task's and the node's row locks."""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+from uuid import UUID
+
+from django.db.models import Count, Exists, F, OuterRef, Q
+
+from marketplace import pricing
+from marketplace.kinds import KINDS
+from marketplace.models import ACTIVE, Task
+from workers.assignments import supply
+from workers.market.asks import ask_for, asks_of
+from workers.market.matching import Match, Node, Order, match
+from workers.models import REPLICA_HELD, UNSETTLED, Assignment, Shortfall, Worker
+from workers.models import REPLICA_HELD as HELD
+
+log = logging.getLogger(__name__)
+
+# How much less a node that lost the task, or its provider, comes: after every fresher node.
+PROVIDER_LOST, NODE_LOST = 1, 2
+
+
+@dataclass
+class Book:
+    """What one pass decides on."""
+
+    orders: list[Order]
+    nodes: list[Node]
+
+
+def read_orders() -> list[Order]:
+    """Every active task of a runnable kind short of workers, with what bars or defers nodes."""
+    runnable = [name for name, kind in KINDS.items() if kind.available]
+    rows = list(
+        Task.objects.filter(status__in=ACTIVE, kind__in=runnable)
+        .annotate(held=Count("assignments", filter=Q(assignments__state__in=HELD)))
+        .filter(held__lt=F("replication"))
+        .values_list(
+            "pk",
+            "kind",
+            "bid",
+            "opened_at",
+            "created_at",
+            "replication",
+            "held",
+            "max_attempts",
+            "work_tflop",
+            "memory_bytes",
+            "features",
+            "min_reputation",
+        )
+    )
+    # The jobs these tasks had, for the ones that had any: one read.
+    had = Task.objects.filter(status__in=ACTIVE, kind__in=runnable, assignments__isnull=False)
+    history: dict[UUID, list[tuple[UUID, int, str, bool]]] = defaultdict(list)
+    jobs = Assignment.objects.filter(task__in=had.values("pk"))
+    for task_id, worker_id, owner_id, state, shortfall in jobs.values_list(
+        "task_id", "worker_id", "worker__owner_id", "state", "shortfall"
+    ):
+        # BARS_PROVIDER: a live or accepted replica, or a result short of the task's bar.
+        bars = state in REPLICA_HELD or shortfall != Shortfall.NONE
+        history[task_id].append((worker_id, owner_id, state, bars))
+    orders = []
+    for pk, kind, bid, opened, created, replication, held, max_attempts, tflop, memory, features, rep in rows:
+        jobs_of = history.get(pk, [])
+        failed = sum(1 for _, _, state, _ in jobs_of if state in (Assignment.State.REJECTED, Assignment.State.EXPIRED))
+        if failed >= max_attempts * replication:
+            continue  # the scheduler fails it (or waits for a verdict): nothing to offer
+        lost = [(w, o) for w, o, state, _ in jobs_of if state == Assignment.State.EXPIRED]
+        retakers: dict[Any, int] = {}
+        lost_owners = {o for _, o in lost}
+        lost_nodes = {w for w, _ in lost}
+        orders.append(
+            Order(
+                id=pk,
+                kind=kind,
+                bid=bid,
+                opened=(opened or created).timestamp(),
+                slots=replication - held,
+                tflop=tflop,
+                memory_bytes=memory,
+                features=frozenset(features or ()),
+                min_reputation=rep,
+                exclude=frozenset(supply.not_offered_again((w, state) for w, _, state, _ in jobs_of)),
+                owners=frozenset(o for _, o, _, bars in jobs_of if bars),
+                retakers=retakers,
+            )
+        )
+        if lost:
+            # Tiers over nodes: the provider's by its owner, the node's own by its id.
+            retakers.update(_tiers(lost_nodes, lost_owners))
+    return orders
+
+
+def _tiers(nodes: set[UUID], owners: set[int]) -> dict[Any, int]:
+    """Node -> tier for the nodes that lost a task and their providers' other nodes."""
+    tiers: dict[Any, int] = {}
+    for worker_id in Worker.objects.filter(owner_id__in=owners).values_list("pk", flat=True):
+        tiers[worker_id] = NODE_LOST if worker_id in nodes else PROVIDER_LOST
+    return tiers
+
+
+def read_nodes() -> list[Node]:
+    """Every online node holding no unsettled job, with its asks."""
+    rows = list(
+        Worker.objects.online()
+        .exclude(Exists(Assignment.objects.filter(worker=OuterRef("pk"), state__in=UNSETTLED)))
+        .values_list("pk", "owner_id", "reputation", "benchmark_gflops", "capabilities")
+    )
+    asks = asks_of(pk for pk, *_ in rows)
+    return [_node(pk, owner, rep, bench, caps, asks.get(pk)) for pk, owner, rep, bench, caps in rows]
+
+
+def _node(pk: UUID, owner: int, rep: int, bench: float | None, caps: Any, asks: Any) -> Node:
+    caps = caps if isinstance(caps, dict) else {}
+    kinds = caps.get("kinds")
+    features = caps.get("features")
+    try:
+        memory = max(int(caps.get("gpu_memory_bytes") or 0), int(caps.get("ram_bytes") or 0))
+    except (TypeError, ValueError):
+        memory = 0
+    offered = frozenset(k for k in kinds if isinstance(k, str)) if isinstance(kinds, list) else frozenset()
+    return Node(
+        id=pk,
+        owner=owner,
+        reputation=rep,
+        benchmark=bench or 0.0,
+        memory_bytes=memory,
+        kinds=offered,
+        features=frozenset(f for f in features if isinstance(f, str)) if isinstance(features, list) else frozenset(),
+        asks={kind: ask_for(asks, kind) for kind in offered},
+    )
+
+
+def read_book() -> Book:
+    return Book(read_orders(), read_nodes())
+
+
+def decide(book: Book) -> list[Match]:
+    return match(book.orders, book.nodes, pricing.largest_price_under)
+
+
+def offer_waiting() -> int:
+    """One pass: match, then offer each match through the scheduler. Returns jobs offered."""
+    from workers.assignments import scheduler  # the scheduler calls this pass: import at use
+
+    matches = decide(read_book())
+    offered = 0
+    for task_id, nodes in _by_task(matches).items():
+        try:
+            offered += len(scheduler.schedule(task_id, chosen=nodes))
+        except Exception:
+            log.exception("offering task %s its matched nodes failed; the next pass tries again", task_id)
+    return offered
+
+
+def _by_task(matches: Iterable[Match]) -> dict[Any, list[Any]]:
+    out: dict[Any, list[Any]] = {}
+    for m in matches:
+        out.setdefault(m.order, []).append(m.node)
+    return out

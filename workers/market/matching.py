@@ -1,0 +1,222 @@
+"""The matching rule: which free node each waiting task is offered (pure, no Django).
+
+Tasks by bid, highest first, then by age; each is offered, for each replica it still
+needs, the fitting free node asking least for it (its price for the task's work, which
+the requester pays plus the platform's fee and which must fit in the bid), then the one
+of higher reputation, then of higher verified benchmark. A node takes one job; replicas
+of a task go to different providers. A node that lost the task before (``retakers``) is
+offered it only when no fresher node fits. docs/market.md says why this rule.
+
+``match`` is the scheduler's: vectorised over the free nodes, with the failures of
+earlier, higher bids pruning later ones. ``match_reference`` is the rule written as
+plainly as it reads, for tests and ``bench/market.py`` to hold the two to the same
+decisions.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from marketplace.pricing import Ask
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """A free, online node as the market sees it."""
+
+    id: Hashable
+    owner: Hashable
+    reputation: int
+    benchmark: float  # verified GFLOP/s; 0 when unknown
+    memory_bytes: int
+    kinds: frozenset[str]
+    features: frozenset[str]
+    asks: Mapping[str, Ask]  # one per kind it offers (its own, or the reference ask)
+
+
+@dataclass(frozen=True, slots=True)
+class Order:
+    """A task waiting for ``slots`` more nodes."""
+
+    id: Hashable
+    kind: str
+    bid: int  # per replica, the platform's fee included
+    opened: float  # when it opened (a timestamp): older first among equal bids
+    slots: int
+    tflop: float
+    memory_bytes: int
+    features: frozenset[str]
+    min_reputation: int
+    exclude: frozenset[Hashable] = frozenset()  # nodes never offered it again
+    owners: frozenset[Hashable] = frozenset()  # providers barred from it
+    retakers: Mapping[Hashable, int] = field(default_factory=dict)  # node -> tier (> 0: after fresher nodes)
+
+    @property
+    def restricted(self) -> bool:
+        return bool(self.exclude or self.owners or self.retakers)
+
+
+@dataclass(frozen=True, slots=True)
+class Match:
+    order: Hashable
+    node: Hashable
+    price: int  # what the job pays the node
+
+
+def order_key(order: Order) -> tuple[int, float, str]:
+    return (-order.bid, order.opened, str(order.id))
+
+
+def node_rank_key(node: Node) -> tuple[int, float, str]:
+    """Between nodes asking the same: higher reputation, then higher benchmark, then id."""
+    return (-node.reputation, -node.benchmark, str(node.id))
+
+
+def fits(node: Node, order: Order) -> bool:
+    return (
+        order.kind in node.kinds
+        and order.features <= node.features
+        and node.memory_bytes >= order.memory_bytes
+        and node.reputation >= order.min_reputation
+    )
+
+
+def match_reference(orders: Sequence[Order], nodes: Sequence[Node], cap: Callable[[int], int]) -> list[Match]:
+    """The rule, plainly. ``cap(bid)``: the highest node price whose charge fits the bid."""
+    free = {node.id: node for node in nodes}
+    out: list[Match] = []
+    for order in sorted(orders, key=order_key):
+        limit = cap(order.bid)
+        owners = set(order.owners)
+        for _ in range(order.slots):
+            best: tuple[tuple[object, ...], Node, int] | None = None
+            for node in free.values():
+                if not fits(node, order) or node.id in order.exclude or node.owner in owners:
+                    continue
+                price = node.asks[order.kind].price(order.tflop)
+                if price > limit:
+                    continue
+                key = (order.retakers.get(node.id, 0), price, *node_rank_key(node))
+                if best is None or key < best[0]:
+                    best = (key, node, price)
+            if best is None:
+                break
+            _, node, price = best
+            out.append(Match(order.id, node.id, price))
+            owners.add(node.owner)
+            del free[node.id]
+    return out
+
+
+class _KindBook:
+    """The free nodes offering one kind, as arrays (rebuilt when one of them is taken)."""
+
+    def __init__(self, kind: str, nodes: list[tuple[int, Node]], bits: Mapping[str, int]) -> None:
+        self.kind = kind
+        self.all = nodes
+        self.taken: set[int] = set()
+        self._build(nodes, bits)
+        self.bits = bits
+        self.least_minimum = min((n.asks[kind].minimum for _, n in nodes), default=math.inf)
+
+    def _build(self, nodes: list[tuple[int, Node]], bits: Mapping[str, int]) -> None:
+        kind = self.kind
+        self.index = np.array([i for i, _ in nodes], dtype=np.int64)
+        self.nodes = [n for _, n in nodes]
+        self.per_tflop = np.array([n.asks[kind].per_tflop for _, n in nodes], dtype=np.float64)
+        self.minimum = np.array([n.asks[kind].minimum for _, n in nodes], dtype=np.float64)
+        self.memory = np.array([n.memory_bytes for _, n in nodes], dtype=np.int64)
+        self.reputation = np.array([n.reputation for _, n in nodes], dtype=np.int64)
+        self.features = np.array([_mask(n.features, bits) for _, n in nodes], dtype=np.int64)
+        self.fit_cache: dict[tuple[int, int, int], np.ndarray] = {}
+
+    def take(self, *taken: int) -> None:
+        self.taken.update(taken)
+        self._build([(j, n) for j, n in self.all if j not in self.taken], self.bits)
+
+    def fit(self, order: Order, want: int) -> np.ndarray:
+        key = (order.memory_bytes, want, order.min_reputation)
+        mask = self.fit_cache.get(key)
+        if mask is None:
+            mask = (
+                (self.memory >= order.memory_bytes)
+                & (self.reputation >= order.min_reputation)
+                & ((self.features & want) == want)
+            )
+            self.fit_cache[key] = mask
+        return mask
+
+
+def _mask(features: frozenset[str], bits: Mapping[str, int]) -> int:
+    value = 0
+    for name in features:
+        value |= 1 << bits[name]
+    return value
+
+
+def match(orders: Sequence[Order], nodes: Sequence[Node], cap: Callable[[int], int]) -> list[Match]:
+    """The rule, fast: the same decisions as ``match_reference``."""
+    names = sorted({f for n in nodes for f in n.features})
+    if len(names) > 62:
+        return match_reference(orders, nodes, cap)  # more features than an int64 mask holds
+    bits = {name: i for i, name in enumerate(names)}
+    ranked = sorted(range(len(nodes)), key=lambda i: node_rank_key(nodes[i]))
+    rank = np.empty(len(nodes), dtype=np.int64)
+    rank[ranked] = np.arange(len(nodes))
+    books: dict[str, _KindBook] = {}
+    for kind in {o.kind for o in orders}:
+        books[kind] = _KindBook(kind, [(i, n) for i, n in enumerate(nodes) if kind in n.kinds], bits)
+    owner = [n.owner for n in nodes]
+    # Once a need finds no node at some price, no later order of that need finds one at a
+    # higher price: bids only fall along the pass, prices only rise with the work, and
+    # the free nodes only dwindle. need -> the least work that found none.
+    failed: dict[tuple[str, int, frozenset[str], int], float] = {}
+    out: list[Match] = []
+    for order in sorted(orders, key=order_key):
+        book = books[order.kind]
+        need = (order.kind, order.memory_bytes, order.features, order.min_reputation)
+        if not book.nodes or order.tflop >= failed.get(need, math.inf):
+            continue
+        limit = cap(order.bid)
+        if limit < book.least_minimum:
+            continue
+        unknown = order.features - bits.keys()
+        if unknown:
+            continue
+        want = _mask(order.features, bits)
+        price = np.maximum(book.minimum, np.ceil(book.per_tflop * order.tflop))
+        ok = book.fit(order, want) & (price <= limit)
+        if order.restricted:
+            ok = ok & np.array(
+                [n.id not in order.exclude and n.owner not in order.owners for n in book.nodes], dtype=bool
+            )
+        chosen: list[int] = []
+        while len(chosen) < order.slots:
+            candidates = np.flatnonzero(ok)
+            if candidates.size == 0:
+                break
+            if order.retakers:
+                tiers = np.array([order.retakers.get(book.nodes[c].id, 0) for c in candidates], dtype=np.int64)
+                candidates = candidates[tiers == tiers.min()]
+            prices = price[candidates]
+            cheapest = candidates[prices == prices.min()]
+            best = int(cheapest[np.argmin(rank[book.index[cheapest]])])
+            i = int(book.index[best])
+            node = nodes[i]
+            out.append(Match(order.id, node.id, node.asks[order.kind].price(order.tflop)))
+            chosen.append(i)
+            ok = ok & np.array([owner[j] != node.owner for j in book.index], dtype=bool)
+            ok[best] = False
+            for kind in node.kinds:
+                other = books.get(kind)
+                if other is not None and other is not book:
+                    other.take(i)
+        if chosen:
+            book.take(*chosen)  # last: ``ok`` and ``price`` indexed it as it was
+        elif not order.restricted:
+            failed[need] = min(order.tflop, failed.get(need, math.inf))
+    return out
