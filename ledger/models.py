@@ -55,6 +55,12 @@ class Account(models.Model):
     nonce = models.BigIntegerField(default=0, help_text="Sealed transactions sent.")
     available = models.BigIntegerField(default=0, help_text="Balance after pending transactions.")
     next_nonce = models.BigIntegerField(default=0, help_text="Nonce the next transaction must carry.")
+    # Off the chain: the platform's claim on a user account, not part of its state.
+    owed = models.BigIntegerField(
+        default=0,
+        help_text="Debt, base units: credits a refunded or disputed purchase should have burnt but that were "
+        "escrowed or spent. Credits arriving at the account pay it first.",
+    )
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="ledger_accounts"
     )
@@ -69,6 +75,7 @@ class Account(models.Model):
         constraints = [
             models.CheckConstraint(condition=Q(balance__gte=0), name="ledger_account_balance_non_negative"),
             models.CheckConstraint(condition=Q(available__gte=0), name="ledger_account_available_non_negative"),
+            models.CheckConstraint(condition=Q(owed__gte=0), name="ledger_account_owed_non_negative"),
             models.UniqueConstraint(fields=["user"], condition=Q(kind="user"), name="ledger_one_user_account_per_user"),
             models.UniqueConstraint(
                 fields=["reference"], condition=Q(kind="escrow"), name="ledger_one_escrow_per_task"

@@ -8,6 +8,13 @@ use too, so they never deadlock), inside its own transaction; callers may wrap i
 theirs (the marketplace locks escrow in the same transaction that opens a task).
 Money moves in ``available`` at once and in the sealed ``balance`` when the next block
 is sealed (see ledger/models.py).
+
+Debt: a refund or dispute that finds the credits it burns escrowed or spent leaves the
+rest as the account's ``owed`` (``reverse_deposit``). Whatever then arrives at the account
+(a DEPOSIT, an escrow refund, a transfer) pays the debt first: ``_send`` and
+``submit_transaction`` end with ``_pay_debt``, which burns up to the debt with a REVERSAL
+in the same transaction, so those credits are never spendable. A debtor may not open tasks
+nor be paid out (``check_not_owing``).
 """
 
 from __future__ import annotations
@@ -18,13 +25,14 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Q, Sum
+from django.db.models import F, Q, Sum
 
 from ledger import custody, gas
 from ledger.chain import context
 from ledger.mempool import Submission, admit
 from ledger.models import Account, AccountKind, Transaction, TxStatus
 from ledger.sealer import ensure_system_accounts
+from ledger.units import format_credits
 from protocol import encoding, keys
 from protocol.bech32 import AddressError, normalize_address
 from protocol.encoding import Tx
@@ -43,6 +51,10 @@ class LedgerError(Exception):
 
 class InsufficientFunds(LedgerError):
     """The account cannot cover the amount (plus fee)."""
+
+
+class Owes(LedgerError):
+    """The account owes the platform credits (``Account.owed``): refused until it is paid."""
 
 
 def _check_amount(amount: int, field: str = "amount") -> None:
@@ -89,7 +101,39 @@ def _send(
         cls = InsufficientFunds if row.reason == "insufficient_funds" else LedgerError
         raise cls(row.reason, row.reason_detail or row.reason, "amount" if row.reason == "insufficient_funds" else "")
     account.refresh_from_db(fields=["available", "next_nonce"])
+    if amount:
+        _pay_debt(to, row.hash)
     return row
+
+
+def _pay_debt(address: str, arrival: str) -> Transaction | None:
+    """Credits just arrived at ``address`` (transaction hash ``arrival``): if it is a user
+    account that owes, burn up to the debt with a REVERSAL at once and lower the debt by
+    as much, so the arriving credits never become spendable. The one place debt is paid.
+    Locks the account and the treasury in address order; a caller that holds other rows
+    has locked the treasury already when the account owes (``_treasury_if_owing``)."""
+    if not Account.objects.filter(address=address, kind=AccountKind.USER, owed__gt=0).exists():
+        return None
+    treasury = custody.treasury_keys().address
+    with transaction.atomic():
+        account = _lock_accounts(address, treasury)[address]
+        take = min(account.owed, account.available)
+        if take <= 0:
+            return None
+        reference = f"debt:{arrival}"
+        payload = {"reference": reference, "reason": "debt"}
+        row = _send(account, _custodial_pair(account), encoding.REVERSAL, treasury, take, payload, reference)
+        Account.objects.filter(pk=account.pk).update(owed=F("owed") - take)
+        return row
+
+
+def _treasury_if_owing(*addresses: str) -> list[str]:
+    """The treasury's address when one of ``addresses`` is a user account that owes: a
+    caller about to credit it locks the treasury with its other rows, in address order,
+    for the REVERSAL that pays the debt (``_pay_debt``)."""
+    if Account.objects.filter(address__in=addresses, kind=AccountKind.USER, owed__gt=0).exists():
+        return [custody.treasury_keys().address]
+    return []
 
 
 def _ensure_receivers(*addresses: str) -> None:
@@ -129,6 +173,7 @@ def lock_task_accounts(task_id: uuid.UUID, *addresses: str) -> None:
             wanted.extend(
                 Account.objects.filter(user_id=escrow.user_id, kind=AccountKind.USER).values_list("address", flat=True)
             )
+    wanted.extend(_treasury_if_owing(*wanted))
     _ensure_receivers(*addresses)
     _lock_accounts(*wanted)
 
@@ -267,7 +312,7 @@ def refund(task_id: uuid.UUID, reference: str) -> Transaction | None:
         if escrow is None or escrow.user_id is None:
             return None
         owner = Account.objects.get(user_id=escrow.user_id, kind=AccountKind.USER)
-        escrow = _lock_accounts(escrow.address, owner.address)[escrow.address]
+        escrow = _lock_accounts(escrow.address, owner.address, *_treasury_if_owing(owner.address))[escrow.address]
         existing = _existing(reference)
         if existing is not None:
             return existing
@@ -305,8 +350,10 @@ def payout(user: Any, amount: int, reference: str) -> Transaction:
 def reverse_deposit(user: Any, amount: int, reference: str, reason: str) -> Transaction | None:
     """Burn up to ``amount`` of the user's credits because the card payment that bought
     them was refunded or disputed (money leaving, as with a payout, but without gas: the
-    platform sends it, not the user). Takes what is available when the user has spent
-    part of it already; returns None when nothing is. Idempotent per reference."""
+    platform sends it, not the user). Takes what is available; the rest, escrowed or
+    spent already, becomes the account's debt (``owed``), which credits arriving later pay
+    first. Returns the REVERSAL, or None when nothing was available. Idempotent per
+    reference when a REVERSAL was made; the caller records each claim once."""
     _check_amount(amount)
     account = ensure_user_account(user)
     ensure_system_accounts()
@@ -317,10 +364,44 @@ def reverse_deposit(user: Any, amount: int, reference: str, reason: str) -> Tran
         if existing is not None:
             return existing
         take = min(amount, account.available)
+        if take < amount:
+            Account.objects.filter(pk=account.pk).update(owed=F("owed") + (amount - take))
         if take <= 0:
             return None
         payload = {"reference": reference[:200], "reason": reason[:100]}
         return _send(account, _custodial_pair(account), encoding.REVERSAL, to, take, payload, reference)
+
+
+def forgive_debt(user: Any, amount: int) -> int:
+    """Forget up to ``amount`` of what the user's account owes (a dispute the platform won
+    claims nothing any more). Returns how much was forgotten; the caller gives back, as a
+    DEPOSIT, the part of its claim that was paid already."""
+    _check_amount(amount)
+    account = ensure_user_account(user)
+    with transaction.atomic():
+        account = _lock_accounts(account.address)[account.address]
+        forgiven = min(amount, account.owed)
+        if forgiven:
+            Account.objects.filter(pk=account.pk).update(owed=F("owed") - forgiven)
+        return forgiven
+
+
+def owed(user: Any) -> int:
+    """What the user's account owes the platform, base units (0 when nothing)."""
+    return Account.objects.owned_by(user).filter(kind=AccountKind.USER).values_list("owed", flat=True).first() or 0
+
+
+def check_not_owing(user: Any, action: str) -> None:
+    """Raise Owes, naming the debt, when the user's account owes credits: a debtor may
+    not ``action`` (open a task, be paid out) until credits it receives have paid it."""
+    debt = owed(user)
+    if debt:
+        raise Owes(
+            "owes_debt",
+            f"Your account owes {format_credits(debt)} credits from a refunded or disputed purchase; "
+            f"you cannot {action} until it is paid. Credits you buy or get back from escrow pay it first.",
+            "account",
+        )
 
 
 def transfer(user: Any, to_address: str, amount: int, reference: str) -> Transaction:
@@ -334,7 +415,9 @@ def transfer(user: Any, to_address: str, amount: int, reference: str) -> Transac
     account = ensure_user_account(user)
     with transaction.atomic():
         _ensure_receivers(to_address)
-        account = _lock_accounts(account.address, to_address, fee=True)[account.address]
+        account = _lock_accounts(account.address, to_address, *_treasury_if_owing(to_address), fee=True)[
+            account.address
+        ]
         existing = _existing(reference)
         if existing is not None:
             return existing
@@ -373,6 +456,8 @@ def submit_transaction(tx: Tx, signature: bytes, reference: str | None = None) -
     if existing is not None and existing.signature == signature.hex():
         return existing  # the same signed transaction again: idempotent
     (row,) = admit([Submission(tx, signature, reference)])
+    if row.status != TxStatus.REFUSED and row.amount:
+        _pay_debt(row.recipient, row.hash)
     return row
 
 

@@ -114,11 +114,16 @@ def set_reason_locked(task: Task, reason: str) -> None:
 def open_locked(task: Task) -> None:
     """Move a locked draft to OPEN with its budget in escrow; schedule it after commit.
 
-    Expects the caller's transaction and row lock. When the owner's available balance
-    cannot cover the budget, raises a ValidationError naming ``budget`` and, with the
-    caller's transaction rolled back, nothing is written.
+    Expects the caller's transaction and row lock. When the owner's account owes credits
+    (a refunded or disputed purchase) or its available balance cannot cover the budget,
+    raises a ValidationError naming ``budget`` and, with the caller's transaction rolled
+    back, nothing is written.
     """
     kind = get_kind(task.kind)
+    try:
+        ledger.check_not_owing(task.owner, "open tasks")
+    except ledger.Owes as exc:
+        raise ValidationError({"budget": [str(exc)]}) from None
     try:
         ledger.lock_escrow(task.pk, task.owner, task.budget, reference=f"escrow:{task.pk}")
     except ledger.InsufficientFunds:

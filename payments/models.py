@@ -35,7 +35,9 @@ class PaymentQuerySet(OwnedQuerySet["Payment"]):
 class Payment(models.Model):
     """One purchase of credits: a Stripe PaymentIntent (or Checkout Session) and, once
     the webhook confirms it, the DEPOSIT that credited it. Refunds and a dispute burn
-    credits again with REVERSALs (``reversed_units``); a dispute won gives its part back."""
+    credits again with REVERSALs (``reversed_units``); what they could not burn, escrowed
+    or spent already, is ``shortfall_units`` and becomes the account's debt (the ledger's
+    ``Account.owed``, paid by credits arriving later); a dispute won gives its part back."""
 
     Status = PaymentStatus
 

@@ -6,8 +6,10 @@ Buying credits: ``start_purchase`` records a Payment and creates its PaymentInte
 Checkout Session); only ``credit_payment``, called by the webhook for a verified event,
 credits it. Refunds and disputes burn the credits again (``refund_payment``,
 ``open_dispute``: ``reverse_payment``), in whatever order Stripe's events come: one that
-comes before the payment is credited is recorded, and burnt right after the DEPOSIT. A
-dispute the platform wins gives its credits back (``close_dispute``).
+comes before the payment is credited is recorded, and burnt right after the DEPOSIT.
+Credits already escrowed or spent become the account's debt, paid first by whatever
+arrives later, and a debtor can request no payout. A dispute the platform wins gives
+its credits back and forgets its debt (``close_dispute``).
 Payouts: ``request_payout`` → ``approve_payout`` (admin: PAYOUT burns the credits) →
 ``send_payout`` (Stripe transfer, outside any transaction; a refusal restores the
 credits with a DEPOSIT).
@@ -237,9 +239,11 @@ def fail_payment(payment: Payment, message: str, *, canceled: bool = False) -> s
 
 def reverse_payment(payment: Payment, *, amount: int, reason: str, reference: str) -> str:
     """Burn the credits ``amount`` of the payment's money bought (a refund or dispute)
-    with a REVERSAL transaction. Credits the user has already spent cannot be burnt:
-    they are recorded as the payment's shortfall and logged. Expects the payment row
-    locked by the caller's transaction."""
+    with a REVERSAL transaction. Credits the user has already escrowed or spent cannot be
+    burnt now: they are recorded as the payment's shortfall, become the account's debt
+    (the ledger's ``owed``, which credits arriving later pay first: an escrow coming back,
+    a new purchase) and are logged. Expects the payment row locked by the caller's
+    transaction."""
     if payment.deposit_id is None:
         return "ignored: never credited"
     if ledger.find_by_reference(reference) is not None:
@@ -332,10 +336,11 @@ def open_dispute(payment: Payment, *, dispute_id: str, amount: int, status: str)
 
 
 def close_dispute(payment: Payment, *, dispute_id: str, amount: int, status: str) -> str:
-    """The payment's dispute closed (charge.dispute.closed). Won (``DISPUTE_WON``): a
-    DEPOSIT gives back the credits the dispute burnt (reference ``dispute-won:<id>``), its
-    shortfall is forgotten, and the status goes back to succeeded or refunded. Lost:
-    nothing more. A close that overtook its dispute's creation is applied as the
+    """The payment's dispute closed (charge.dispute.closed). Won (``DISPUTE_WON``): the
+    debt its shortfall left on the account is forgotten as far as it is still owed, a
+    DEPOSIT gives back the credits the dispute burnt and the part of its debt already paid
+    (reference ``dispute-won:<id>``), and the status goes back to succeeded or refunded.
+    Lost: nothing more. A close that overtook its dispute's creation is applied as the
     creation would have been, then recorded so the late creation changes nothing.
     Expects the payment row locked by the caller's transaction."""
     if not payment.dispute_id:
@@ -353,10 +358,15 @@ def close_dispute(payment: Payment, *, dispute_id: str, amount: int, status: str
     if status not in DISPUTE_WON:
         payment.save(update_fields=["dispute_status", "updated_at"])
         return f"dispute {status}: nothing more to do"
-    restored = payment.dispute_reversed_units
+    # What the dispute could not burn became the account's debt; what of that debt is still
+    # owed is forgotten, and what was paid already (credits that arrived since) is given
+    # back with what the dispute burnt.
+    claimed = payment.dispute_shortfall_units
+    forgiven = ledger.forgive_debt(payment.user, claimed) if claimed else 0
+    restored = payment.dispute_reversed_units + claimed - forgiven
     if restored:
         ledger.deposit(payment.user, restored, reference=f"dispute-won:{dispute_id}")
-    payment.reversed_units -= restored
+    payment.reversed_units -= payment.dispute_reversed_units
     payment.shortfall_units -= payment.dispute_shortfall_units
     payment.dispute_reversed_units = payment.dispute_shortfall_units = 0
     payment.disputed_amount = 0
@@ -449,10 +459,19 @@ def amount_for_units(units: int) -> int:
     return minor
 
 
+def _check_not_owing(user: Any) -> None:
+    """ValidationError naming ``amount`` and the debt while the user's account owes."""
+    try:
+        ledger.check_not_owing(user, "request payouts")
+    except ledger.Owes as exc:
+        raise ValidationError({"amount": [str(exc)]}) from None
+
+
 def request_payout(user: Any, units: int) -> PayoutRequest:
     """A provider asks for ``units`` of their credits to be paid to their linked
-    account. Checks the minimum, the linked account and the balance (amount plus the
-    PAYOUT gas); one open request at a time. Moves nothing until an admin approves."""
+    account. Checks the minimum, the linked account, that the account owes nothing
+    (``ledger.check_not_owing``) and the balance (amount plus the PAYOUT gas); one open
+    request at a time. Moves nothing until an admin approves."""
     _require_connect()
     if type(units) is not int or units <= 0:
         raise ValidationError({"amount": ["A positive amount of credits is required."]})
@@ -465,6 +484,7 @@ def request_payout(user: Any, units: int) -> PayoutRequest:
         raise ValidationError({"destination": ["Link a Stripe account before requesting a payout."]})
     if not account.payouts_enabled:
         raise ValidationError({"destination": ["Your Stripe account cannot receive payouts yet: finish onboarding."]})
+    _check_not_owing(user)
     with transaction.atomic():
         # One lock per user serialises two concurrent requests of the same provider.
         get_user_model().objects.select_for_update().filter(pk=user.pk).first()
@@ -492,12 +512,23 @@ def request_payout(user: Any, units: int) -> PayoutRequest:
 def approve_payout(payout_id: UUID, admin: Any) -> PayoutRequest:
     """Admin approval: a PAYOUT transaction burns the credits, then (after commit) the
     transfer is sent by a Celery task. Raises ValidationError naming ``status`` when the
-    request is not waiting for approval, ``amount`` when the credits are gone."""
+    request is not waiting for approval, ``amount`` when the credits are gone or the
+    provider's account owes credits."""
 
     with transaction.atomic():
         payout = PayoutRequest.objects.select_for_update().filter(pk=payout_id).first()
         if payout is None or payout.status != PayoutStatus.REQUESTED:
             raise ValidationError({"status": [f"This payout is {payout.status if payout else 'gone'}, not requested."]})
+        debt = ledger.owed(payout.user)
+        if debt:
+            raise ValidationError(
+                {
+                    "amount": [
+                        f"The provider's account owes {format_credits(debt)} credits from a refunded or disputed "
+                        "purchase: nothing is paid out until it is paid."
+                    ]
+                }
+            )
         try:
             tx = ledger.payout(payout.user, payout.units, reference=f"payout:{payout.pk}")
         except ledger.InsufficientFunds:

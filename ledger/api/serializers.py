@@ -155,7 +155,13 @@ class WalletSerializer(serializers.Serializer[dict[str, Any]]):
     escrowed = serializers.IntegerField(help_text="Locked in the escrow of your tasks, in base units.")
     balance_credits = CreditsText(source="balance", help_text="balance in credits.")
     sealed_balance_credits = CreditsText(source="sealed_balance", help_text="sealed_balance in credits.")
+    owed = serializers.IntegerField(
+        help_text="Debt, in base units: credits a refunded or disputed purchase could not burn because they were "
+        "escrowed or spent. Credits arriving pay it first; while it is not zero you can neither open tasks nor "
+        "request payouts."
+    )
     escrowed_credits = CreditsText(source="escrowed", help_text="escrowed in credits.")
+    owed_credits = CreditsText(source="owed", help_text="owed in credits.")
     escrow_accounts = serializers.ListField(child=serializers.CharField())
     transactions = TransactionSerializer(
         many=True, help_text="The latest ones, newest first; `transactions_url` lists them all."

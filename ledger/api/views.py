@@ -392,6 +392,7 @@ def wallet_of(user: Any) -> dict[str, Any]:
         "balance": account.available,
         "sealed_balance": account.balance,
         "escrowed": services.escrowed(user),
+        "owed": account.owed,
         "escrow_accounts": escrow_addresses,
         "transactions": txs,
     }

@@ -107,3 +107,42 @@ def test_payout_destroys_money_and_charges_gas(alice: Any) -> None:
     services.deposit(alice, 2 * CREDIT, "d")
     services.payout(alice, CREDIT, "bank:1")
     assert services.balance(alice) == CREDIT - 21_000 * 1_000
+
+
+def test_a_debt_is_paid_by_whatever_credits_arrive_first(alice: Any) -> None:
+    """A reversal that finds the credits escrowed leaves a debt; a transfer, a worker's own
+    signed transfer and the escrow's refund each pay it before anything is spendable."""
+    from ledger.replay import verify_chain
+    from ledger.sealer import seal_all
+    from tests.ledger.helpers import signed
+
+    bob = UserFactory(username="bob")
+    services.deposit(bob, 10 * CREDIT, reference="bob-funds")
+    services.deposit(alice, 10 * CREDIT, reference="alice-funds")
+    task_id = uuid.uuid4()
+    services.lock_escrow(task_id, alice, 10 * CREDIT, reference="lock")
+    assert services.reverse_deposit(alice, 10 * CREDIT, reference="refunded", reason="refund") is None
+    assert (services.balance(alice), services.owed(alice)) == (0, 10 * CREDIT)
+    with pytest.raises(services.Owes, match="owes 10 credits"):
+        services.check_not_owing(alice, "open tasks")
+
+    alice_address = services.ensure_user_account(alice).address
+    services.transfer(bob, alice_address, 3 * CREDIT, reference="gift")
+    assert (services.balance(alice), services.owed(alice)) == (0, 7 * CREDIT)
+
+    worker = worker_keys(77)
+    services.release_to_worker(task_id, worker.address, 4 * CREDIT, reference="reward")
+    sub = signed(worker, "TRANSFER", alice_address, 2 * CREDIT, services.next_nonce(worker.address), {})
+    row = services.submit_transaction(sub.tx, sub.signature)
+    assert row.status == "pending", row.reason
+    assert (services.balance(alice), services.owed(alice)) == (0, 5 * CREDIT)
+
+    services.refund(task_id, reference="refund")  # the 6 left in escrow: 5 pay the debt
+    assert (services.balance(alice), services.owed(alice)) == (1 * CREDIT, 0)
+    services.check_not_owing(alice, "open tasks")
+    debt_paid = Transaction.objects.filter(type="REVERSAL", reference__startswith="debt:")
+    assert sorted(debt_paid.values_list("amount", flat=True)) == [2 * CREDIT, 3 * CREDIT, 5 * CREDIT]
+    assert services.forgive_debt(alice, CREDIT) == 0
+    seal_all()
+    summary = verify_chain()
+    assert summary.reversals == 10 * CREDIT
