@@ -506,7 +506,10 @@ LEDGER_BLOCK_TIME = env_int("LEDGER_BLOCK_TIME", 5, minimum=1)
 LEDGER_MAX_BLOCK_TXS = env_int("LEDGER_MAX_BLOCK_TXS", 10_000, minimum=1)
 # A sealer run is queued at once when this many transactions are pending.
 LEDGER_MEMPOOL_SEAL_TRIGGER = env_int("LEDGER_MEMPOOL_SEAL_TRIGGER", 1_000, minimum=1)
-LEDGER_GAS_PRICE = env_int("LEDGER_GAS_PRICE", 1_000, minimum=0)
+# Base units per gas. At 5 a worker's SUBMIT_RESULT (80,000 gas) costs 0.0004 credits and a
+# sweep (TRANSFER, 21,000 gas) 0.000105: together under 1 % of the cheapest task
+# (PROOFWORK_MIN_TASK_PRICE_UNITS), so a provider keeps at least 99 % of what a job pays.
+LEDGER_GAS_PRICE = env_int("LEDGER_GAS_PRICE", 5, minimum=0)
 # Platform's share of each reward, in basis points (100 = 1 %).
 LEDGER_PLATFORM_FEE_BPS = env_int("LEDGER_PLATFORM_FEE_BPS", 500, minimum=0, maximum=10_000)
 # Dotted path of a callable (task_id: UUID, worker_address: str) -> str | None that

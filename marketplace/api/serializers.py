@@ -14,6 +14,7 @@ from rest_framework import serializers
 
 from config.api.parsers import refuse_unstorable_text
 from config.serializers import StrictInput
+from ledger.costs import task_costs
 from ledger.units import UNITS_PER_CREDIT, credits_to_units, format_credits
 from marketplace.dataset_uploads import received_bytes
 from marketplace.kinds import KIND_NAMES, KINDS
@@ -131,18 +132,38 @@ class TaskSerializer(serializers.ModelSerializer):
         return bool(kind and kind.available)
 
 
+class TaskCostSerializer(serializers.Serializer):
+    """Where the task's escrow went, in credits, summed from its ledger transactions
+    (``ledger.costs``): escrowed = paid_to_workers + platform_fee + refunded + held."""
+
+    escrowed = CreditsField(read_only=True, help_text="Locked in the task's escrow.")
+    paid_to_workers = CreditsField(read_only=True, help_text="Rewards released to the workers.")
+    platform_fee = CreditsField(read_only=True, help_text="FEE transactions from the escrow to the platform.")
+    worker_gas = CreditsField(
+        read_only=True, help_text="Gas the workers paid for their SUBMIT_RESULT, out of their rewards."
+    )
+    refunded = CreditsField(read_only=True, help_text="Returned to the requester.")
+    held = CreditsField(read_only=True, help_text="Still in escrow.")
+    spent = CreditsField(read_only=True, help_text="Paid to the workers plus the platform's fee.")
+
+
 class TaskDetailSerializer(TaskSerializer):
     events = TaskEventSerializer(many=True, read_only=True)
     result_files = serializers.SerializerMethodField(
         help_text="Files of the verified result, each at /api/v1/tasks/<id>/results/<name>/ (empty until completed)."
     )
+    cost = serializers.SerializerMethodField(help_text="Where the budget went, from the task's ledger transactions.")
 
     class Meta(TaskSerializer.Meta):
-        fields = [*TaskSerializer.Meta.fields, "events", "result_files"]
+        fields = [*TaskSerializer.Meta.fields, "events", "result_files", "cost"]
         read_only_fields = fields
 
     def get_result_files(self, task: Task) -> list[str]:
         return work().result_files(task)
+
+    @extend_schema_field(TaskCostSerializer)
+    def get_cost(self, task: Task) -> dict[str, Any]:
+        return dict(TaskCostSerializer(task_costs(work().ledger_trail(task))).data)
 
 
 class TaskCreateSerializer(StrictInput, serializers.Serializer):

@@ -20,6 +20,7 @@ from rest_framework.exceptions import APIException, NotFound, ValidationError
 
 from config.downloads import download
 from ledger import services as ledger
+from ledger.costs import task_costs
 from ledger.models import TxStatus
 from ledger.units import credits_to_units, format_credits
 from marketplace import services
@@ -195,6 +196,7 @@ def task_detail(request: HttpRequest, pk: UUID) -> HttpResponse:
         "result_rows": _result_rows(task.result_summary),
         "result_files": work().result_files(task),
         "ledger_txs": ledger_txs,
+        "cost": task_costs(ledger_txs),
         # While a row waits for its block the page re-reads this section (task.js), about
         # once a block time: a sealing sends the task's socket nothing.
         "ledger_pending": any(t.status == TxStatus.PENDING for t in ledger_txs),

@@ -10,9 +10,10 @@ import uuid
 from typing import Any
 
 import pytest
+from django.conf import settings
 from rest_framework.test import APIClient
 
-from ledger import custody, services
+from ledger import custody, gas, services
 from ledger.mempool import admit
 from ledger.models import Block, Transaction
 from ledger.proofcheck import verify_proof
@@ -142,10 +143,11 @@ def test_transaction_and_account_detail(chain: dict[str, Any], anon_client: APIC
     tx = anon_client.get(f"/api/v1/ledger/transactions/{chain['result_hash']}/").json()
     assert tx["status"] == "sealed"
     assert tx["block_height"] == 2
-    assert tx["fee"] == 80_000_000
+    submit_fee = gas.fee_for(encoding.SUBMIT_RESULT, settings.LEDGER_GAS_PRICE)
+    assert tx["fee"] == submit_fee
     worker = anon_client.get(f"/api/v1/ledger/accounts/{chain['worker'].address}/").json()
     assert worker["kind"] == "worker"
-    assert worker["balance"] == 3 * CREDIT * 95 // 100 - 80_000_000
+    assert worker["balance"] == 3 * CREDIT * 95 // 100 - submit_fee
     assert {t["type"] for t in worker["transactions"]} == {"ESCROW_RELEASE", "SUBMIT_RESULT"}
     bad = anon_client.get("/api/v1/ledger/accounts/cpc1qqqqqqqq/")
     assert bad.status_code == 400

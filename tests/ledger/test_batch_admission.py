@@ -7,11 +7,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from django.conf import settings as django_settings
 from django.db import transaction
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ledger import custody
+from ledger import custody, gas
 from ledger.mempool import Submission, admit, admit_batches
 from ledger.models import Account, Transaction
 from ledger.replay import verify_chain
@@ -25,7 +26,7 @@ pytestmark = pytest.mark.django_db
 # Four keys with no account at first; index 4 is the treasury (a sender only).
 KEYS = [worker_keys(300 + i) for i in range(4)]
 TREASURY = 4
-TRANSFER_FEE = 21_000 * 1_000
+TRANSFER_FEE = gas.fee_for(encoding.TRANSFER, django_settings.LEDGER_GAS_PRICE)
 
 keys_ = st.integers(0, len(KEYS) - 1)
 # Mostly the nonce the sender would use if all its earlier transactions went in.

@@ -7,8 +7,9 @@ import uuid
 from typing import Any
 
 import pytest
+from django.conf import settings
 
-from ledger import batchverify, services
+from ledger import batchverify, gas, services
 from ledger.mempool import Submission, admit_batches
 from ledger.models import Account, Transaction, TxStatus
 from ledger.replay import verify_chain
@@ -57,7 +58,7 @@ def test_small_batches_and_a_single_process_verify_in_process(settings: Any) -> 
 
 
 W = [worker_keys(40 + i) for i in range(3)]
-FEE = 80_000 * 1_000
+FEE = gas.fee_for(encoding.SUBMIT_RESULT, settings.LEDGER_GAS_PRICE)
 
 
 @pytest.mark.django_db

@@ -7,9 +7,10 @@ import uuid
 from typing import Any
 
 import pytest
+from django.conf import settings
 from django.db import IntegrityError, transaction
 
-from ledger import custody, services
+from ledger import custody, gas, services
 from ledger.mempool import admit
 from ledger.models import SIGNED_COLUMNS, Account, Transaction, TxStatus, signed_columns, tx_from_columns
 from ledger.replay import verify_chain
@@ -23,7 +24,7 @@ from tests.ledger.helpers import CREDIT, signed, submit_result, worker_keys
 pytestmark = pytest.mark.django_db
 
 W = worker_keys(7)
-FEE = 80_000 * 1_000
+FEE = gas.fee_for(encoding.SUBMIT_RESULT, settings.LEDGER_GAS_PRICE)
 
 
 @pytest.fixture
@@ -44,7 +45,7 @@ def test_submit_result_with_an_assignment_is_admitted_and_charges_the_fee(
     assert row.status == TxStatus.PENDING, row.reason_detail
     assert row.fee == FEE
     assert row.gas_limit == 80_000
-    assert row.gas_price == 1_000
+    assert row.gas_price == settings.LEDGER_GAS_PRICE
     funded_worker.refresh_from_db()
     assert funded_worker.available == CREDIT - FEE
     assert funded_worker.next_nonce == 1
@@ -178,7 +179,7 @@ def _deposit(to: str, amount: int, nonce: int) -> Any:
 def test_a_batch_can_spend_what_an_earlier_transaction_of_it_created(db: Any) -> None:
     ensure_genesis()
     alice, bob = worker_keys(20), worker_keys(21)  # neither has an account yet
-    transfer_fee = 21_000 * 1_000
+    transfer_fee = gas.fee_for(encoding.TRANSFER, settings.LEDGER_GAS_PRICE)
     rows = admit([_deposit(alice.address, CREDIT, 0), signed(alice, encoding.TRANSFER, bob.address, 5, 0, {})])
     assert [(r.status, r.reason) for r in rows] == [("pending", ""), ("pending", "")]
     held = dict(Account.objects.filter(address__in=[alice.address, bob.address]).values_list("address", "available"))

@@ -65,7 +65,7 @@ def test_transaction_page_shows_a_verified_proof(chain: dict[str, Any], client: 
 def test_address_page_and_a_bad_address(chain: dict[str, Any], client: Client) -> None:
     text = client.get(f"/explorer/address/{chain['worker'].address}/").content.decode()
     assert "Worker account" in text
-    assert "2.77 credits" in text  # 3 × 0.95 reward − 0.08 gas
+    assert "2.8496 credits" in text  # 3 × 0.95 reward − 0.0004 gas
     bad = client.get("/explorer/address/cpc1notreal/")
     assert bad.status_code == 400
     assert "Not an address" in bad.content.decode()

@@ -13,7 +13,7 @@ from django.core.management.base import CommandError
 from django.db import DatabaseError, connection, transaction
 
 from config.celery import app
-from ledger import custody, services
+from ledger import custody, gas, services
 from ledger.bulk import overlapped
 from ledger.mempool import admit
 from ledger.models import Account, Block, Transaction, TxStatus
@@ -59,8 +59,9 @@ def test_a_block_commits_to_its_transactions_results_and_state(assignments: set)
     accounts = Account.objects.exclude(balance=0, nonce=0).order_by("address")
     state = [encoding.state_leaf(a.address, a.balance, a.nonce) for a in accounts]
     assert block.state_root == merkle.root(state).hex()
-    # The worker was paid 0.95 credits and paid 0.08 of it in gas for its result.
-    assert Account.objects.get(address=worker.address).balance == CREDIT * 95 // 100 - 80_000_000
+    # The worker was paid 0.95 credits and paid the gas of its result out of it.
+    submit_fee = gas.fee_for(encoding.SUBMIT_RESULT, settings.LEDGER_GAS_PRICE)
+    assert Account.objects.get(address=worker.address).balance == CREDIT * 95 // 100 - submit_fee
 
     validator = custody.validator_keys()
     assert block.proposer == validator.address

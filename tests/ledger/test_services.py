@@ -6,12 +6,13 @@ import uuid
 from typing import Any
 
 import pytest
+from django.conf import settings
 
-from ledger import custody, services
+from ledger import custody, gas, services
 from ledger.models import Account, AccountKind, Transaction
 from ledger.sealer import seal_block
 from ledger.services import InsufficientFunds, LedgerError
-from protocol import keys
+from protocol import encoding, keys
 from tests.factories import UserFactory
 from tests.ledger.helpers import CREDIT, worker_keys
 
@@ -106,7 +107,7 @@ def test_release_refuses_a_bad_address_and_a_task_without_escrow(alice: Any) -> 
 def test_payout_destroys_money_and_charges_gas(alice: Any) -> None:
     services.deposit(alice, 2 * CREDIT, "d")
     services.payout(alice, CREDIT, "bank:1")
-    assert services.balance(alice) == CREDIT - 21_000 * 1_000
+    assert services.balance(alice) == CREDIT - gas.fee_for(encoding.PAYOUT, settings.LEDGER_GAS_PRICE)
 
 
 def test_a_debt_is_paid_by_whatever_credits_arrive_first(alice: Any) -> None:

@@ -389,3 +389,20 @@ def test_a_node_looping_on_sweeps_is_throttled(paid_alpha: Rig) -> None:
     refused = Transaction.objects.filter(status="refused").count()
     assert paid_alpha.sweep(paid_alpha.signed(template)).status_code == 429
     assert Transaction.objects.filter(status="refused").count() == refused
+
+
+def test_the_worker_page_warns_of_a_sweep_small_beside_its_fee(alpha: Rig, alice: Any, bob: Any, client: Any) -> None:
+    """Under ten times its fee a sweep is still offered (the credits are the provider's),
+    with a warning naming both numbers; the ledger takes it as any other."""
+    client.force_login(alice)
+    ledger.transfer(bob, alpha.worker.address, FEE + 100_000, "tip")
+    html = client.get(f"/workers/{alpha.worker.pk}/").content.decode()
+    warning = f"This sweep would move {format_credits(100_000)} credits, less than ten times its {format_credits(FEE)}-credit fee."
+    assert warning in html
+    assert "sweep --server http://testserver" in html  # still offered
+    assert alpha.sweep(alpha.signed(alpha.template().json())).status_code == 202
+
+    ledger.transfer(bob, alpha.worker.address, FEE + 10 * FEE, "tip-2")
+    html = client.get(f"/workers/{alpha.worker.pk}/").content.decode()
+    assert f"It moves {format_credits(10 * FEE)} credits" in html
+    assert 'id="sweep-small"' not in html

@@ -18,8 +18,9 @@ import httpx
 
 from protocol.encoding import REGISTER_WORKER, SUBMIT_RESULT
 
-# The platform's default LEDGER_GAS_PRICE is 1,000 units per gas; 100 times that is a
-# generous ceiling that still stops a result's fee from draining the worker's balance.
+# The platform's default LEDGER_GAS_PRICE is 5 units per gas; this ceiling leaves an
+# operator room to raise it (and accepts results of platforms that priced gas at 1,000)
+# while still stopping a result's fee (at most 8 credits) from draining the balance.
 DEFAULT_MAX_GAS_PRICE = 100_000
 
 

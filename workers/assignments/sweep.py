@@ -31,6 +31,9 @@ from protocol import encoding
 from workers.assignments.jobs import Conflict
 from workers.models import UNSETTLED, Assignment, Worker
 
+# A sweep moving less than this many times its fee gets a warning on the worker's page.
+SMALL_SWEEP_FEES = 10
+
 
 @dataclass(frozen=True)
 class SweepState:
@@ -44,6 +47,12 @@ class SweepState:
     @property
     def amount(self) -> int:
         return max(self.balance - self.fee, 0)
+
+    @property
+    def small(self) -> bool:
+        """A sweep that would move less than ten times its fee: allowed, but the page
+        warns, since waiting for more earnings makes the fee a smaller share."""
+        return 0 < self.amount < SMALL_SWEEP_FEES * self.fee
 
 
 def sweep_fee() -> int:
