@@ -435,3 +435,31 @@ def test_a_deactivated_accounts_nodes_are_refused_and_get_no_work(
     alice.is_active = True
     alice.save(update_fields=["is_active"])
     assert alpha.worker.pk in {w.pk for w in supply.online_workers()}
+
+
+def test_a_result_signed_before_a_gas_price_change_is_still_taken_and_paid(
+    alpha: Provider, task: Task, assignment: Assignment, tmp_path: Path, settings: Any
+) -> None:
+    # The node fetched its job, and the SUBMIT_RESULT template in it, at the old price.
+    settings.LEDGER_GAS_PRICE = 1_000
+    body = alpha.run_job(assignment, tmp_path)
+    assert body["transaction"]["gas_price"] == 1_000
+    settings.LEDGER_GAS_PRICE = 5  # the platform lowered its price while the job ran
+    response = alpha.submit(assignment, body)
+    assert response.status_code == 202, response.json()
+    assert verify_assignment(str(assignment.pk)) == "accepted"
+    sealed = Transaction.objects.get(type="SUBMIT_RESULT", sender=alpha.worker.address)
+    assert (sealed.gas_price, sealed.fee) == (1_000, 80_000 * 1_000)
+
+
+def test_a_gas_price_whose_fee_exceeds_the_jobs_pay_is_refused(
+    alpha: Provider, assignment: Assignment, tmp_path: Path
+) -> None:
+    # A node signing a huge fee would have its result settle never (the reward cannot pay
+    # it): refused at once, naming the transaction, the honest body still taken after.
+    body = alpha.run_job(assignment, tmp_path)
+    greedy = _tx(body, gas_price=10**9, fee=80_000 * 10**9)
+    response = alpha.submit(assignment, greedy)
+    assert response.status_code == 400
+    assert "more than the job pays" in response.json()["transaction"][0]
+    assert alpha.submit(assignment, body).status_code == 202

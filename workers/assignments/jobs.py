@@ -281,7 +281,7 @@ def _close_with_result(worker: Worker, assignment_id: UUID, result: Any, tx_body
             raise ValidationError({"compute_result": ["worker_address is not this worker."]})
         if not verify_compute_result(result, bytes.fromhex(worker.public_key)):
             raise ValidationError({"compute_result": ["The signature does not verify with this worker's key."]})
-        _check_submit_tx(worker, tx_body, result)
+        _check_submit_tx(worker, tx_body, result, pay=_job_pay(assignment, task))
         commit = proof.commitment(result.proof) if proof.proves_training(task.kind) else None
         missing = [n for n in KINDS[task.kind].artifacts if not default_storage.exists(artifact_path(assignment, n))]
         if missing:
@@ -353,9 +353,31 @@ def signed_tx_from_json(body: dict[str, Any]) -> tuple[encoding.Tx, bytes]:
     return tx, signature
 
 
-def _check_submit_tx(worker: Worker, tx_body: dict[str, Any], result: Any) -> None:
-    """The transaction must be exactly the template plus this result, signed by the worker."""
+def _job_pay(assignment: Assignment, task: Task) -> int:
+    """What the job pays its node if verified: its ask (before the market: the task's
+    estimate within the budget's share, less the platform's share)."""
+    if assignment.price is not None:
+        return assignment.price
+    reward = min(task.price_estimate, task.budget // task.replication)
+    return reward - reward * settings.LEDGER_PLATFORM_FEE_BPS // 10_000
+
+
+def _check_submit_tx(worker: Worker, tx_body: dict[str, Any], result: Any, *, pay: int) -> None:
+    """The transaction must be exactly the template plus this result, signed by the worker.
+
+    Except its gas price: a node signs the template it fetched when its job started, and
+    the platform's gas price may have changed since (docs/protocol.md). Any price from
+    today's up is taken, the fee matching it, as long as the fee fits in what the job pays
+    (settlement charges it to the reward it releases first)."""
     template = submit_template(worker)
+    price = tx_body.get("gas_price")
+    if type(price) is int and price != template["gas_price"] and price >= template["gas_price"]:
+        fee = price * template["gas_limit"]
+        if fee > pay:
+            raise ValidationError(
+                {"transaction": [f"gas_price {price} makes a fee of {fee} units, more than the job pays ({pay})."]}
+            )
+        template = {**template, "gas_price": price, "fee": fee}
     unknown = sorted(str(key)[:40] for key in set(tx_body) - {*template, "payload", "public_key", "signature"})
     if unknown:
         # Stored with the result as sent: nothing unchecked may ride along.
