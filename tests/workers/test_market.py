@@ -17,7 +17,7 @@ from ledger.units import UNITS_PER_CREDIT, credits_to_units
 from marketplace import pricing
 from marketplace.models import Task
 from tests.conftest import funded
-from tests.factories import UserFactory, make_worker, post_task
+from tests.factories import UserFactory, post_task
 from tests.workers.test_jobs import Provider
 from workers.assignments import market_pass, scheduler
 from workers.market.asks import set_ask
@@ -129,7 +129,11 @@ def test_a_job_pays_the_ask_in_full_the_fee_on_top_the_rest_back(
     assert earned >= ask * 99 // 100  # a provider keeps at least 99 % of its ask after gas
     # Bob paid the ask plus the platform's fee; the rest of his 3-credit budget came back.
     assert ledger.escrowed(bob) == 0
-    assert bob_before - ledger.balance(bob) == pricing.charge(ask) == ask + ask * settings.LEDGER_PLATFORM_FEE_BPS // 10_000
+    assert (
+        bob_before - ledger.balance(bob)
+        == pricing.charge(ask)
+        == ask + ask * settings.LEDGER_PLATFORM_FEE_BPS // 10_000
+    )
 
 
 def test_a_node_is_never_offered_a_job_under_its_ask(alice: Any, bob: Any) -> None:
@@ -151,7 +155,7 @@ def test_asks_price_the_work_so_a_big_task_goes_to_the_node_cheap_per_tflop(alic
     Task.objects.filter(pk=small.pk).update(status="cancelled")
     assert market_pass.offer_waiting() == 1
     job = Assignment.objects.get(task=big)
-    assert job.worker == flat.worker and job.price == credits("0.3")
+    assert (job.worker, job.price) == (flat.worker, credits("0.3"))
 
 
 def test_a_provider_cannot_ask_under_the_floor_or_for_a_kind_its_node_lacks(alice: Any) -> None:

@@ -48,17 +48,18 @@ def eligible_workers(task: Task, exclude: set[UUID], owners: Collection[int] = (
 
 
 def priced_workers(
-    task: Task, exclude: set[UUID], owners: Collection[int] = ()
+    task: Task, exclude: set[UUID], owners: Collection[int] = (), only: Collection[UUID] | None = None
 ) -> tuple[list[Worker], dict[UUID, int]]:
-    """``eligible_workers``, and what the job would pay each of them (its ask for the task).
+    """``eligible_workers`` (among ``only``, when given), and what the job would pay each
+    of them (its ask for the task).
 
     The same check as ``supply.survey``, with what SQL can filter filtered there: this runs
     for every task scheduled, the survey only for one that waits.
     """
     need = supply.Need.of(task.kind, task.spec, task.min_reputation)
+    pool = Worker.objects.online() if only is None else Worker.objects.online().filter(pk__in=list(only))
     candidates = list(
-        Worker.objects.online()
-        .filter(reputation__gte=task.min_reputation)
+        pool.filter(reputation__gte=task.min_reputation)
         .exclude(pk__in=exclude)
         .exclude(owner_id__in=owners)
         # One unsettled job per worker: its SUBMIT_RESULT nonce is then always the next one.
@@ -157,7 +158,7 @@ def schedule(task_id: UUID, chosen: Sequence[UUID] | None = None) -> list[Assign
         # the data, so one provider's nodes could compute once and submit it r times), nor
         # one whose result fell short of the task's bar (BARS_PROVIDER).
         owners = set(Assignment.objects.filter(BARS_PROVIDER, task=task).values_list("worker__owner_id", flat=True))
-        priced, prices = priced_workers(task, exclude, owners)
+        priced, prices = priced_workers(task, exclude, owners, only=chosen)
         candidates = newcomers_first(priced, expired)
         if chosen is not None:
             by_id = {w.pk: w for w in candidates}

@@ -17,11 +17,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import NamedTuple
 
 import numpy as np
 
 from marketplace.pricing import Ask
+
+_NO_RETAKERS: Mapping[Hashable, int] = MappingProxyType({})
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,14 +42,13 @@ class Node:
     asks: Mapping[str, Ask]  # one per kind it offers (its own, or the reference ask)
 
 
-@dataclass(frozen=True, slots=True)
-class Order:
-    """A task waiting for ``slots`` more nodes."""
+class Order(NamedTuple):
+    """A task waiting for ``slots`` more nodes (a tuple: a pass builds one per waiting task)."""
 
     id: Hashable
     kind: str
     bid: int  # per replica, the platform's fee included
-    opened: float  # when it opened (a timestamp): older first among equal bids
+    opened: float  # when it opened, or its place by age (any increasing figure): older first among equal bids
     slots: int
     tflop: float
     memory_bytes: int
@@ -53,7 +56,7 @@ class Order:
     min_reputation: int
     exclude: frozenset[Hashable] = frozenset()  # nodes never offered it again
     owners: frozenset[Hashable] = frozenset()  # providers barred from it
-    retakers: Mapping[Hashable, int] = field(default_factory=dict)  # node -> tier (> 0: after fresher nodes)
+    retakers: Mapping[Hashable, int] = _NO_RETAKERS  # node -> tier (> 0: after fresher nodes)
 
     @property
     def restricted(self) -> bool:
@@ -67,8 +70,9 @@ class Match:
     price: int  # what the job pays the node
 
 
-def order_key(order: Order) -> tuple[int, float, str]:
-    return (-order.bid, order.opened, str(order.id))
+def order_key(order: Order) -> tuple[int, float]:
+    """Highest bid first, then oldest; a sort keeps the given order beyond that."""
+    return (-order.bid, order.opened)
 
 
 def node_rank_key(node: Node) -> tuple[int, float, str]:
@@ -113,30 +117,28 @@ def match_reference(orders: Sequence[Order], nodes: Sequence[Node], cap: Callabl
 
 
 class _KindBook:
-    """The free nodes offering one kind, as arrays (rebuilt when one of them is taken)."""
+    """The free nodes offering one kind, as arrays; ``alive`` marks those not yet taken."""
 
-    def __init__(self, kind: str, nodes: list[tuple[int, Node]], bits: Mapping[str, int]) -> None:
-        self.kind = kind
-        self.all = nodes
-        self.taken: set[int] = set()
-        self._build(nodes, bits)
-        self.bits = bits
-        self.least_minimum = min((n.asks[kind].minimum for _, n in nodes), default=math.inf)
-
-    def _build(self, nodes: list[tuple[int, Node]], bits: Mapping[str, int]) -> None:
-        kind = self.kind
+    def __init__(self, kind: str, nodes: list[tuple[int, Node]], bits: Mapping[str, int], owners: np.ndarray) -> None:
         self.index = np.array([i for i, _ in nodes], dtype=np.int64)
+        self.position = {i: p for p, (i, _) in enumerate(nodes)}
         self.nodes = [n for _, n in nodes]
         self.per_tflop = np.array([n.asks[kind].per_tflop for _, n in nodes], dtype=np.float64)
         self.minimum = np.array([n.asks[kind].minimum for _, n in nodes], dtype=np.float64)
         self.memory = np.array([n.memory_bytes for _, n in nodes], dtype=np.int64)
         self.reputation = np.array([n.reputation for _, n in nodes], dtype=np.int64)
         self.features = np.array([_mask(n.features, bits) for _, n in nodes], dtype=np.int64)
+        self.owner = owners[self.index] if len(nodes) else np.zeros(0, dtype=np.int64)
+        self.alive = np.ones(len(nodes), dtype=bool)
+        self.free = len(nodes)
+        self.least_minimum = min((n.asks[kind].minimum for _, n in nodes), default=math.inf)
         self.fit_cache: dict[tuple[int, int, int], np.ndarray] = {}
 
-    def take(self, *taken: int) -> None:
-        self.taken.update(taken)
-        self._build([(j, n) for j, n in self.all if j not in self.taken], self.bits)
+    def take(self, i: int) -> None:
+        position = self.position.get(i)
+        if position is not None and self.alive[position]:
+            self.alive[position] = False
+            self.free -= 1
 
     def fit(self, order: Order, want: int) -> np.ndarray:
         key = (order.memory_bytes, want, order.min_reputation)
@@ -167,10 +169,11 @@ def match(orders: Sequence[Order], nodes: Sequence[Node], cap: Callable[[int], i
     ranked = sorted(range(len(nodes)), key=lambda i: node_rank_key(nodes[i]))
     rank = np.empty(len(nodes), dtype=np.int64)
     rank[ranked] = np.arange(len(nodes))
+    codes: dict[Hashable, int] = {}
+    owners = np.array([codes.setdefault(n.owner, len(codes)) for n in nodes], dtype=np.int64)
     books: dict[str, _KindBook] = {}
     for kind in {o.kind for o in orders}:
-        books[kind] = _KindBook(kind, [(i, n) for i, n in enumerate(nodes) if kind in n.kinds], bits)
-    owner = [n.owner for n in nodes]
+        books[kind] = _KindBook(kind, [(i, n) for i, n in enumerate(nodes) if kind in n.kinds], bits, owners)
     # Once a need finds no node at some price, no later order of that need finds one at a
     # higher price: bids only fall along the pass, prices only rise with the work, and
     # the free nodes only dwindle. need -> the least work that found none.
@@ -179,7 +182,7 @@ def match(orders: Sequence[Order], nodes: Sequence[Node], cap: Callable[[int], i
     for order in sorted(orders, key=order_key):
         book = books[order.kind]
         need = (order.kind, order.memory_bytes, order.features, order.min_reputation)
-        if not book.nodes or order.tflop >= failed.get(need, math.inf):
+        if not book.free or order.tflop >= failed.get(need, math.inf):
             continue
         limit = cap(order.bid)
         if limit < book.least_minimum:
@@ -189,7 +192,7 @@ def match(orders: Sequence[Order], nodes: Sequence[Node], cap: Callable[[int], i
             continue
         want = _mask(order.features, bits)
         price = np.maximum(book.minimum, np.ceil(book.per_tflop * order.tflop))
-        ok = book.fit(order, want) & (price <= limit)
+        ok = book.fit(order, want) & book.alive & (price <= limit)
         if order.restricted:
             ok = ok & np.array(
                 [n.id not in order.exclude and n.owner not in order.owners for n in book.nodes], dtype=bool
@@ -209,14 +212,11 @@ def match(orders: Sequence[Order], nodes: Sequence[Node], cap: Callable[[int], i
             node = nodes[i]
             out.append(Match(order.id, node.id, node.asks[order.kind].price(order.tflop)))
             chosen.append(i)
-            ok = ok & np.array([owner[j] != node.owner for j in book.index], dtype=bool)
-            ok[best] = False
+            ok &= book.owner != owners[i]  # replicas go to different providers
             for kind in node.kinds:
                 other = books.get(kind)
-                if other is not None and other is not book:
+                if other is not None:
                     other.take(i)
-        if chosen:
-            book.take(*chosen)  # last: ``ok`` and ``price`` indexed it as it was
-        elif not order.restricted:
+        if not chosen and not order.restricted:
             failed[need] = min(order.tflop, failed.get(need, math.inf))
     return out
