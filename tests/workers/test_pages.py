@@ -309,3 +309,15 @@ def test_a_workers_page_says_which_waiting_tasks_it_could_take_and_what_the_rest
         "1 has a replica on another of your nodes (or had one short of its quality bar):"
         " replicas go to different providers." in body
     )
+
+
+def test_a_workers_page_says_how_many_waiting_tasks_bid_under_its_ask(alice: Any, bob: Any) -> None:
+    from workers.market.asks import set_ask
+
+    worker = make_rig(alice, "dear-rig", capabilities={**CAPS, "kinds": ["synthetic"]}, reputation=50)
+    set_ask(worker, "synthetic", 0, UNITS_PER_CREDIT)  # 1 credit a job, 1.05 with the fee
+    post_task(bob, "synthetic", {"n": 64}, budget=UNITS_PER_CREDIT)  # bids 1: under it
+    post_task(bob, "synthetic", {"n": 64}, budget=2 * UNITS_PER_CREDIT)  # bids 2: fits
+    body = text(login("alice").get(f"/workers/{worker.pk}/"))
+    assert " 1 of the 2 waiting fits this worker" in body
+    assert "1 bids less than it asks for it (the highest bids 1 credits" in body

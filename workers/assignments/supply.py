@@ -316,6 +316,7 @@ class Demand:
     memory_bytes: int = 0  # the worker's own memory, as the tasks it lacks memory for see it
     reputation: int = 0  # the worker's own reputation
     more: bool = False  # more tasks wait than the DEMAND_SAMPLE looked at
+    highest_bid_under: int = 0  # the highest bid among the tasks its ask prices out
 
     def lines(self) -> list[str]:
         """One sentence per reason, for the provider: what would win it more work."""
@@ -342,6 +343,13 @@ class Demand:
             out.append(
                 f"It already has {self.short[TOOK_PART]} of them, had its result for them rejected, or lost them twice."
             )
+        if self.short[ASK]:
+            count = self.short[ASK]
+            out.append(
+                f"{count} {_bid(count)} less than it asks for {'it' if count == 1 else 'them'} (the highest bids"
+                f" {format_credits(self.highest_bid_under)} credits, the platform's fee included): a lower ask"
+                " would win them (docs/market.md)."
+            )
         if self.short[SAME_PROVIDER]:
             count = self.short[SAME_PROVIDER]
             out.append(
@@ -353,6 +361,10 @@ class Demand:
 
 def _are(count: int) -> str:
     return "is" if count == 1 else "are"
+
+
+def _bid(count: int) -> str:
+    return "bids" if count == 1 else "bid"
 
 
 def _need(count: int) -> str:
@@ -384,7 +396,7 @@ def demand(worker: Worker) -> Demand:
         lifecycle.needing_workers()
         .filter(kind__in=runnable)
         .order_by("opened_at")
-        .only("kind", "spec", "min_reputation")[: DEMAND_SAMPLE + 1]
+        .only("kind", "spec", "min_reputation", "bid")[: DEMAND_SAMPLE + 1]
     )
     result = Demand(more=len(tasks) > DEMAND_SAMPLE)
     tasks = tasks[:DEMAND_SAMPLE]
@@ -405,9 +417,10 @@ def demand(worker: Worker) -> Demand:
     caps = worker.capabilities if isinstance(worker.capabilities, dict) else {}
     features = caps.get("features")
     offered = set(features) if isinstance(features, list) else set()
+    own_asks = asks_of([worker.pk]).get(worker.pk)
     for task in tasks:
         try:
-            need = Need.of(task.kind, task.spec, task.min_reputation)
+            need = Need.of(task.kind, task.spec, task.min_reputation, bid=task.bid)
             reason = misfit(worker, need)
         except (KeyError, TypeError, ValueError):
             log.warning("task %s: its stored spec cannot be read; left out of demand", task.pk)
@@ -417,6 +430,9 @@ def demand(worker: Worker) -> Demand:
             reason = TOOK_PART
         if reason is None and task.pk in siblings:
             reason = SAME_PROVIDER
+        if reason is None and need.bid is not None and need.charge(own_asks) > need.bid:
+            reason = ASK
+            result.highest_bid_under = max(result.highest_bid_under, need.bid)
         if reason is None:
             result.fits += 1
             continue
