@@ -66,7 +66,7 @@ def test_the_owner_sets_an_ask_and_deletes_it_back_to_the_reference(alice_client
         ("synthetic", {"per_tflop": "-1", "minimum": "1"}, "per_tflop"),
         ("synthetic", {"per_tflop": "one", "minimum": "1"}, "per_tflop"),
         ("synthetic", {"per_tflop": "1", "minimum": "0.000000001"}, "minimum"),
-        ("synthetic", {"per_tflop": "1"}, "minimum"),
+        ("synthetic", {"minimum": "1"}, "per_tflop"),
         ("synthetic", {"per_tflop": "1", "minimum": "1", "worker": "x"}, "worker"),
         ("asl_training", {"per_tflop": "1", "minimum": "1"}, "kind"),
         ("nosuchkind", {"per_tflop": "1", "minimum": "1"}, "kind"),
@@ -118,6 +118,10 @@ def test_a_node_sets_its_own_asks_all_or_none(rig: Any) -> None:
     assert refused.status_code == 400
     assert "cube_training:" in refused.json()["minimum"][0]
     assert Ask.objects.get(kind="synthetic").per_tflop == 3 * 10**9  # the first of the list was not kept
+
+    floor = node.put("/api/v1/workers/me/asks/", {"kind": "cube_training", "per_tflop": "0.01"}, format="json")
+    assert floor.status_code == 200
+    assert Ask.objects.get(kind="cube_training").minimum == pricing.floor_price()
 
     bad = node.put("/api/v1/workers/me/asks/", [{"kind": "synthetic", "per_tflop": "x", "minimum": "1"}], format="json")
     assert bad.status_code == 400

@@ -17,6 +17,7 @@ from config.serializers import StrictInput, refuse_body
 from ledger.api.serializers import SubmitTransactionSerializer, TransactionSerializer
 from ledger.api.views import refusal_errors
 from ledger.models import TxStatus
+from marketplace import pricing
 from marketplace.api.serializers import CreditsField, JSONField
 from workers.assignments import jobs, sweep
 from workers.identity import services
@@ -215,7 +216,13 @@ class AskSerializer(serializers.Serializer[Any]):
 
 class AskRequest(StrictInput, serializers.Serializer[dict[str, Any]]):
     per_tflop = CreditsField(min_value=Decimal(0), help_text="Credits per TFLOP of the job (0 or more).")
-    minimum = CreditsField(help_text="The least the node takes for a job, in credits (at least the floor).")
+    minimum = CreditsField(
+        required=False,
+        help_text="The least the node takes for a job, in credits: at least the floor, which it is when left out.",
+    )
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        return {"minimum": pricing.floor_price(), **attrs}
 
 
 class NodeAskRequest(AskRequest):
