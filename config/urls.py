@@ -31,6 +31,7 @@ urlpatterns = [
     # "^/" fails the deploy check (urls.W002).
     re_path(r"^[/]*api(?:/|$)", api_not_found),
     path("workers/", include("workers.urls")),
+    path("market/", include("workers.market.urls")),
     path("", include("marketplace.urls")),
     path("", include("ledger.urls")),
     path("", include("payments.urls")),

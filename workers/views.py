@@ -18,20 +18,24 @@ from django.db.models import Count, OuterRef, Q, QuerySet, Subquery, Sum
 from django.db.models.functions import Coalesce
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.utils import timezone
 from django.utils.timesince import timesince
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
-from rest_framework.exceptions import APIException, NotFound, PermissionDenied, Throttled
+from rest_framework.exceptions import APIException, NotFound, PermissionDenied, Throttled, ValidationError
 
 from ledger.models import Account, Transaction, TxStatus
-from ledger.units import format_credits
+from ledger.units import credits_to_units, format_credits
 from marketplace import formnonce
 from marketplace.errors import error_text
 from marketplace.models import Task, User
 from workers.assignments import supply, sweep
+from workers.forms import AskForm
 from workers.identity import services
 from workers.live.task_page import task_live_state
+from workers.market import asks as market_asks
+from workers.market import offers
 from workers.models import Assignment, Worker
 
 RECENT_ASSIGNMENTS = 20
@@ -196,9 +200,15 @@ def current_job(worker: Worker) -> Assignment | None:
 
 @login_required
 def worker_detail(request: HttpRequest, pk: UUID) -> HttpResponse:
-    """One of the provider's workers, its recent assignments, and its unswept earnings
-    with the command that sweeps them into the provider's wallet."""
+    """One of the provider's workers, its recent assignments, its asks per kind (a form
+    each, POSTed here), and its unswept earnings with the command that sweeps them into the
+    provider's wallet."""
     worker = get_object_or_404(Worker.objects.owned_by(current_user(request)), pk=pk)
+    bound: dict[str, AskForm] = {}
+    if request.method == "POST":
+        done = _post_ask(request, worker, bound)
+        if done is not None:
+            return done
     assignments = list(
         Assignment.objects.filter(worker=worker).select_related("task").order_by("-created_at")[:RECENT_ASSIGNMENTS]
     )
@@ -220,8 +230,50 @@ def worker_detail(request: HttpRequest, pk: UUID) -> HttpResponse:
         "sweep": sweep_state,
         "demand": supply.demand(worker) if worker.state != Worker.State.RETIRED else None,
         "sweep_command": f"{AGENT} --key worker.pem sweep --server {server_url}",
+        "asks": _ask_rows(worker, bound) if worker.state != Worker.State.RETIRED else [],
     }
-    return render(request, "workers/worker_detail.html", context)
+    return render(request, "workers/worker_detail.html", context, status=400 if bound else 200)
+
+
+def _ask_form(kind: str, data: Any = None, initial: dict[str, str] | None = None) -> AskForm:
+    return AskForm(data, prefix=f"ask-{kind}", initial=initial)
+
+
+def _ask_rows(worker: Worker, bound: dict[str, AskForm]) -> list[dict[str, Any]]:
+    """Each offered kind's ask and its form: the one just refused, or one holding the ask now."""
+    rows = []
+    for offer in offers.kind_asks(worker):
+        initial = {"per_tflop": format_credits(offer.ask.per_tflop), "minimum": format_credits(offer.ask.minimum)}
+        rows.append({"offer": offer, "form": bound.get(offer.kind) or _ask_form(offer.kind, initial=initial)})
+    return rows
+
+
+def _post_ask(request: HttpRequest, worker: Worker, bound: dict[str, AskForm]) -> HttpResponse | None:
+    """Set or clear the ask the POST names: a redirect when done, None to show the form's
+    errors (in ``bound``)."""
+    kind = request.POST.get("ask_kind", "")
+    if kind not in offers.offered_kinds(worker):
+        messages.error(request, "This worker does not offer that kind of task; nothing changed.")
+        return redirect("worker-detail", pk=worker.pk)
+    if worker.state == Worker.State.RETIRED:
+        messages.error(request, "A retired worker takes no jobs: its prices cannot change.")
+        return redirect("worker-detail", pk=worker.pk)
+    if request.POST.get("ask_action") == "clear":
+        market_asks.clear_ask(worker, kind)
+        messages.success(request, f"{kind}: back to the platform's reference price.")
+        return redirect("worker-detail", pk=worker.pk)
+    form = _ask_form(kind, request.POST)
+    if form.is_valid():
+        data = form.cleaned_data
+        try:
+            market_asks.set_ask(worker, kind, credits_to_units(data["per_tflop"]), credits_to_units(data["minimum"]))
+        except ValidationError as exc:
+            form.add_service_errors(exc.detail)
+        else:
+            messages.success(request, f"{kind}: ask set.")
+            return redirect(f"{reverse('worker-detail', args=[worker.pk])}#ask-{kind}")
+    bound[kind] = form
+    return None
 
 
 @login_required

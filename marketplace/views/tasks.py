@@ -151,6 +151,7 @@ def _estimate(form: TaskForm) -> dict[str, Any] | None:
         "lowest_asks": [format_credits(c) for c in quote.supply.lowest_asks],
         "at_bid": quote.supply.at_bid if bid_units is not None else None,
         "wait_seconds": quote.wait_seconds,
+        "wait": wait_text(quote.wait_seconds),
         "price": format_credits(quote.price),
         "replication": replication,
         "budget_needed": format_credits(quote.budget_needed) if quote.budget_needed is not None else None,
@@ -161,6 +162,21 @@ def _estimate(form: TaskForm) -> dict[str, Any] | None:
         # before the money is held.
         "warning": quote.warning,
     }
+
+
+def wait_text(seconds: float | None) -> str:
+    """A wait in words: "now", "about 5 minutes"; "unknown" when it cannot be estimated."""
+    if seconds is None:
+        return "unknown"
+    if seconds <= 0:
+        return "now"
+    if seconds < 60:
+        return "under a minute"
+    for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60)):
+        if seconds >= size:
+            count = round(seconds / size)
+            return f"about {count} {unit}{'s' if count != 1 else ''}"
+    return "unknown"  # unreachable: seconds >= 60 here
 
 
 def _own_task(request: HttpRequest, pk: UUID) -> Task:

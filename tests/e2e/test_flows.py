@@ -81,9 +81,10 @@ def test_new_user_signs_up_posts_and_cancels_a_task(page: Any) -> None:
     page.get_by_label("Count").fill("1")
     expect()(count_error).to_have_text("")
     expect()(page.locator("#estimate-price")).to_have_text(floor)
-    # A budget under the estimate is named next to the budget.
+    # A budget under the least a job may cost (the floor price plus the fee: the estimate
+    # at the floor) is named next to the budget.
     page.get_by_label("Budget (credits)").fill("0.01")
-    expect()(page.locator("#id_budget_error")).to_contain_text(f"The estimated price is {floor} credits")
+    expect()(page.locator("#id_budget_error")).to_contain_text(f"The least a job may cost is {floor} credits")
     page.get_by_label("Budget (credits)").fill("1")
     expect()(page.locator("#id_budget_error")).to_have_text("")
     expect()(page.get_by_label("N", exact=True)).not_to_have_attribute("aria-invalid", "true")

@@ -89,3 +89,6 @@ class _Handler(JsonHandler):
 
     def do_POST(self) -> None:
         self.answer()
+
+    def do_PUT(self) -> None:
+        self.answer()

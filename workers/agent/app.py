@@ -36,6 +36,7 @@ from celery.worker.consumer import Consumer
 from kombu import Queue
 from kombu.transport import resolve_transport
 
+from workers.agent import asks as node_asks
 from workers.agent import capabilities, fsbroker, runners, trust
 from workers.agent.identity import Credentials, credentials_path, load_key
 from workers.agent.jobs import Node
@@ -196,9 +197,11 @@ def run_node(
     broker_folder: str | None = None,
     broker_ca: str | None = None,
     max_gas_price: int = trust.DEFAULT_MAX_GAS_PRICE,
+    asks: list[dict[str, str]] | None = None,
 ) -> int:
     """Run the node until it is told to stop. ``broker`` None: the node's own broker login
-    from registration (``worker.json``)."""
+    from registration (``worker.json``). ``asks`` (``--ask``) are sent before it takes a
+    job; refused, the node does not start."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # The app sets worker_cancel_long_running_tasks_on_connection_loss itself (make_app);
     # Celery warns about its default on every lost connection all the same.
@@ -233,6 +236,14 @@ def run_node(
         print(warning, file=sys.stderr)
     if not creds.chain_id:
         log.warning("%s records no chain id (registered by an older agent): register again to pin it", key_path)
+    if asks:
+        # The platform takes an ask only for a kind the node offers: its capabilities first.
+        node.report_capabilities(capabilities.detect())
+        problem = node_asks.send_asks(node, asks)
+        if problem is not None:
+            print(f"error: {problem}", file=sys.stderr)
+            return 1
+        log.info("asks set: %s", node_asks.describe(asks))
     queue = f"w.{key.address}"
     app = make_app(broker, queue, broker_folder, broker_ca)
 

@@ -11,8 +11,10 @@ from typing import Any
 import httpx
 
 from protocol.wire import registration_message, sign_template
+from workers.agent import asks as node_asks
 from workers.agent import capabilities
 from workers.agent.identity import Credentials, IdentityError, credentials_path, init_key, load_key
+from workers.agent.transfer import reasons as _reasons
 from workers.agent.trust import DEFAULT_MAX_GAS_PRICE, insecure_server, register_tx_problem
 
 
@@ -148,23 +150,6 @@ def _credits(units: int) -> str:
     return text.rstrip("0").rstrip(".") if "." in text else text
 
 
-def _reasons(response: httpx.Response) -> str:
-    """An API error body ({field: [message], "code": …} or {"detail": …}) as one line."""
-    try:
-        body = response.json()
-    except ValueError:
-        return response.text[:300] or response.reason_phrase
-    if not isinstance(body, dict):
-        return str(body)
-    parts = []
-    for field, value in body.items():
-        if field == "code":
-            continue
-        text = " ".join(str(v) for v in value) if isinstance(value, list) else str(value)
-        parts.append(text if field in ("detail", "non_field_errors") else f"{field}: {text}")
-    return "; ".join(parts)
-
-
 def _sweep_refusal(step: str, response: httpx.Response) -> str:
     code = response.status_code
     if code in (401, 403):
@@ -254,7 +239,31 @@ def cmd_run(args: argparse.Namespace) -> int:
         broker_folder=args.broker_folder,
         broker_ca=args.broker_ca,
         max_gas_price=args.max_gas_price,
+        asks=args.ask,
     )
+
+
+def cmd_ask(args: argparse.Namespace) -> int:
+    """Send the node's asks now, without running it; exit 1 when the platform refuses them."""
+    from workers.agent.transfer import PlatformClient
+
+    key_path = Path(args.key)
+    key = load_key(key_path)
+    creds = Credentials.load(credentials_path(key_path))
+    if creds.address != key.address:
+        raise IdentityError(f"{credentials_path(key_path)} belongs to {creds.address}, not this key")
+    server = (args.server or creds.server).rstrip("/")
+    try:
+        client = PlatformClient(server, creds.token)
+    except httpx.InvalidURL as exc:
+        raise CommandError(f"{server} is not a valid server URL: {exc}") from None
+    warn_if_insecure(server)
+    with client.http:
+        problem = node_asks.send_asks(client, args.ask)
+    if problem is not None:
+        raise CommandError(f"Asks not set: {problem}")
+    print(f"Asks set: {node_asks.describe(args.ask)}.")
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -282,7 +291,25 @@ def build_parser() -> argparse.ArgumentParser:
         default=DEFAULT_MAX_GAS_PRICE,
         help=f"refuse to sign a result whose gas price is higher (default: {DEFAULT_MAX_GAS_PRICE} units per gas)",
     )
+    run.add_argument(
+        "--ask",
+        action="append",
+        type=node_asks.parse_ask,
+        default=[],
+        metavar="KIND=PER_TFLOP[/MIN]",
+        help="this node's price for a kind, in credits (repeatable; sent at start; none: the platform's reference)",
+    )
     run.set_defaults(func=cmd_run)
+    ask = sub.add_parser("ask", help="set this node's prices on the platform without running it")
+    ask.add_argument(
+        "ask",
+        nargs="+",
+        type=node_asks.parse_ask,
+        metavar="KIND=PER_TFLOP[/MIN]",
+        help="a price for a kind, in credits per TFLOP and the least per job, e.g. synthetic=0.5/0.2",
+    )
+    ask.add_argument("--server", default=None, help="platform URL (default: from registration)")
+    ask.set_defaults(func=cmd_ask)
     sweep = sub.add_parser("sweep", help="move this worker's earnings to your account (signed here)")
     sweep.add_argument("--server", default=None, help="platform URL (default: from registration)")
     sweep.add_argument("--dry-run", action="store_true", help="show the transfer without signing or sending it")

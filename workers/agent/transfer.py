@@ -59,6 +59,23 @@ def _read(path: Path, start: int, stop: int) -> Iterator[bytes]:
             yield chunk
 
 
+def reasons(response: httpx.Response) -> str:
+    """An API error body ({field: [message], "code": …} or {"detail": …}) as one line."""
+    try:
+        body = response.json()
+    except ValueError:
+        return response.text[:300] or response.reason_phrase
+    if not isinstance(body, dict):
+        return str(body)
+    parts = []
+    for field, value in body.items():
+        if field == "code":
+            continue
+        text = " ".join(str(v) for v in value) if isinstance(value, list) else str(value)
+        parts.append(text if field in ("detail", "non_field_errors") else f"{field}: {text}")
+    return "; ".join(parts)
+
+
 class PlatformClient:
     """HTTP to the node's own server, authenticated as its worker."""
 

@@ -16,6 +16,7 @@ urlpatterns = [
     path("register/", views.RegisterView.as_view(), name="worker-register"),
     path("me/sweep/", views.SweepView.as_view(), name="worker-sweep"),
     path("me/abandon/", views.AbandonView.as_view(), name="worker-abandon"),
+    path("me/asks/", views.NodeAsksView.as_view(), name="worker-asks"),
     path("me/capabilities/", views.CapabilitiesView.as_view(), name="worker-capabilities"),
     path("", include(router.urls)),
 ]

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any
 
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import mixins, permissions, serializers, status, throttling
 from rest_framework.decorators import action
 from rest_framework.request import Request
@@ -16,10 +17,13 @@ from config.serializers import StrictInput, refuse_body
 from ledger.api.serializers import SubmitTransactionSerializer, TransactionSerializer
 from ledger.api.views import refusal_errors
 from ledger.models import TxStatus
-from marketplace.api.serializers import JSONField
+from marketplace import pricing
+from marketplace.api.serializers import CreditsField, JSONField
 from workers.assignments import jobs, sweep
 from workers.identity import services
 from workers.identity.authentication import IsWorker, WorkerTokenAuthentication
+from workers.market import asks as market_asks
+from workers.market import offers
 from workers.models import Worker, WorkerQuerySet
 
 
@@ -190,6 +194,79 @@ class WorkerThrottle(throttling.SimpleRateThrottle):
         return f"throttle_worker_{view.__class__.__name__}_{ident}"
 
 
+class AskSerializer(serializers.Serializer[Any]):
+    """A node's ask for one kind it offers, in credits, and what it comes to for the kind's
+    default-spec job."""
+
+    kind = serializers.CharField(read_only=True)
+    per_tflop = CreditsField(source="ask.per_tflop", read_only=True, help_text="Credits per TFLOP of the job.")
+    minimum = CreditsField(source="ask.minimum", read_only=True, help_text="The least the node takes for a job.")
+    reference = serializers.BooleanField(
+        read_only=True, help_text="True: the node set no ask for this kind and asks the platform's reference rate."
+    )
+    floor = CreditsField(read_only=True, help_text="The least a minimum may be.")
+    default_job_tflop = serializers.FloatField(source="tflop", read_only=True)
+    paid_for_default_job = CreditsField(
+        source="pays", read_only=True, help_text="What the node is paid for the kind's default-spec job."
+    )
+    charged_for_default_job = CreditsField(
+        source="charge", read_only=True, help_text="What a requester pays for it, the platform's fee included."
+    )
+
+
+class AskRequest(StrictInput, serializers.Serializer[dict[str, Any]]):
+    per_tflop = CreditsField(min_value=Decimal(0), help_text="Credits per TFLOP of the job (0 or more).")
+    minimum = CreditsField(
+        required=False,
+        help_text="The least the node takes for a job, in credits: at least the floor, which it is when left out.",
+    )
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        return {"minimum": pricing.floor_price(), **attrs}
+
+
+class NodeAskRequest(AskRequest):
+    kind = serializers.CharField(max_length=32)
+
+
+def _asks_by_kind(worker: Worker, kind: str) -> offers.KindAsk | None:
+    return next((row for row in offers.kind_asks(worker) if row.kind == kind), None)
+
+
+class NodeAsksView(APIView):
+    """A node sets its own asks (at start-up, from ``run --ask``): one ask or a list of them,
+    all or none. 200 with the node's asks per kind it offers; 400 naming a bad field."""
+
+    authentication_classes = [WorkerTokenAuthentication]
+    permission_classes = [IsWorker]
+    throttle_classes = [WorkerThrottle]
+
+    @extend_schema(
+        request=NodeAskRequest(many=True),
+        responses={200: AskSerializer(many=True)},
+        description="The body is a list of asks or one ask object.",
+    )
+    def put(self, request: Request) -> Response:
+        assert isinstance(request.auth, Worker)
+        data = request.data
+        items = data if isinstance(data, list) else [data]
+        if not items:
+            raise serializers.ValidationError({"non_field_errors": ["Send one ask or a list of them."]})
+        asks: list[dict[str, Any]] = []
+        errors: dict[str, list[str]] = {}
+        for index, item in enumerate(items):
+            form = NodeAskRequest(data=item)
+            if form.is_valid():
+                asks.append(form.validated_data)
+            for field, messages in form.errors.items():
+                # Each 400 names its field; the item is named in the message.
+                errors.setdefault(field, []).extend(f"item {index}: {m}" for m in messages)
+        if errors:
+            raise serializers.ValidationError(errors)
+        offers.set_asks(request.auth, asks)
+        return Response(AskSerializer(offers.kind_asks(request.auth), many=True).data)
+
+
 class SweepView(APIView):
     """Move this worker's earnings to its owner's account, signed by the node's own key.
 
@@ -239,6 +316,30 @@ class WorkerViewSet(OwnedViewSet, mixins.ListModelMixin, mixins.RetrieveModelMix
         refuse_body(self.request.data)
         worker = services.set_worker_state(self.request.user, self.get_object().pk, target)  # type: ignore[arg-type]
         return Response(WorkerSerializer(worker).data)
+
+    @extend_schema(responses={200: AskSerializer(many=True)})
+    @action(detail=True, methods=["get"])
+    def asks(self, request: Request, pk: str | None = None) -> Response:
+        """The node's ask per kind it offers: its own, or the platform's reference (``reference``)."""
+        return Response(AskSerializer(offers.kind_asks(self.get_object()), many=True).data)
+
+    @extend_schema(request=AskRequest, responses={200: AskSerializer})
+    @action(detail=True, methods=["put"], url_path=r"asks/(?P<kind>[a-z0-9_]{1,32})")
+    def set_ask(self, request: Request, pk: str | None = None, kind: str = "") -> Response:
+        """Set the node's ask for one kind it offers; 400 naming a bad field."""
+        worker = self.get_object()
+        form = AskRequest(data=request.data)
+        form.is_valid(raise_exception=True)
+        market_asks.set_ask(worker, kind, form.validated_data["per_tflop"], form.validated_data["minimum"])
+        return Response(AskSerializer(_asks_by_kind(worker, kind)).data)
+
+    @extend_schema(request=None, responses={204: OpenApiResponse(description="The node asks the reference rate.")})
+    @set_ask.mapping.delete
+    def clear_ask(self, request: Request, pk: str | None = None, kind: str = "") -> Response:
+        """Back to the platform's reference ask for the kind."""
+        refuse_body(request.data)
+        market_asks.clear_ask(self.get_object(), kind)
+        return Response(status=status.HTTP_204_NO_CONTENT)
 
     @extend_schema(request=None, responses={200: WorkerSerializer})
     @action(detail=True, methods=["post"])
