@@ -164,7 +164,7 @@ def test_a_provider_cannot_ask_under_the_floor_or_for_a_kind_its_node_lacks(alic
     node = Provider(alice, "n")
     with pytest.raises(ValidationError) as low:
         set_ask(node.worker, "synthetic", 0, 1)
-    assert "minimum" in low.value.detail  # type: ignore[operator]
+    assert "minimum" in low.value.detail
     with pytest.raises(ValidationError) as other:
         set_ask(node.worker, "cube_training", 0, UNITS_PER_CREDIT)
-    assert "kind" in other.value.detail  # type: ignore[operator]
+    assert "kind" in other.value.detail
