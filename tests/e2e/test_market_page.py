@@ -42,3 +42,4 @@ def test_the_market_page_shows_asks_and_bids(page: Any) -> None:
     expect()(
         page.get_by_role("navigation", name="Main").get_by_role("link", name="Market", exact=True)
     ).to_have_attribute("aria-current", "page")
+    page.screenshot(path="/tmp/e2e-market.png", full_page=True)
