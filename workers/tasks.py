@@ -17,6 +17,7 @@ from typing import Any
 
 from celery import Task, shared_task
 from django.conf import settings
+from django.core.cache import cache
 from django.db import OperationalError, connections
 from django.db.models import F
 from django.utils import timezone
@@ -38,12 +39,32 @@ def schedule_task(task_id: str) -> int:
     return offered + len(scheduler.schedule(task_id))  # type: ignore[arg-type]
 
 
+# Passes coalesce: an event arriving while a pass runs asks for one more after it instead
+# of a pass of its own, so a burst of postings or finished jobs costs a few passes, not one
+# each (a pass reads every waiting task). A wake-up lost between the last check and the
+# lock's release waits for the periodic pass.
+PASS_LOCK, PASS_AGAIN = "workers:market-pass:running", "workers:market-pass:again"
+PASS_LOCK_SECONDS = 120  # longer than any pass; a crashed holder's lock expires
+
+
 def _market_pass() -> int:
-    try:
-        return market.offer_waiting()
-    except Exception:
-        log.exception("the market pass failed; the next one tries again")
+    if not cache.add(PASS_LOCK, 1, PASS_LOCK_SECONDS):
+        cache.set(PASS_AGAIN, 1, PASS_LOCK_SECONDS)
         return 0
+    offered = 0
+    try:
+        again = True
+        while again:
+            cache.delete(PASS_AGAIN)
+            try:
+                offered += market.offer_waiting()
+            except Exception:
+                log.exception("the market pass failed; the next one tries again")
+                break
+            again = bool(cache.get(PASS_AGAIN))
+    finally:
+        cache.delete(PASS_LOCK)
+    return offered
 
 
 @shared_task(name="workers.schedule_waiting", ignore_result=True)

@@ -168,3 +168,24 @@ def test_a_provider_cannot_ask_under_the_floor_or_for_a_kind_its_node_lacks(alic
     with pytest.raises(ValidationError) as other:
         set_ask(node.worker, "cube_training", 0, UNITS_PER_CREDIT)
     assert "kind" in other.value.detail
+
+
+def test_passes_asked_for_while_one_runs_coalesce_into_one_more(alice: Any, bob: Any, monkeypatch: Any) -> None:
+    """A burst of events costs a few passes, not one each: an event during a pass asks for
+    one more after it; nothing asked for is dropped."""
+    from workers import tasks
+
+    runs: list[int] = []
+
+    def one_pass() -> int:
+        runs.append(1)
+        if len(runs) == 1:  # two more events arrive while the first pass runs
+            assert tasks._market_pass() == 0
+            assert tasks._market_pass() == 0
+        return 0
+
+    monkeypatch.setattr(tasks.market, "offer_waiting", one_pass)
+    tasks._market_pass()
+    assert len(runs) == 2  # the first, and one more for both events
+    tasks._market_pass()
+    assert len(runs) == 3  # the lock was released
