@@ -398,7 +398,7 @@ REST_FRAMEWORK = {
         "django_filters.rest_framework.DjangoFilterBackend",
         "config.filters.StrictOrderingFilter",
     ],
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "config.api.schema.AutoSchema",
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"]
     + ([] if PRODUCTION else ["rest_framework.renderers.BrowsableAPIRenderer"]),
     "EXCEPTION_HANDLER": "config.api.errors.exception_handler",
@@ -416,6 +416,10 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
+    # Tags and the common error responses of every operation come from one place
+    # (config/api/schema.py), not from each view.
+    "SCHEMA_PATH_PREFIX": r"/api/v[0-9]+",
+    "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums", "config.api.schema.declare_tags"],
 }
 
 # --- Marketplace ----------------------------------------------------------------
