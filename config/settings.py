@@ -13,6 +13,7 @@ import hashlib
 import hmac
 import os
 import secrets
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -75,6 +76,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "whitenoise.runserver_nostatic",
     "django.contrib.staticfiles",
+    "axes",
     "rest_framework",
     "django_filters",
     "drf_spectacular",
@@ -95,6 +97,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last: turns a login refused for too many failures into the locked-out page.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "config.urls"
@@ -157,6 +161,56 @@ AUTH_PASSWORD_VALIDATORS = [
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "my-tasks"
 LOGOUT_REDIRECT_URL = "home"
+
+# --- Login throttling (django-axes) ---------------------------------------------
+# Every login that goes through django.contrib.auth.authenticate with its request (the
+# site's login page, the admin's) counts: an account, and apart from it an address, with
+# PROOFWORK_LOGIN_FAILURE_LIMIT failed logins within the cool-off is refused, the right
+# password too, until the cool-off has passed since its last counted failure. The counts are
+# rows in the database (SQLite or PostgreSQL), so every web process sees the same ones. The
+# API has no password login: it takes tokens, or the session the login page signed in.
+AUTHENTICATION_BACKENDS = [
+    # First: refuses a locked-out account or address before any password is checked.
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = env_int("PROOFWORK_LOGIN_FAILURE_LIMIT", 10, minimum=1, maximum=1000)
+AXES_COOLOFF_TIME = timedelta(minutes=env_int("PROOFWORK_LOGIN_COOLOFF_MINUTES", 15, minimum=1, maximum=7 * 24 * 60))
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]  # each counted on its own: either one locks
+# A success clears nothing: axes would clear every failure from the address, those against
+# other accounts included, so an attacker's own account would reset the count.
+AXES_RESET_ON_SUCCESS = False
+# Tries while locked out are refused unrecorded: the lock ends at a time the page can name,
+# which the owner's own retries do not push back.
+AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
+AXES_DISABLE_ACCESS_LOG = True  # failures are kept (until the cool-off), successful logins are not
+AXES_ENABLE_ADMIN = False  # marketplace/admin.py registers the attempts, its action behind a permission
+# The address is the connection's (REMOTE_ADDR); behind a proxy, daphne --proxy-headers
+# sets it from X-Forwarded-For (docker-compose.yml).
+AXES_LOCKOUT_CALLABLE = "marketplace.views.accounts.locked_out"
+AXES_HTTP_RESPONSE_CODE = 429
+AXES_VERBOSE = False
+
+# --- E-mail: password reset --------------------------------------------------------
+# Development prints each message on the web process's console; production sends it
+# through the SMTP server named here.
+EMAIL_BACKEND = env_str(
+    "DJANGO_EMAIL_BACKEND",
+    "django.core.mail.backends.smtp.EmailBackend" if PRODUCTION else "django.core.mail.backends.console.EmailBackend",
+)
+EMAIL_HOST = env_str("EMAIL_HOST", "localhost")
+EMAIL_PORT = env_int("EMAIL_PORT", 587, minimum=1, maximum=65535)
+EMAIL_HOST_USER = env_str("EMAIL_HOST_USER")
+EMAIL_HOST_PASSWORD = env_str("EMAIL_HOST_PASSWORD")
+EMAIL_USE_SSL = env_bool("EMAIL_USE_SSL", False)  # implicit TLS (port 465)
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", not EMAIL_USE_SSL)  # STARTTLS (port 587)
+if EMAIL_USE_TLS and EMAIL_USE_SSL:
+    raise ImproperlyConfigured("EMAIL_USE_TLS and EMAIL_USE_SSL cannot both be on")
+EMAIL_TIMEOUT = env_int("EMAIL_TIMEOUT", 10, minimum=1)
+DEFAULT_FROM_EMAIL = env_str("DJANGO_DEFAULT_FROM_EMAIL", "Proofwork <noreply@localhost>")
+SERVER_EMAIL = DEFAULT_FROM_EMAIL
+# A password reset link works this long (Django's default is three days).
+PASSWORD_RESET_TIMEOUT = env_int("PROOFWORK_PASSWORD_RESET_TIMEOUT", 3600, minimum=60)
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
@@ -344,7 +398,7 @@ REST_FRAMEWORK = {
         "django_filters.rest_framework.DjangoFilterBackend",
         "config.filters.StrictOrderingFilter",
     ],
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "config.api.schema.AutoSchema",
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"]
     + ([] if PRODUCTION else ["rest_framework.renderers.BrowsableAPIRenderer"]),
     "EXCEPTION_HANDLER": "config.api.errors.exception_handler",
@@ -362,6 +416,10 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
+    # Tags and the common error responses of every operation come from one place
+    # (config/api/schema.py), not from each view.
+    "SCHEMA_PATH_PREFIX": r"/api/v[0-9]+",
+    "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums", "config.api.schema.declare_tags"],
 }
 
 # --- Marketplace ----------------------------------------------------------------

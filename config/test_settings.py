@@ -50,3 +50,7 @@ if DATABASES["default"]["ENGINE"].endswith("postgresql"):  # noqa: F405
 # Test users' passwords: the same PBKDF2 format at 1,000 iterations (tests/hashers.py);
 # Django's default hashers still verify every hash a live server or a test makes.
 PASSWORD_HASHERS = ["tests.hashers.FastPBKDF2PasswordHasher", *global_settings.PASSWORD_HASHERS]
+
+# The test client's Client.login() authenticates without a request, which django-axes
+# refuses: the first backend lets such a call through uncounted (tests/backends.py).
+AUTHENTICATION_BACKENDS = ["tests.backends.RequestOptionalAxesBackend", *AUTHENTICATION_BACKENDS[1:]]  # noqa: F405

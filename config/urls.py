@@ -8,11 +8,18 @@ from __future__ import annotations
 
 from django.contrib import admin
 from django.urls import include, path, re_path
+from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from config.errors import api_not_found
 
 urlpatterns = [
+    # The admin's login page links here ("Forgotten your password?"): the site's reset.
+    path(
+        "admin/password_reset/",
+        RedirectView.as_view(pattern_name="password_reset"),
+        name="admin_password_reset",
+    ),
     path("admin/", admin.site.urls),
     path("api/v1/workers/", include("workers.api.urls")),
     path("api/v1/assignments/", include("workers.api.assignment_urls")),

@@ -3,6 +3,8 @@ the admin shows them read-only apart from a cancel action."""
 
 from __future__ import annotations
 
+from axes.admin import AccessAttemptAdmin as AxesAccessAttemptAdmin
+from axes.models import AccessAttempt
 from django.contrib import admin, messages
 from django.contrib.auth.admin import UserAdmin as BaseUserAdmin
 from django.db.models import QuerySet
@@ -15,6 +17,17 @@ from marketplace.models import ApiToken, Dataset, IllegalTransition, Task, TaskE
 @admin.register(User)
 class UserAdmin(BaseUserAdmin):
     list_display = ("username", "email", "is_staff", "is_active", "date_joined")
+
+
+@admin.register(AccessAttempt)
+class AccessAttemptAdmin(AxesAccessAttemptAdmin):
+    """Failed logins that count toward a lock (django-axes, docs/pages.md): deleting a row
+    lifts its part of a lock. Its clean-up action needs the delete permission, as deleting
+    does; staff who may only view are offered none."""
+
+    @admin.action(description="Clean up expired attempts", permissions=["delete"])
+    def cleanup_expired_attempts(self, request: HttpRequest, queryset: QuerySet[AccessAttempt]) -> None:
+        super().cleanup_expired_attempts(request, queryset)
 
 
 @admin.register(ApiToken)

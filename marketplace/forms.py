@@ -106,6 +106,21 @@ class PasswordChangeForm(auth_forms.PasswordChangeForm):
         describe_fields(self)
 
 
+class PasswordResetForm(auth_forms.PasswordResetForm):
+    """Asks for the account's e-mail; the page says the same whether one matches or not."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["email"].help_text = "The address your account was made with."
+        describe_fields(self)
+
+
+class SetPasswordForm(auth_forms.SetPasswordForm):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        describe_fields(self)
+
+
 class TokenForm(ServiceErrorsMixin, forms.Form):
     name = forms.CharField(
         label="Token name",

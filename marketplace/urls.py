@@ -23,6 +23,18 @@ urlpatterns = [
         name="password_change",
     ),
     path("accounts/password/done/", auth_views.PasswordChangeDoneView.as_view(), name="password_change_done"),
+    path("accounts/password/reset/", views.PasswordResetView.as_view(), name="password_reset"),
+    path("accounts/password/reset/sent/", views.PasswordResetDoneView.as_view(), name="password_reset_done"),
+    path(
+        "accounts/password/reset/<uidb64>/<token>/",
+        views.PasswordResetConfirmView.as_view(),
+        name="password_reset_confirm",
+    ),
+    path(
+        "accounts/password/reset/complete/",
+        auth_views.PasswordResetCompleteView.as_view(),
+        name="password_reset_complete",
+    ),
     path("account/", views.account, name="account"),
     path("account/tokens/", views.token_create, name="token-create"),
     path("account/tokens/<int:pk>/revoke/", views.token_revoke, name="token-revoke"),

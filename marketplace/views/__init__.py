@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
-from marketplace.views.accounts import LoginView, account, signup, token_create, token_revoke
+from marketplace.views.accounts import (
+    LoginView,
+    PasswordResetConfirmView,
+    PasswordResetDoneView,
+    PasswordResetView,
+    account,
+    locked_out,
+    signup,
+    token_create,
+    token_revoke,
+)
 from marketplace.views.datasets import dataset_delete, dataset_detail, datasets
 from marketplace.views.tasks import (
     home,
@@ -18,11 +28,15 @@ from marketplace.views.tasks import (
 
 __all__ = [
     "LoginView",
+    "PasswordResetConfirmView",
+    "PasswordResetDoneView",
+    "PasswordResetView",
     "account",
     "dataset_delete",
     "dataset_detail",
     "datasets",
     "home",
+    "locked_out",
     "my_tasks",
     "signup",
     "task_cancel",

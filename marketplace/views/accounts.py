@@ -1,17 +1,27 @@
-"""Sign up, the account page and API tokens."""
+"""Sign up, log in (and the page of a login locked out), password reset, the account
+page and API tokens."""
 
 from __future__ import annotations
 
+import math
+from datetime import timedelta
 from typing import Any
 from urllib.parse import urlsplit
 
+from axes.helpers import get_client_username, get_cool_off
+from axes.models import AccessAttempt
+from axes.utils import reset as forget_login_failures
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import login
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
 from django.db import transaction
+from django.db.models import Max, Q
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import redirect, render
+from django.template.defaultfilters import pluralize
+from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
@@ -20,7 +30,7 @@ from rest_framework.exceptions import NotFound, ValidationError
 from ledger import services as ledger
 from ledger.units import format_credits
 from marketplace import formnonce, services
-from marketplace.forms import SignupForm, TokenForm
+from marketplace.forms import PasswordResetForm, SetPasswordForm, SignupForm, TokenForm
 from marketplace.models import ApiToken
 from marketplace.views.common import current_user
 
@@ -50,6 +60,71 @@ class LoginView(auth_views.LoginView):
     def get_redirect_url(self, *args: Any, **kwargs: Any) -> str:  # the stubs' signature is Django's plus one
         url = super().get_redirect_url(*args, **kwargs)
         return "" if url and urlsplit(url).path == self.request.path else url
+
+
+def locked_out(
+    request: HttpRequest, original_response: HttpResponse | None = None, credentials: dict[str, Any] | None = None
+) -> HttpResponse:
+    """What a login refused for too many failed ones gets, on the site and the admin
+    (django-axes calls it: AXES_LOCKOUT_CALLABLE): a 429 page saying when to try again,
+    and the way out through a password reset.
+
+    Tries while locked out are not counted (AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT),
+    so the lock is over a cool-off after the last counted failure of the account or the
+    address, at the latest (sooner where older failures expire first)."""
+    cool_off = get_cool_off(request) or timedelta(0)
+    now = timezone.now()
+    username = get_client_username(request, credentials)
+    last = (
+        AccessAttempt.objects.filter(Q(username=username) | Q(ip_address=getattr(request, "axes_ip_address", None)))
+        .filter(attempt_time__gt=now - cool_off)
+        .aggregate(last=Max("attempt_time"))["last"]
+    )
+    until = (last or now) + cool_off
+    wait = max(until - now, timedelta(0))
+    context = {"until": until, "minutes": max(1, math.ceil(wait.total_seconds() / 60))}
+    response = render(request, "registration/locked_out.html", context, status=429)
+    response["Retry-After"] = str(math.ceil(wait.total_seconds()))
+    return response
+
+
+def reset_link_lifetime() -> str:
+    """How long a password reset link works (PASSWORD_RESET_TIMEOUT), in words."""
+    seconds = settings.PASSWORD_RESET_TIMEOUT
+    if seconds % 3600 == 0:
+        hours = seconds // 3600
+        return f"{hours} hour{pluralize(hours)}"
+    minutes = max(1, seconds // 60)
+    return f"{minutes} minute{pluralize(minutes)}"
+
+
+class PasswordResetView(auth_views.PasswordResetView):
+    """Django's: e-mails a one-time link to set a new password. The next page says the same
+    whether the address has an account or not, and no mail goes to an address without one."""
+
+    form_class = PasswordResetForm
+    email_template_name = "registration/password_reset_email.txt"
+    subject_template_name = "registration/password_reset_subject.txt"
+
+    def form_valid(self, form: Any) -> HttpResponse:
+        self.extra_email_context = {"valid_for": reset_link_lifetime()}
+        return super().form_valid(form)
+
+
+class PasswordResetDoneView(auth_views.PasswordResetDoneView):
+    extra_context = {"valid_for": reset_link_lifetime}
+
+
+class PasswordResetConfirmView(auth_views.PasswordResetConfirmView):
+    """Django's: a new password through the e-mailed link. It also clears the account's
+    failed logins, so someone else's guesses do not keep its owner out after the reset."""
+
+    form_class = SetPasswordForm
+
+    def form_valid(self, form: Any) -> HttpResponse:
+        response = super().form_valid(form)
+        forget_login_failures(username=form.user.get_username())
+        return response
 
 
 def signup(request: HttpRequest) -> HttpResponse:

@@ -108,3 +108,94 @@ def test_schema_and_docs_are_served_without_a_cdn(anon_client: APIClient) -> Non
     assert "swagger-ui" in page
     assert "cdn.jsdelivr.net" not in page
     assert "unpkg.com" not in page
+
+
+# --- tags and the common errors (config/api/schema.py) -----------------------------------
+
+AREAS = {"tasks", "market", "datasets", "kinds", "workers", "assignments", "ledger", "payments", "account"}
+UNSAFE = {"post", "put", "patch", "delete"}
+
+
+def operations(schema: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
+    return [
+        (path, method, op)
+        for path, item in schema["paths"].items()
+        for method, op in item.items()
+        if method in {"get", "post", "put", "patch", "delete"}
+    ]
+
+
+def test_every_operation_has_one_declared_tag(schema: dict[str, Any]) -> None:
+    declared = [tag["name"] for tag in schema["tags"]]
+    assert set(declared) == AREAS
+    assert all(tag.get("description") for tag in schema["tags"])
+    untagged = [f"{m.upper()} {p}: {op.get('tags')}" for p, m, op in operations(schema) if len(op.get("tags", [])) != 1]
+    assert not untagged
+    unknown = [f"{m.upper()} {p}" for p, m, op in operations(schema) if op["tags"][0] not in declared]
+    assert not unknown
+
+
+@pytest.mark.parametrize(
+    ("path", "method", "tag"),
+    [
+        ("/api/v1/tasks/", "post", "tasks"),
+        ("/api/v1/marketplace/tasks/", "get", "market"),
+        ("/api/v1/workers/{id}/asks/", "get", "market"),
+        ("/api/v1/dataset-uploads/", "post", "datasets"),
+        ("/api/v1/workers/register/", "post", "workers"),
+        ("/api/v1/assignments/{assignment_id}/result/", "post", "assignments"),
+        ("/api/v1/ledger/blocks/", "get", "ledger"),
+        ("/api/v1/payments/", "post", "payments"),
+        ("/api/v1/me/tokens/", "post", "account"),
+    ],
+)
+def test_operations_are_tagged_by_area(schema: dict[str, Any], path: str, method: str, tag: str) -> None:
+    assert schema["paths"][path][method]["tags"] == [tag]
+
+
+def test_every_operation_documents_its_errors(schema: dict[str, Any]) -> None:
+    missing = []
+    for path, method, op in operations(schema):
+        codes = set(op["responses"])
+        takes_input = "requestBody" in op or any(p["in"] == "query" for p in op.get("parameters", []))
+        if (takes_input or method in UNSAFE) and "400" not in codes:
+            missing.append(f"{method.upper()} {path}: 400")
+        if any(requirement for requirement in op.get("security", [])) and "401" not in codes:
+            missing.append(f"{method.upper()} {path}: 401")
+        if any(p["in"] == "path" for p in op.get("parameters", [])) and "404" not in codes:
+            missing.append(f"{method.upper()} {path}: 404")
+        if "requestBody" in op and not {"413", "415"} <= codes:
+            missing.append(f"{method.upper()} {path}: 413/415")
+        if not any(code.startswith("2") for code in codes):
+            missing.append(f"{method.upper()} {path}: a success")
+    assert not missing
+
+
+def test_errors_have_the_api_error_shape(schema: dict[str, Any]) -> None:
+    components = schema["components"]["schemas"]
+    assert components["Error"]["required"] == ["detail"]
+    assert "non_field_errors" in components["FieldErrors"]["properties"]
+    assert components["Conflict"]["required"] == ["code"]
+
+    def shape(path: str, method: str, code: str) -> str:
+        ref: str = schema["paths"][path][method]["responses"][code]["content"]["application/json"]["schema"]["$ref"]
+        return ref.rsplit("/", 1)[-1]
+
+    assert shape("/api/v1/tasks/", "post", "400") == "FieldErrors"
+    assert shape("/api/v1/tasks/", "post", "401") == "Error"
+    assert shape("/api/v1/tasks/{id}/cancel/", "post", "409") == "Conflict"
+    assert shape("/api/v1/tasks/{id}/", "get", "404") == "Error"
+    # What a view documents itself stays its own.
+    assert shape("/api/v1/dataset-uploads/{id}/", "put", "409") == "DatasetUploadPartConflict"
+
+
+def test_limits_and_outside_services_are_documented(schema: dict[str, Any]) -> None:
+    paths = schema["paths"]
+    assert "429" in paths["/api/v1/ledger/transactions/"]["post"]["responses"]
+    assert "Retry-After" in paths["/api/v1/ledger/transactions/"]["post"]["responses"]["429"]["headers"]
+    assert "429" in paths["/api/v1/workers/registration-tokens/"]["post"]["responses"]
+    assert {"502", "503"} <= set(paths["/api/v1/payments/"]["post"]["responses"])
+    assert "503" in paths["/api/v1/workers/register/"]["post"]["responses"]
+    # Anonymous reads take no credentials to refuse, and open operations name no 401.
+    assert "401" not in paths["/api/v1/workers/challenge/"]["post"]["responses"]
+    assert "403" not in paths["/api/v1/kinds/"]["get"]["responses"]
