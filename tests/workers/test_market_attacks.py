@@ -211,13 +211,13 @@ def test_an_ask_out_of_bounds_is_a_400_naming_its_field(alice: Any, field: str, 
     assert not node.worker.asks.exists()
 
 
-def test_a_provider_cannot_set_another_providers_node_ask(alice: Any, carol: Any) -> None:
+def test_a_provider_cannot_set_another_providers_node_ask(alice: Any, carol: Any, client: Any) -> None:
     theirs = Provider(carol, "theirs")
-    client = APIClient()
-    client.force_authenticate(alice)
+    api = APIClient()
+    api.force_authenticate(alice)
     url = f"/api/v1/workers/{theirs.worker.pk}/asks/synthetic/"
-    assert client.put(url, {"per_tflop": "0", "minimum": "100"}, format="json").status_code == 404
-    assert client.delete(url).status_code == 404
+    assert api.put(url, {"per_tflop": "0", "minimum": "100"}, format="json").status_code == 404
+    assert api.delete(url).status_code == 404
     client.force_login(alice)
     page = client.post(
         f"/workers/{theirs.worker.pk}/",
@@ -371,3 +371,48 @@ def test_two_passes_at_once_never_offer_one_node_two_jobs(
     assert errors == []
     assert sorted(offered) == [0, 1]
     assert Assignment.objects.filter(worker=node.worker).count() == 1
+
+
+@pytest.mark.parametrize(
+    ("per_tflop", "minimum"),
+    [("-1", "1"), ("NaN", "1"), ("1e30", "1"), ("abc", "1"), ("0", "0"), ("0", "-1"), ("0", "Infinity"), ("0", "")],
+)
+def test_an_ask_out_of_bounds_is_refused_on_the_node_page(
+    alice: Any, client: Any, per_tflop: str, minimum: str
+) -> None:
+    node = Provider(alice, "n")
+    client.force_login(alice)
+    form = {"ask_kind": "synthetic", "ask-synthetic-per_tflop": per_tflop, "ask-synthetic-minimum": minimum}
+    assert client.post(f"/workers/{node.worker.pk}/", form).status_code == 400
+    assert not node.worker.asks.exists()
+
+
+def test_a_debtor_provider_cannot_move_its_nodes_earnings_to_another_account(alice: Any, bob: Any, carol: Any) -> None:
+    from protocol.wire import sign_template
+    from tests.workers.test_sweep import SWEEP, pay
+
+    node = Provider(alice, "earner")
+    pay(node.worker, bob, credits("2"))
+    ledger.reverse_deposit(alice, ledger.balance(alice) + credits("1"), "dispute:test", "disputed")
+    assert ledger.owed(alice) == credits("1")
+    template = node.client.get(SWEEP).json()
+    moved = {**template, "to": ledger.ensure_user_account(carol).address, "amount": credits("1.5")}
+    body = {**moved, "public_key": node.key.public_key.hex(), "signature": sign_template(moved, node.key).hex()}
+    before = ledger.balance(carol)
+    api = APIClient()
+    api.force_authenticate(carol)
+    response = api.post("/api/v1/ledger/transactions/", body, format="json")
+    assert response.status_code == 400
+    assert response.json()["code"] == "owes_debt"
+    assert "owes 1 credits" in response.json()["from"][0]
+    assert ledger.balance(carol) == before
+    # The sweep to Alice's own account goes through, and pays the debt first.
+    assert (
+        node.client.post(
+            SWEEP,
+            {**template, "public_key": body["public_key"], "signature": sign_template(template, node.key).hex()},
+            format="json",
+        ).status_code
+        == 202
+    )
+    assert ledger.owed(alice) == 0
