@@ -125,6 +125,7 @@ class _KindBook:
         self.nodes = [n for _, n in nodes]
         self.per_tflop = np.array([n.asks[kind].per_tflop for _, n in nodes], dtype=np.float64)
         self.minimum = np.array([n.asks[kind].minimum for _, n in nodes], dtype=np.int64)
+        self.minimum_float = self.minimum.astype(np.float64)
         self.memory = np.array([n.memory_bytes for _, n in nodes], dtype=np.int64)
         self.reputation = np.array([n.reputation for _, n in nodes], dtype=np.int64)
         self.features = np.array([_mask(n.features, bits) for _, n in nodes], dtype=np.int64)
@@ -161,6 +162,9 @@ def _mask(features: frozenset[str], bits: Mapping[str, int]) -> int:
         if bit is not None:
             value |= 1 << bit
     return value
+
+
+_EXACT = 2**53  # every whole number under it is a float
 
 
 def _float_at_most(value: int) -> float:
@@ -204,11 +208,15 @@ def match(orders: Sequence[Order], nodes: Sequence[Node], cap: Callable[[int], i
             continue
         want = _mask(order.features, bits)
         # Ask.price exactly: the per-TFLOP part rounds as math.ceil sees the same float
-        # product; the minimum and the bid's limit stay whole numbers (past 2**53 a float
-        # would round them), and so does the price of each node under the limit.
+        # product. Under 2**53 a float holds every whole number, so prices compare as
+        # floats; past it a minimum or the limit would round, so they stay whole numbers.
         metered = np.ceil(book.per_tflop * order.tflop)
-        ok = book.fit(order, want) & book.alive & (book.minimum <= limit) & (metered <= _float_at_most(limit))
-        price = np.maximum(book.minimum, np.where(ok, metered, 0.0).astype(np.int64))
+        if limit < _EXACT:
+            price = np.maximum(book.minimum_float, metered)
+            ok = book.fit(order, want) & book.alive & (price <= limit)
+        else:
+            ok = book.fit(order, want) & book.alive & (book.minimum <= limit) & (metered <= _float_at_most(limit))
+            price = np.maximum(book.minimum, np.where(ok, metered, 0.0).astype(np.int64))
         if order.restricted:
             ok = ok & np.array(
                 [n.id not in order.exclude and n.owner not in order.owners for n in book.nodes], dtype=bool
