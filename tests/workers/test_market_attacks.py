@@ -416,3 +416,26 @@ def test_a_debtor_provider_cannot_move_its_nodes_earnings_to_another_account(ali
         == 202
     )
     assert ledger.owed(alice) == 0
+
+
+def test_a_task_whose_requester_came_to_owe_is_offered_no_job_until_the_debt_is_paid(
+    alice: Any, carol: Any, bob: Any
+) -> None:
+    # Bob buys credits, posts, then disputes the purchase: the escrow is all that is left
+    # of them. A node of a second account of his (Carol's, here) asking the whole bid
+    # would turn the disputed credits into earnings it sweeps and is paid out.
+    node = Provider(carol, "accomplice")
+    set_ask(node.worker, "synthetic", 0, credits("0.95"))
+    task = post_task(bob, "synthetic", {"n": 64}, budget=credits("1"))
+    Assignment.objects.all().delete()
+    ledger.reverse_deposit(bob, ledger.balance(bob) + credits("1"), "dispute:test", "disputed")
+    assert market_pass.offer_waiting() == 0
+    assert scheduler.schedule(task.pk) == []
+    task.refresh_from_db()
+    assert "owes 1 credits" in task.status_reason
+    assert not Assignment.objects.exists()
+    # Paid (a purchase pays the debt first), the task is offered again.
+    ledger.deposit(bob, credits("1"), reference="purchase:test")
+    assert ledger.owed(bob) == 0
+    assert market_pass.offer_waiting() == 1
+    assert Assignment.objects.get(task=task).worker == node.worker

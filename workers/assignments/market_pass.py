@@ -18,6 +18,7 @@ from uuid import UUID
 from django.db.models import Count, Exists, F, OuterRef, Q, TextField
 from django.db.models.functions import Cast, Coalesce
 
+from ledger.models import Account, AccountKind
 from marketplace import pricing
 from marketplace.kinds import KINDS
 from marketplace.models import ACTIVE, Task
@@ -48,8 +49,11 @@ def read_orders() -> list[Order]:
     runnable = [name for name, kind in KINDS.items() if kind.available]
     # Oldest first, so a row's place is its age among equal bids (no timestamps to parse);
     # features as text, parsed once per distinct list.
+    # A requester that owes (a refunded or disputed purchase) is offered no new job.
+    owing = Account.objects.filter(kind=AccountKind.USER, owed__gt=0).values("user_id")
     rows = list(
         Task.objects.filter(status__in=ACTIVE, kind__in=runnable)
+        .exclude(owner__in=owing)
         .annotate(
             held=Count("assignments", filter=Q(assignments__state__in=HELD)),
             since=Coalesce("opened_at", "created_at"),
