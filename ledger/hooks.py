@@ -1,4 +1,5 @@
-"""The one place the ledger asks another app a question: is this result's assignment real?
+"""Where the ledger asks another app a question: is this result's assignment real? And
+may this address send a TRANSFER of its own (``check_transfer``)?
 
 A SUBMIT_RESULT is admitted only if its task/worker pair has an assignment that exists,
 belongs to that worker and is not settled. The ledger knows nothing of assignments, so
@@ -15,6 +16,12 @@ The workers app plugs it in either way:
 A registered checker wins over the setting. With neither, every SUBMIT_RESULT is refused
 with ``assignment_unverifiable``: the ledger never pays for work nobody can vouch for.
 The ledger itself also refuses a second SUBMIT_RESULT for the same task and worker.
+
+A TRANSFER signed by its sender and submitted through the API is first put to the
+transfer checker, ``checker(sender, recipient) -> str | None``: None lets it through, a
+sentence refuses it (the workers app: a node whose provider owes credits sends its
+earnings only to the provider's own account, where they pay the debt first). With none
+registered, every such TRANSFER goes through to the mempool's own checks.
 """
 
 from __future__ import annotations
@@ -64,3 +71,20 @@ def check_assignment(task_id: UUID, worker_address: str) -> str | None:
     if checker is None:
         return "assignment_unverifiable"
     return checker(task_id, worker_address)
+
+
+TransferChecker = Callable[[str, str], "str | None"]
+
+_transfer_checker: TransferChecker | None = None
+
+
+def register_transfer_checker(checker: TransferChecker | None) -> TransferChecker | None:
+    """Install (or, with None, remove) the transfer checker."""
+    global _transfer_checker
+    _transfer_checker = checker
+    return checker
+
+
+def check_transfer(sender: str, recipient: str) -> str | None:
+    """None when a TRANSFER its sender signed may go to the mempool, else why not."""
+    return None if _transfer_checker is None else _transfer_checker(sender, recipient)

@@ -6,10 +6,11 @@ class WorkersConfig(AppConfig):
     verbose_name = "Workers"
 
     def ready(self) -> None:
-        from ledger.hooks import register_assignment_checker
-        from workers.assignments.ledger_hooks import check_assignment
+        from ledger.hooks import register_assignment_checker, register_transfer_checker
+        from workers.assignments.ledger_hooks import check_assignment, check_node_transfer
 
         register_assignment_checker(check_assignment)
+        register_transfer_checker(check_node_transfer)
 
         from marketplace import work
         from workers.assignments import work as workers_work

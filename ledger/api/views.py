@@ -18,7 +18,7 @@ from rest_framework.response import Response
 
 from config.api.parsers import JSONParser  # the project's, as in DEFAULT_PARSER_CLASSES
 from config.filters import StrictOrderingFilter
-from ledger import custody, services
+from ledger import custody, hooks, services
 from ledger.api import serializers as s
 from ledger.models import Account, AccountKind, Block, Transaction, TxStatus
 from ledger.proofs import build_proof, is_verified, verify_proof
@@ -270,6 +270,9 @@ class TransactionSubmit(generics.GenericAPIView[Any]):
         form = s.SubmitTransactionSerializer(data=request.data)
         form.is_valid(raise_exception=True)
         tx, signature = form.to_tx()
+        refused = hooks.check_transfer(tx.sender, tx.recipient)
+        if refused is not None:
+            raise ValidationError({"from": [refused], "code": "owes_debt"})
         row = services.submit_transaction(tx, signature)
         if row.status == TxStatus.REFUSED:
             raise ValidationError(refusal_errors(row))

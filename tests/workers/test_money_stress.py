@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from django.conf import settings
 from django.db import connection, connections
 from django.db.models import Count, Q, Sum
 from django.utils import timezone
@@ -35,6 +34,7 @@ from ledger.models import Account, AccountKind, Transaction, TxStatus
 from ledger.replay import verify_chain
 from ledger.sealer import seal_all, seal_block
 from ledger.units import UNITS_PER_CREDIT
+from marketplace import pricing
 from marketplace import services as marketplace
 from marketplace.kinds import get_kind
 from marketplace.models import ACTIVE, TERMINAL, IllegalTransition, Task, TaskStatus
@@ -387,7 +387,6 @@ def _check_tasks(run: Run) -> None:
     each accepted replica paid once (and its SUBMIT_RESULT sealed), nothing else paid."""
     posted = {t.pk for t in run.posted}
     assert set(Task.objects.values_list("pk", flat=True)) == posted
-    fee_bps = settings.LEDGER_PLATFORM_FEE_BPS
     for task in Task.objects.select_related("owner"):
         where = f"task {task.pk} ({task.status}, replication {task.replication})"
         assert task.status in TERMINAL, where
@@ -408,18 +407,23 @@ def _check_tasks(run: Run) -> None:
         assert sum(t.amount + t.fee for t in out) == task.budget, where
 
         accepted = list(Assignment.objects.filter(task=task, state=Assignment.State.ACCEPTED).select_related("worker"))
-        reward = settlement.reward_per_replica(task)
-        share = reward * fee_bps // 10_000
+        # Each accepted job pays its node the price it was offered at, in full, and the
+        # platform's fee on top (docs/market.md); the two fit in the task's bid.
+        prices = {a.pk: a.price for a in accepted}
+        assert None not in prices.values(), where
+        paid = {pk: (price or 0) for pk, price in prices.items()}
+        assert all(pricing.charge(price) <= task.bid for price in paid.values()), where
         rewards = sorted(
             (t.reference, t.recipient, t.amount)
             for t in out
             if t.type == encoding.ESCROW_RELEASE and t.payload.get("kind") == "reward"
         )
-        assert rewards == sorted((f"reward:{a.pk}", a.worker.address, reward - share) for a in accepted), where
+        assert rewards == sorted((f"reward:{a.pk}", a.worker.address, paid[a.pk]) for a in accepted), where
         fees = sorted((t.reference, t.amount) for t in out if t.type == encoding.FEE)
-        assert fees == (sorted((f"reward:{a.pk}:fee", share) for a in accepted) if share else []), where
+        expected_fees = ((f"reward:{a.pk}:fee", pricing.fee_on(paid[a.pk])) for a in accepted)
+        assert fees == sorted(f for f in expected_fees if f[1]), where
         refunds = [t for t in out if t.type == encoding.ESCROW_RELEASE and t.payload.get("kind") == "refund"]
-        left = task.budget - reward * len(accepted)
+        left = task.budget - sum(pricing.charge(price) for price in paid.values())
         assert [(t.recipient, t.amount) for t in refunds] == ([(owner, left)] if left else []), where
         assert len(out) == len(rewards) + len(fees) + len(refunds), where
 

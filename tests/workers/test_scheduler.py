@@ -236,14 +236,14 @@ def test_tasks_scheduled_at_once_never_give_one_worker_two_jobs(
     worker, _, _ = make_worker(alice, name="only")
     tasks = [post_task(bob, "synthetic", {"n": 64}, budget=UNITS_PER_CREDIT) for _ in range(2)]
     both_chose = threading.Barrier(len(tasks))
-    choose = scheduler.eligible_workers
+    choose = scheduler.priced_workers
 
-    def choose_then_wait(task: Task, exclude: set[Any], owners: Any = ()) -> list[Worker]:
-        chosen = choose(task, exclude, owners)
+    def choose_then_wait(task: Task, *args: Any, **kwargs: Any) -> tuple[list[Worker], dict[Any, int]]:
+        chosen = choose(task, *args, **kwargs)
         both_chose.wait(timeout=30)
         return chosen
 
-    monkeypatch.setattr(scheduler, "eligible_workers", choose_then_wait)
+    monkeypatch.setattr(scheduler, "priced_workers", choose_then_wait)
     errors: list[BaseException] = []
 
     def run(task_id: Any) -> None:

@@ -19,6 +19,7 @@ from ledger.api.views import refusal_errors
 from ledger.models import TxStatus
 from marketplace import pricing
 from marketplace.api.serializers import CreditsField, JSONField
+from marketplace.kinds import KINDS
 from workers.assignments import jobs, sweep
 from workers.identity import services
 from workers.identity.authentication import IsWorker, WorkerTokenAuthentication
@@ -252,6 +253,8 @@ class NodeAsksView(APIView):
         items = data if isinstance(data, list) else [data]
         if not items:
             raise serializers.ValidationError({"non_field_errors": ["Send one ask or a list of them."]})
+        if len(items) > len(KINDS):  # each item is a write: one per kind is all a node needs
+            raise serializers.ValidationError({"non_field_errors": [f"At most {len(KINDS)} asks, one per kind."]})
         asks: list[dict[str, Any]] = []
         errors: dict[str, list[str]] = {}
         for index, item in enumerate(items):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import gc
 import json
 import logging
+import math
 from collections import defaultdict
 from collections.abc import Hashable, Iterable, Iterator
 from contextlib import contextmanager
@@ -17,6 +18,7 @@ from uuid import UUID
 from django.db.models import Count, Exists, F, OuterRef, Q, TextField
 from django.db.models.functions import Cast, Coalesce
 
+from ledger.models import Account, AccountKind
 from marketplace import pricing
 from marketplace.kinds import KINDS
 from marketplace.models import ACTIVE, Task
@@ -31,6 +33,7 @@ log = logging.getLogger(__name__)
 # How much less a node that lost the task, or its provider, comes: after every fresher node.
 PROVIDER_LOST, NODE_LOST = 1, 2
 EXPIRED = Assignment.State.EXPIRED
+MAX_MEMORY = 2**62  # more than any node reports (capabilities are bounded far below)
 
 
 @dataclass
@@ -46,8 +49,11 @@ def read_orders() -> list[Order]:
     runnable = [name for name, kind in KINDS.items() if kind.available]
     # Oldest first, so a row's place is its age among equal bids (no timestamps to parse);
     # features as text, parsed once per distinct list.
+    # A requester that owes (a refunded or disputed purchase) is offered no new job.
+    owing = Account.objects.filter(kind=AccountKind.USER, owed__gt=0).values("user_id")
     rows = list(
         Task.objects.filter(status__in=ACTIVE, kind__in=runnable)
+        .exclude(owner__in=owing)
         .annotate(
             held=Count("assignments", filter=Q(assignments__state__in=HELD)),
             since=Coalesce("opened_at", "created_at"),
@@ -81,11 +87,13 @@ def read_orders() -> list[Order]:
     # Tiers over nodes: the provider's other nodes by its owner, the node's own by its id.
     lost_by_owner = _nodes_of({o for jobs_of in history.values() for _, o, state, _ in jobs_of if state == EXPIRED})
     orders = []
-    parsed: dict[str, frozenset[str]] = {}
+    parsed: dict[str, frozenset[str] | None] = {}
     for age, (pk, kind, bid, replication, held, max_attempts, tflop, memory, needs, rep) in enumerate(rows):
-        features = parsed.get(needs)
-        if features is None:
-            features = parsed[needs] = frozenset(f for f in json.loads(needs or "[]") if isinstance(f, str))
+        if needs not in parsed:
+            parsed[needs] = _needs(needs)
+        features = parsed[needs]
+        if features is None or not math.isfinite(tflop) or tflop < 0:
+            continue  # a row no posting writes: no node is known to fit it, so it waits
         jobs_of = history.get(pk)
         if not jobs_of:
             orders.append(Order(pk, kind, bid, float(age), replication - held, tflop, memory, features, rep))
@@ -119,6 +127,17 @@ def read_orders() -> list[Order]:
     return orders
 
 
+def _needs(text: str | None) -> frozenset[str] | None:
+    """A task's stored features, or None when they are not a list of names."""
+    try:
+        names = json.loads(text or "[]")
+    except ValueError:
+        return None
+    if not isinstance(names, list) or not all(isinstance(name, str) for name in names):
+        return None
+    return frozenset(names)
+
+
 def _nodes_of(owners: set[int]) -> dict[int, list[UUID]]:
     """The nodes of each of ``owners``, in one read."""
     out: dict[int, list[UUID]] = defaultdict(list)
@@ -144,8 +163,9 @@ def _node(pk: UUID, owner: int, rep: int, bench: float | None, caps: Any, asks: 
     features = caps.get("features")
     try:
         memory = max(int(caps.get("gpu_memory_bytes") or 0), int(caps.get("ram_bytes") or 0))
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         memory = 0
+    memory = min(max(memory, 0), MAX_MEMORY)  # the matcher's arrays are int64
     offered = frozenset(k for k in kinds if isinstance(k, str)) if isinstance(kinds, list) else frozenset()
     return Node(
         id=pk,

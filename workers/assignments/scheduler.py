@@ -18,7 +18,9 @@ from django.db import transaction
 from django.db.models import Max, Q
 from django.utils import timezone
 
+from ledger import services as ledger
 from ledger.models import Block
+from ledger.units import format_credits
 from marketplace import pricing
 from marketplace.kinds import KINDS
 from marketplace.lifecycle import fail_locked, lock_task, set_reason_locked
@@ -149,6 +151,12 @@ def schedule(task_id: UUID, chosen: Sequence[UUID] | None = None) -> list[Assign
         missing = lifecycle.missing_replicas(task)
         if missing <= 0:
             return []
+        debt = ledger.owed(task.owner)
+        if debt:
+            # Its escrow is what is left of credits a refund or dispute took back: no new
+            # job spends it (on a node of the requester's other account, say) until paid.
+            set_reason_locked(task, _OWES.format(debt=format_credits(debt)))
+            return []
         # A node that holds the task, or whose result on it was rejected, is not offered it
         # again; one whose job expired may be once, after every fresher node (newcomers_first).
         exclude = supply.not_offered_again((worker, state) for worker, _, state in previous)
@@ -198,6 +206,10 @@ def schedule(task_id: UUID, chosen: Sequence[UUID] | None = None) -> list[Assign
     return created
 
 
+_OWES = (
+    "Waiting: the requester's account owes {debt} credits from a refunded or disputed purchase;"
+    " no job is offered until the debt is paid."
+)
 _ATTEMPTS_FAILED = "Failed: all {attempts} of its attempts were used up (each rejected or expired). {refund}"
 
 

@@ -81,11 +81,11 @@ def misfit(worker: _Candidate, need: Need) -> str | None:
     if not isinstance(kinds, list) or need.kind.name not in kinds:
         return KIND
     features = caps.get("features")
-    if not need.features <= (set(features) if isinstance(features, list) else set()):
+    if not need.features <= ({f for f in features if isinstance(f, str)} if isinstance(features, list) else set()):
         return FEATURES
     try:
         memory = max(int(caps.get("gpu_memory_bytes") or 0), int(caps.get("ram_bytes") or 0))
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         memory = 0
     if memory < need.memory_bytes:
         return MEMORY
@@ -416,7 +416,7 @@ def demand(worker: Worker) -> Demand:
     )
     caps = worker.capabilities if isinstance(worker.capabilities, dict) else {}
     features = caps.get("features")
-    offered = set(features) if isinstance(features, list) else set()
+    offered = {f for f in features if isinstance(f, str)} if isinstance(features, list) else set()
     own_asks = asks_of([worker.pk]).get(worker.pk)
     for task in tasks:
         try:

@@ -39,10 +39,10 @@ def set_ask(worker: Worker, kind: Any, per_tflop: Any, minimum: Any) -> Ask:
     offered = caps.get("kinds")
     if not isinstance(offered, list) or kind not in offered:
         raise ValidationError({"kind": [f"This node does not offer {KINDS[kind].label} tasks."]})
-    if not isinstance(per_tflop, int) or per_tflop < 0:
+    if type(per_tflop) is not int or per_tflop < 0:
         raise ValidationError({"per_tflop": ["A price per TFLOP is a number of credits, 0 or more."]})
     floor = pricing.floor_price()
-    if not isinstance(minimum, int) or minimum < floor:
+    if type(minimum) is not int or minimum < floor:
         raise ValidationError({"minimum": [f"The least a node may take for a job is {format_credits(floor)} credits."]})
     with transaction.atomic():
         ask, _ = Ask.objects.update_or_create(

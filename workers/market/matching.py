@@ -124,7 +124,8 @@ class _KindBook:
         self.position = {i: p for p, (i, _) in enumerate(nodes)}
         self.nodes = [n for _, n in nodes]
         self.per_tflop = np.array([n.asks[kind].per_tflop for _, n in nodes], dtype=np.float64)
-        self.minimum = np.array([n.asks[kind].minimum for _, n in nodes], dtype=np.float64)
+        self.minimum = np.array([n.asks[kind].minimum for _, n in nodes], dtype=np.int64)
+        self.minimum_float = self.minimum.astype(np.float64)
         self.memory = np.array([n.memory_bytes for _, n in nodes], dtype=np.int64)
         self.reputation = np.array([n.reputation for _, n in nodes], dtype=np.int64)
         self.features = np.array([_mask(n.features, bits) for _, n in nodes], dtype=np.int64)
@@ -154,15 +155,30 @@ class _KindBook:
 
 
 def _mask(features: frozenset[str], bits: Mapping[str, int]) -> int:
+    """The features among ``bits`` as an int (a feature no task needs is no bit)."""
     value = 0
     for name in features:
-        value |= 1 << bits[name]
+        bit = bits.get(name)
+        if bit is not None:
+            value |= 1 << bit
     return value
+
+
+_EXACT = 2**53  # every whole number under it is a float
+
+
+def _float_at_most(value: int) -> float:
+    """The largest float not over ``value``: an integral float is at most ``value`` exactly
+    when it is at most this (``float(value)`` may round up past 2**53)."""
+    rounded = float(value)
+    return rounded if int(rounded) <= value else math.nextafter(rounded, -math.inf)
 
 
 def match(orders: Sequence[Order], nodes: Sequence[Node], cap: Callable[[int], int]) -> list[Match]:
     """The rule, fast: the same decisions as ``match_reference``."""
-    names = sorted({f for n in nodes for f in n.features})
+    # Only the features some task needs are bits: a node may report any it likes.
+    needed = {f for o in orders for f in o.features}
+    names = sorted({f for n in nodes for f in n.features if f in needed})
     if len(names) > 62:
         return match_reference(orders, nodes, cap)  # more features than an int64 mask holds
     bits = {name: i for i, name in enumerate(names)}
@@ -191,8 +207,16 @@ def match(orders: Sequence[Order], nodes: Sequence[Node], cap: Callable[[int], i
         if unknown:
             continue
         want = _mask(order.features, bits)
-        price = np.maximum(book.minimum, np.ceil(book.per_tflop * order.tflop))
-        ok = book.fit(order, want) & book.alive & (price <= limit)
+        # Ask.price exactly: the per-TFLOP part rounds as math.ceil sees the same float
+        # product. Under 2**53 a float holds every whole number, so prices compare as
+        # floats; past it a minimum or the limit would round, so they stay whole numbers.
+        metered = np.ceil(book.per_tflop * order.tflop)
+        if limit < _EXACT:
+            price = np.maximum(book.minimum_float, metered)
+            ok = book.fit(order, want) & book.alive & (price <= limit)
+        else:
+            ok = book.fit(order, want) & book.alive & (book.minimum <= limit) & (metered <= _float_at_most(limit))
+            price = np.maximum(book.minimum, np.where(ok, metered, 0.0).astype(np.int64))
         if order.restricted:
             ok = ok & np.array(
                 [n.id not in order.exclude and n.owner not in order.owners for n in book.nodes], dtype=bool
