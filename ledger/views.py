@@ -9,16 +9,20 @@ import re
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
+from django.db.models import Count, Max, Q, Sum
+from django.db.models.functions import Coalesce
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 
 from ledger import custody
-from ledger.api.views import HISTORY_LIMIT, AddressHistory, get_transaction, wallet_of
+from ledger.api.views import HISTORY_LIMIT, AddressHistory, get_transaction, visible_transactions, wallet_of
+from ledger.labels import labels_for
 from ledger.models import Account, Block, Transaction, TxStatus
 from ledger.proofs import build_proof, is_verified, verify_proof
 from protocol.bech32 import AddressError, decode_address
 
 TX_PAGE_SIZE = 100
+LATEST_TXS = 20
 _NUMBER = re.compile(r"[0-9]+")
 _MAX_ID = 2**63 - 1  # a larger number names no row (and is not a bigint to query)
 # The pages shorten hashes to their first 8 hex digits; 6 are enough to search by.
@@ -28,10 +32,38 @@ SEARCH_LIMIT = 20
 QUERY_MAX_CHARS = 200
 
 
+def network_stats() -> dict[str, int | None]:
+    """The explorer's headline figures, from three aggregate queries that stay cheap as the
+    ledger grows: blocks (far fewer rows than transactions) give the height and the sealed
+    transactions, the pending partial index the mempool's size, and the accounts table the
+    number of accounts and the fee collector's sealed balance (every fee is paid to it)."""
+    chain = Block.objects.aggregate(height=Max("height"), sealed=Sum("tx_count"))
+    pending = Transaction.objects.filter(status=TxStatus.PENDING).count()
+    fee_collector = custody.validator_keys().address
+    accounts = Account.objects.aggregate(
+        accounts=Count("id"), fees=Coalesce(Sum("balance", filter=Q(address=fee_collector)), 0)
+    )
+    return {
+        "height": chain["height"],
+        "sealed": chain["sealed"] or 0,
+        "pending": pending,
+        "accounts": accounts["accounts"],
+        "fees": accounts["fees"],
+    }
+
+
 def explorer(request: HttpRequest) -> HttpResponse:
-    """Latest blocks, updated live over /ws/blocks/."""
+    """Network figures, the latest blocks (updated live over /ws/blocks/) and, on the first
+    page, the latest admitted transactions, every address named when it is a system one."""
     page = Paginator(Block.objects.order_by("-height"), 20).get_page(request.GET.get("page"))
-    return render(request, "ledger/explorer.html", {"page": page})
+    txs = list(visible_transactions().order_by("-id")[:LATEST_TXS]) if page.number == 1 else []
+    context = {
+        "page": page,
+        "txs": txs,
+        "stats": network_stats(),
+        "labels": labels_for(address for t in txs for address in (t.sender, t.recipient)),
+    }
+    return render(request, "ledger/explorer.html", context)
 
 
 def explorer_search(request: HttpRequest) -> HttpResponse:
@@ -109,7 +141,8 @@ def block_detail(request: HttpRequest, height: int) -> HttpResponse:
     # get_page: a page past the end shows the last, anything not a number the first.
     page = Paginator(block.transactions.order_by("index_in_block"), TX_PAGE_SIZE).get_page(request.GET.get("page"))
     later = Block.objects.filter(height=height + 1).exists()  # the head links to no next block
-    return render(request, "ledger/block.html", {"blk": block, "page": page, "later": later})
+    labels = labels_for([block.proposer, *(address for t in page for address in (t.sender, t.recipient))])
+    return render(request, "ledger/block.html", {"blk": block, "page": page, "later": later, "labels": labels})
 
 
 def tx_detail(request: HttpRequest, tx_hash: str) -> HttpResponse:
@@ -124,6 +157,7 @@ def tx_detail(request: HttpRequest, tx_hash: str) -> HttpResponse:
         "proof": proof,
         "checks": checks,
         "verified": bool(proof) and is_verified(checks),
+        "labels": labels_for([tx.sender, tx.recipient]),
     }
     return render(request, "ledger/transaction.html", context)
 
@@ -154,7 +188,9 @@ def address_detail(request: HttpRequest, address: str) -> HttpResponse:
         "newer": f"?after={txs[0].pk}" if newer else None,
         "older": f"?before={txs[-1].pk}" if older else None,
     }
-    return render(request, "ledger/address.html", {"account": account, "txs": txs, "pages": pages})
+    labels = labels_for([account.address, *(address for t in txs for address in (t.sender, t.recipient))])
+    context = {"account": account, "txs": txs, "pages": pages, "labels": labels}
+    return render(request, "ledger/address.html", context)
 
 
 def _position(value: str | None) -> int | None:
