@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import uuid
 
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
@@ -17,13 +18,15 @@ from django.shortcuts import get_object_or_404, redirect, render
 from ledger import custody
 from ledger.api.views import HISTORY_LIMIT, AddressHistory, get_transaction, visible_transactions, wallet_of
 from ledger.labels import labels_for
-from ledger.models import Account, Block, Transaction, TxStatus
+from ledger.models import Account, AccountKind, Block, Transaction, TxStatus
 from ledger.proofs import build_proof, is_verified, verify_proof
 from protocol.bech32 import AddressError, decode_address
 
 TX_PAGE_SIZE = 100
 LATEST_TXS = 20
 _NUMBER = re.compile(r"[0-9]+")
+_HEIGHT = re.compile(r"#[0-9]+")
+_TASK_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 _MAX_ID = 2**63 - 1  # a larger number names no row (and is not a bigint to query)
 # The pages shorten hashes to their first 8 hex digits; 6 are enough to search by.
 _HASH_PREFIX = re.compile(r"[0-9a-f]{6,64}")
@@ -67,10 +70,12 @@ def explorer(request: HttpRequest) -> HttpResponse:
 
 
 def explorer_search(request: HttpRequest) -> HttpResponse:
-    """Where the explorer's search box leads: a block height, an address, or a block or
-    transaction hash, whole or its first 6 or more hex digits (the short form the pages
-    show). One match opens it; several are listed; none says so, on a page that searches
-    again. Hash prefixes are index range scans (``hash >= p AND hash < p + "g"``)."""
+    """Where the explorer's search box leads: a block height (``8`` or ``#8``), an address,
+    a task id, or a block or transaction hash, whole or its first 6 or more hex digits (the
+    short form the pages show). One match opens it; several are listed; none says so, on a
+    page that searches again. A task id opens the task's page for its owner and its escrow
+    account for anyone else. Hash prefixes are index range scans (``hash >= p AND hash < p +
+    "g"``)."""
     query = request.GET.get("q", "").strip()
     if not query:
         return redirect("explorer")
@@ -88,11 +93,18 @@ def explorer_search(request: HttpRequest) -> HttpResponse:
             decode_address(query)
         except AddressError as exc:
             return _search_page(request, query, problem=f"Not an address: {str(exc).rstrip('.')}.")
+        if not Account.objects.filter(address=text).exists():
+            return _search_page(request, query, problem="This is an address, but nothing was ever sent to or from it.")
         return redirect("explorer-address", address=text)
+    if _TASK_ID.fullmatch(text):
+        return _task_search(request, query, uuid.UUID(text))
+    marked = bool(_HEIGHT.fullmatch(text))  # "#8": a height as the pages write it, never a hash
+    if marked:
+        text = text[1:]
     height = int(text) if _NUMBER.fullmatch(text) else None
     if height is not None and height <= _MAX_ID and Block.objects.filter(height=height).exists():
         return redirect("explorer-block", height=height)
-    if height is not None and not _HASH_PREFIX.fullmatch(text):
+    if height is not None and (marked or not _HASH_PREFIX.fullmatch(text)):
         head = Block.objects.order_by("-height").values_list("height", flat=True).first()
         latest = "no block is sealed yet" if head is None else f"the latest is #{head}"
         return _search_page(request, query, problem=f"No block #{height}; {latest}.")
@@ -100,8 +112,8 @@ def explorer_search(request: HttpRequest) -> HttpResponse:
         return _search_page(
             request,
             query,
-            problem="Search by block height, by address (cpc1…), or by a block or transaction hash"
-            " (whole, or its first 6 or more hex digits).",
+            problem="Search by block height (8 or #8), by address (cpc1…), by task id, or by a block or"
+            " transaction hash (whole, or its first 6 or more hex digits).",
         )
     past = text + "g"  # just above every hex string that starts with the prefix
     txs = list(
@@ -123,6 +135,7 @@ def explorer_search(request: HttpRequest) -> HttpResponse:
         request,
         query,
         txs=txs[:SEARCH_LIMIT],
+        labels=labels_for(address for t in txs[:SEARCH_LIMIT] for address in (t.sender, t.recipient)),
         blocks=blocks[:SEARCH_LIMIT],
         more=len(txs) > SEARCH_LIMIT or len(blocks) > SEARCH_LIMIT,
         problem=""
@@ -131,8 +144,21 @@ def explorer_search(request: HttpRequest) -> HttpResponse:
     )
 
 
+def _task_search(request: HttpRequest, query: str, task_id: uuid.UUID) -> HttpResponse:
+    """A task id: the task's own page for its owner, its escrow account (every credit the
+    task locked, paid and refunded) for anyone else."""
+    escrow = Account.objects.filter(kind=AccountKind.ESCROW, reference=task_id).first()
+    if escrow is None:
+        return _search_page(request, query, problem="No task with this id has locked credits on the ledger.")
+    if request.user.is_authenticated and escrow.user_id == request.user.pk:
+        return redirect("task-detail", pk=task_id)
+    return redirect("explorer-address", address=escrow.address)
+
+
 def _search_page(request: HttpRequest, query: str, **found: object) -> HttpResponse:
-    return render(request, "ledger/search.html", {"query": query, **found})
+    """The search page: what was found, or why nothing was (``problem``)."""
+    nothing = not found.get("txs") and not found.get("blocks")
+    return render(request, "ledger/search.html", {"query": query, "nothing": nothing, **found})
 
 
 def block_detail(request: HttpRequest, height: int) -> HttpResponse:
