@@ -17,6 +17,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 
 from ledger import custody
 from ledger.api.views import HISTORY_LIMIT, AddressHistory, get_transaction, visible_transactions, wallet_of
+from ledger.entries import entry
 from ledger.labels import labels_for
 from ledger.models import Account, AccountKind, Block, Transaction, TxStatus
 from ledger.proofs import build_proof, is_verified, verify_proof
@@ -231,8 +232,10 @@ def _position(value: str | None) -> int | None:
 def wallet(request: HttpRequest) -> HttpResponse:
     """The user's balances and history; how to get credits when there are none (buying them
     only where payments are configured)."""
+    wallet = wallet_of(request.user)
     context = {
-        "wallet": wallet_of(request.user),
+        "wallet": wallet,
+        "entries": [entry(t, wallet["address"]) for t in wallet["transactions"]],
         "limit": HISTORY_LIMIT,
         "payments_enabled": bool(settings.PAYMENTS_ENABLED),
     }

@@ -22,6 +22,14 @@ def credits(units: int | None) -> str:
 
 
 @register.filter
+def signed_credits(units: int | None) -> str:
+    """12500000000 → "+12.5", -3 → "−0.000000003" (a minus sign), 0 → "0"."""
+    value = int(units or 0)
+    sign = "+" if value > 0 else "−" if value < 0 else ""
+    return sign + format_credits(abs(value))
+
+
+@register.filter
 def short(value: str | None, n: int = 12) -> str:
     """The first n characters of a hash or address, with an ellipsis."""
     text = value or ""
