@@ -5,21 +5,29 @@ from __future__ import annotations
 
 import json
 import re
+import uuid
 
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
+from django.db.models import Count, Max, Q, Sum
+from django.db.models.functions import Coalesce
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 
 from ledger import custody
-from ledger.api.views import HISTORY_LIMIT, AddressHistory, get_transaction, wallet_of
-from ledger.models import Account, Block, Transaction, TxStatus
+from ledger.api.views import HISTORY_LIMIT, AddressHistory, get_transaction, visible_transactions, wallet_of
+from ledger.entries import entry
+from ledger.labels import labels_for
+from ledger.models import Account, AccountKind, Block, Transaction, TxStatus
 from ledger.proofs import build_proof, is_verified, verify_proof
 from protocol.bech32 import AddressError, decode_address
 
 TX_PAGE_SIZE = 100
+LATEST_TXS = 20
 _NUMBER = re.compile(r"[0-9]+")
+_HEIGHT = re.compile(r"#[0-9]+")
+_TASK_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 _MAX_ID = 2**63 - 1  # a larger number names no row (and is not a bigint to query)
 # The pages shorten hashes to their first 8 hex digits; 6 are enough to search by.
 _HASH_PREFIX = re.compile(r"[0-9a-f]{6,64}")
@@ -28,17 +36,47 @@ SEARCH_LIMIT = 20
 QUERY_MAX_CHARS = 200
 
 
+def network_stats() -> dict[str, int | None]:
+    """The explorer's headline figures, from three aggregate queries that stay cheap as the
+    ledger grows: blocks (far fewer rows than transactions) give the height and the sealed
+    transactions, the pending partial index the mempool's size, and the accounts table the
+    number of accounts and the fee collector's sealed balance (every fee is paid to it)."""
+    chain = Block.objects.aggregate(height=Max("height"), sealed=Sum("tx_count"))
+    pending = Transaction.objects.filter(status=TxStatus.PENDING).count()
+    fee_collector = custody.validator_keys().address
+    accounts = Account.objects.aggregate(
+        accounts=Count("id"), fees=Coalesce(Sum("balance", filter=Q(address=fee_collector)), 0)
+    )
+    return {
+        "height": chain["height"],
+        "sealed": chain["sealed"] or 0,
+        "pending": pending,
+        "accounts": accounts["accounts"],
+        "fees": accounts["fees"],
+    }
+
+
 def explorer(request: HttpRequest) -> HttpResponse:
-    """Latest blocks, updated live over /ws/blocks/."""
+    """Network figures, the latest blocks (updated live over /ws/blocks/) and, on the first
+    page, the latest admitted transactions, every address named when it is a system one."""
     page = Paginator(Block.objects.order_by("-height"), 20).get_page(request.GET.get("page"))
-    return render(request, "ledger/explorer.html", {"page": page})
+    txs = list(visible_transactions().order_by("-id")[:LATEST_TXS]) if page.number == 1 else []
+    context = {
+        "page": page,
+        "txs": txs,
+        "stats": network_stats(),
+        "labels": labels_for(address for t in txs for address in (t.sender, t.recipient)),
+    }
+    return render(request, "ledger/explorer.html", context)
 
 
 def explorer_search(request: HttpRequest) -> HttpResponse:
-    """Where the explorer's search box leads: a block height, an address, or a block or
-    transaction hash, whole or its first 6 or more hex digits (the short form the pages
-    show). One match opens it; several are listed; none says so, on a page that searches
-    again. Hash prefixes are index range scans (``hash >= p AND hash < p + "g"``)."""
+    """Where the explorer's search box leads: a block height (``8`` or ``#8``), an address,
+    a task id, or a block or transaction hash, whole or its first 6 or more hex digits (the
+    short form the pages show). One match opens it; several are listed; none says so, on a
+    page that searches again. A task id opens the task's page for its owner and its escrow
+    account for anyone else. Hash prefixes are index range scans (``hash >= p AND hash < p +
+    "g"``)."""
     query = request.GET.get("q", "").strip()
     if not query:
         return redirect("explorer")
@@ -56,11 +94,18 @@ def explorer_search(request: HttpRequest) -> HttpResponse:
             decode_address(query)
         except AddressError as exc:
             return _search_page(request, query, problem=f"Not an address: {str(exc).rstrip('.')}.")
+        if not Account.objects.filter(address=text).exists():
+            return _search_page(request, query, problem="This is an address, but nothing was ever sent to or from it.")
         return redirect("explorer-address", address=text)
+    if _TASK_ID.fullmatch(text):
+        return _task_search(request, query, uuid.UUID(text))
+    marked = bool(_HEIGHT.fullmatch(text))  # "#8": a height as the pages write it, never a hash
+    if marked:
+        text = text[1:]
     height = int(text) if _NUMBER.fullmatch(text) else None
     if height is not None and height <= _MAX_ID and Block.objects.filter(height=height).exists():
         return redirect("explorer-block", height=height)
-    if height is not None and not _HASH_PREFIX.fullmatch(text):
+    if height is not None and (marked or not _HASH_PREFIX.fullmatch(text)):
         head = Block.objects.order_by("-height").values_list("height", flat=True).first()
         latest = "no block is sealed yet" if head is None else f"the latest is #{head}"
         return _search_page(request, query, problem=f"No block #{height}; {latest}.")
@@ -68,8 +113,8 @@ def explorer_search(request: HttpRequest) -> HttpResponse:
         return _search_page(
             request,
             query,
-            problem="Search by block height, by address (cpc1…), or by a block or transaction hash"
-            " (whole, or its first 6 or more hex digits).",
+            problem="Search by block height (8 or #8), by address (cpc1…), by task id, or by a block or"
+            " transaction hash (whole, or its first 6 or more hex digits).",
         )
     past = text + "g"  # just above every hex string that starts with the prefix
     txs = list(
@@ -91,6 +136,7 @@ def explorer_search(request: HttpRequest) -> HttpResponse:
         request,
         query,
         txs=txs[:SEARCH_LIMIT],
+        labels=labels_for(address for t in txs[:SEARCH_LIMIT] for address in (t.sender, t.recipient)),
         blocks=blocks[:SEARCH_LIMIT],
         more=len(txs) > SEARCH_LIMIT or len(blocks) > SEARCH_LIMIT,
         problem=""
@@ -99,8 +145,21 @@ def explorer_search(request: HttpRequest) -> HttpResponse:
     )
 
 
+def _task_search(request: HttpRequest, query: str, task_id: uuid.UUID) -> HttpResponse:
+    """A task id: the task's own page for its owner, its escrow account (every credit the
+    task locked, paid and refunded) for anyone else."""
+    escrow = Account.objects.filter(kind=AccountKind.ESCROW, reference=task_id).first()
+    if escrow is None:
+        return _search_page(request, query, problem="No task with this id has locked credits on the ledger.")
+    if request.user.is_authenticated and escrow.user_id == request.user.pk:
+        return redirect("task-detail", pk=task_id)
+    return redirect("explorer-address", address=escrow.address)
+
+
 def _search_page(request: HttpRequest, query: str, **found: object) -> HttpResponse:
-    return render(request, "ledger/search.html", {"query": query, **found})
+    """The search page: what was found, or why nothing was (``problem``)."""
+    nothing = not found.get("txs") and not found.get("blocks")
+    return render(request, "ledger/search.html", {"query": query, "nothing": nothing, **found})
 
 
 def block_detail(request: HttpRequest, height: int) -> HttpResponse:
@@ -109,7 +168,8 @@ def block_detail(request: HttpRequest, height: int) -> HttpResponse:
     # get_page: a page past the end shows the last, anything not a number the first.
     page = Paginator(block.transactions.order_by("index_in_block"), TX_PAGE_SIZE).get_page(request.GET.get("page"))
     later = Block.objects.filter(height=height + 1).exists()  # the head links to no next block
-    return render(request, "ledger/block.html", {"blk": block, "page": page, "later": later})
+    labels = labels_for([block.proposer, *(address for t in page for address in (t.sender, t.recipient))])
+    return render(request, "ledger/block.html", {"blk": block, "page": page, "later": later, "labels": labels})
 
 
 def tx_detail(request: HttpRequest, tx_hash: str) -> HttpResponse:
@@ -124,6 +184,7 @@ def tx_detail(request: HttpRequest, tx_hash: str) -> HttpResponse:
         "proof": proof,
         "checks": checks,
         "verified": bool(proof) and is_verified(checks),
+        "labels": labels_for([tx.sender, tx.recipient]),
     }
     return render(request, "ledger/transaction.html", context)
 
@@ -154,7 +215,9 @@ def address_detail(request: HttpRequest, address: str) -> HttpResponse:
         "newer": f"?after={txs[0].pk}" if newer else None,
         "older": f"?before={txs[-1].pk}" if older else None,
     }
-    return render(request, "ledger/address.html", {"account": account, "txs": txs, "pages": pages})
+    labels = labels_for([account.address, *(address for t in txs for address in (t.sender, t.recipient))])
+    context = {"account": account, "txs": txs, "pages": pages, "labels": labels}
+    return render(request, "ledger/address.html", context)
 
 
 def _position(value: str | None) -> int | None:
@@ -169,8 +232,10 @@ def _position(value: str | None) -> int | None:
 def wallet(request: HttpRequest) -> HttpResponse:
     """The user's balances and history; how to get credits when there are none (buying them
     only where payments are configured)."""
+    wallet = wallet_of(request.user)
     context = {
-        "wallet": wallet_of(request.user),
+        "wallet": wallet,
+        "entries": [entry(t, wallet["address"]) for t in wallet["transactions"]],
         "limit": HISTORY_LIMIT,
         "payments_enabled": bool(settings.PAYMENTS_ENABLED),
     }

@@ -13,6 +13,29 @@
     });
   });
 
+  // Copy buttons beside hashes and addresses: data-copy-text holds the whole value. They
+  // are rendered hidden, so a page without scripts (or without a clipboard) shows only the
+  // value as plain text.
+  function showCopyButtons() {
+    if (!navigator.clipboard) return;
+    document.querySelectorAll("button[data-copy-text][hidden]").forEach(function (button) {
+      button.hidden = false;
+    });
+  }
+  if (document.readyState === "loading") {
+    document.addEventListener("DOMContentLoaded", showCopyButtons);
+  } else {
+    showCopyButtons();
+  }
+  document.addEventListener("click", function (event) {
+    var button = event.target.closest("[data-copy-text]");
+    if (!button || !navigator.clipboard) return;
+    navigator.clipboard.writeText(button.getAttribute("data-copy-text")).then(function () {
+      button.textContent = "Copied";
+      setTimeout(function () { button.textContent = "Copy"; }, 1500);
+    });
+  });
+
   // htmx refreshes error slots in place; keep aria-invalid on their inputs in step,
   // so assistive tech and the red outline agree with the message.
   document.addEventListener("htmx:oobAfterSwap", function (event) {

@@ -83,7 +83,7 @@ def test_wallet_needs_a_login_and_shows_balance_and_escrow(db: Any, client: Clie
     text = client.get("/wallet/").content.decode()
     assert '<dd id="wallet-balance">6 credits</dd>' in text
     assert '<dd id="wallet-escrow">4 credits</dd>' in text
-    assert "Escrow lock" in text
+    assert f"Escrow for task {str(task)[:8]}" in text
 
 
 def test_a_new_user_sees_how_to_get_credits(db: Any, client: Client) -> None:

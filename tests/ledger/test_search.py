@@ -3,13 +3,15 @@ the pages show, leads to its page; several matches are listed; none says why."""
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import pytest
 from django.db import connection
 from django.test import Client
 
-from ledger.models import Block, Transaction, TxStatus
+from ledger.models import Account, AccountKind, Block, Transaction, TxStatus
+from protocol import keys
 from tests.ledger.chain import build_chain
 from tests.ledger.test_history import insert_rows
 from tests.plans import nodes, plan_of
@@ -62,6 +64,7 @@ def test_a_prefix_several_hashes_share_lists_them(chain: dict[str, Any], client:
         pending = {"hash": twin, "status": TxStatus.PENDING, "block_id": None, "reference": None}
         Transaction.objects.create(**{**fields, **pending})
     text = page(client, "abcdef")
+    assert 'id="no-match"' not in text
     for twin in twins:
         assert f"/explorer/tx/{twin}/" in text
     assert lands(client, "abcdef1") == f"/explorer/tx/{twins[1]}/"
@@ -116,3 +119,41 @@ def test_every_lookup_of_a_search_reads_an_index_not_the_table() -> None:
     for rows in lookups:
         kinds = {n["Node Type"] for n in nodes(plan_of(rows))}
         assert "Seq Scan" not in kinds, (str(rows.query), kinds)
+
+
+def test_a_height_as_the_pages_write_it_opens_its_block(chain: dict[str, Any], client: Client) -> None:
+    assert lands(client, "#2") == "/explorer/blocks/2/"
+    assert lands(client, " #0 ") == "/explorer/blocks/0/"
+    text = page(client, "#8")
+    assert "No block, transaction, address or task matches “#8”." in text
+    assert "No block #8; the latest is #3." in text
+    # "#" marks a height: a number that would also be a hash prefix is not read as one.
+    assert "No block #12345678; the latest is #3." in page(client, "#12345678")
+
+
+def test_a_task_id_opens_the_task_for_its_owner_and_its_escrow_for_anyone(
+    chain: dict[str, Any], client: Client
+) -> None:
+    task = chain["task"]
+    escrow = Account.objects.get(kind=AccountKind.ESCROW, reference=task)
+    assert lands(client, str(task)) == f"/explorer/address/{escrow.address}/"
+    assert lands(client, str(task).upper()) == f"/explorer/address/{escrow.address}/"
+    client.force_login(chain["bob"])  # not the owner: the ledger's side only
+    assert lands(client, str(task)) == f"/explorer/address/{escrow.address}/"
+    client.force_login(chain["alice"])
+    assert lands(client, str(task)) == f"/tasks/{task}/"
+    unknown = uuid.uuid4()
+    text = page(client, str(unknown))
+    assert f"No block, transaction, address or task matches “{unknown}”." in text
+    assert "No task with this id has locked credits on the ledger." in text
+
+
+def test_a_search_that_finds_nothing_says_so_in_plain_words(chain: dict[str, Any], client: Client) -> None:
+    taken = set(Transaction.objects.values_list("hash", flat=True)) | set(Block.objects.values_list("hash", flat=True))
+    free = next(p for p in ("ffffffff", "fedcba98", "eeeeeeee") if not any(h.startswith(p) for h in taken))
+    unused = keys.from_seed(b"\x07" * 32).address
+    for query in (free, "999", "hello", "cpc1nothing", unused, "f" * 300):
+        text = page(client, query)
+        assert 'id="no-match"' in text, query
+        assert "No block, transaction, address or task matches" in text, query
+    assert "nothing was ever sent to or from it" in page(client, unused)
