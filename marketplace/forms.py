@@ -197,36 +197,34 @@ def spec_form_field(field: serializers.Field, owner: User, kind: Kind) -> forms.
     return forms.CharField(initial=default, **common)
 
 
+def _credits_field(**kwargs: Any) -> forms.DecimalField:
+    """An amount of credits, bounded as the API bounds it (``CreditsField``)."""
+    return forms.DecimalField(
+        max_digits=19,
+        decimal_places=9,
+        min_value=Decimal(1) / UNITS_PER_CREDIT,
+        max_value=Decimal(9_000_000_000),
+        # Django's own say "greater than or equal to 1E-9": the bounds in credits, as the API words them.
+        error_messages={
+            "min_value": f"Must be at least {format_credits(1)} credits.",
+            "max_value": f"Must be at most {format_credits(9_000_000_000 * UNITS_PER_CREDIT)} credits.",
+        },
+        **kwargs,
+    )
+
+
 class TaskForm(ServiceErrorsMixin, forms.Form):
     """Post a task of one kind: the kind's spec fields plus budget and worker settings."""
 
     title = forms.CharField(max_length=200, required=False, help_text="Optional; the kind's name otherwise.")
     dataset = forms.ModelChoiceField(queryset=Dataset.objects.none(), required=False, empty_label="— no dataset —")
-    budget = forms.DecimalField(
+    budget = _credits_field(
         label="Budget (credits)",
-        max_digits=19,
-        decimal_places=9,
-        min_value=Decimal(1) / UNITS_PER_CREDIT,
-        max_value=Decimal(9_000_000_000),
-        # Django's own say "greater than or equal to 1E-9": the bounds in credits, as the API words them.
-        error_messages={
-            "min_value": f"Must be at least {format_credits(1)} credits.",
-            "max_value": f"Must be at most {format_credits(9_000_000_000 * UNITS_PER_CREDIT)} credits.",
-        },
         help_text="The most you pay, in credits (up to 9 decimal places): every replica may be paid the bid.",
     )
-    bid = forms.DecimalField(
+    bid = _credits_field(
         label="Bid per replica (credits)",
         required=False,
-        max_digits=19,
-        decimal_places=9,
-        min_value=Decimal(1) / UNITS_PER_CREDIT,
-        max_value=Decimal(9_000_000_000),
-        # Django's own say "greater than or equal to 1E-9": the bounds in credits, as the API words them.
-        error_messages={
-            "min_value": f"Must be at least {format_credits(1)} credits.",
-            "max_value": f"Must be at most {format_credits(9_000_000_000 * UNITS_PER_CREDIT)} credits.",
-        },
         help_text="The most you pay per replica, the platform's fee included; the job pays its node's ask and the"
         " rest comes back. Empty: the budget's share per replica.",
     )

@@ -353,12 +353,18 @@ def signed_tx_from_json(body: dict[str, Any]) -> tuple[encoding.Tx, bytes]:
     return tx, signature
 
 
+def reward_per_replica(task: Task) -> int:
+    """What an accepted replica offered before the market earns: the task's price estimate,
+    bounded by the budget share, the platform's fee out of it."""
+    return min(task.price_estimate, task.budget // task.replication)
+
+
 def _job_pay(assignment: Assignment, task: Task) -> int:
-    """What the job pays its node if verified: its ask (before the market: the task's
-    estimate within the budget's share, less the platform's share)."""
+    """What the job pays its node if verified: its ask (before the market: the reward less
+    the platform's share, as ``ledger.release_to_worker`` splits it)."""
     if assignment.price is not None:
         return assignment.price
-    reward = min(task.price_estimate, task.budget // task.replication)
+    reward = reward_per_replica(task)
     return reward - reward * settings.LEDGER_PLATFORM_FEE_BPS // 10_000
 
 

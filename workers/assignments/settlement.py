@@ -27,7 +27,7 @@ from marketplace import pricing
 from marketplace.lifecycle import complete_locked, lock_task
 from marketplace.models import ACTIVE, Task
 from workers.assignments import lifecycle
-from workers.assignments.jobs import signed_tx_from_json
+from workers.assignments.jobs import reward_per_replica, signed_tx_from_json
 from workers.live.dashboard import worker_changed
 from workers.models import Assignment, Shortfall, Worker
 
@@ -39,12 +39,6 @@ REPUTATION_DOWN = 10
 # was reachable, so the short result was poor work (or a node burning the task's attempts
 # at no cost), though honest runs near the bar can miss it too, hence less than a false claim.
 SHORT_PENALTY = 5
-
-
-def reward_per_replica(task: Task) -> int:
-    """What an accepted replica offered before the market earns: the task's price estimate,
-    bounded by the budget share, the platform's fee out of it."""
-    return min(task.price_estimate, task.budget // task.replication)
 
 
 def release_reward(task: Task, assignment: Assignment, worker_address: str) -> Any:

@@ -12,7 +12,6 @@ from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from marketplace import pricing
-from marketplace.kinds import KINDS
 from marketplace.models import ACTIVE, Task
 from workers.market.asks import ask_for, asks_of
 from workers.models import REPLICA_HELD as HELD
@@ -71,12 +70,10 @@ class OrderBook:
     free: int
 
 
-def order_book(kind: str, tflop: float | None = None) -> OrderBook:
-    """The kind's market now: the asks of its online nodes for a job of ``tflop`` (the
-    kind's default spec when None), the bids of its waiting tasks, recent prices paid."""
-    spec_kind = KINDS[kind]
-    if tflop is None:
-        tflop = spec_kind.tflop(spec_kind.validate_spec({}))
+def order_book(kind: str, tflop: float) -> OrderBook:
+    """The kind's market now: the asks of its online nodes for a job of ``tflop``
+    (the market page prices the kind's default job: ``offers.default_job_tflop``), the bids
+    of its waiting tasks, recent prices paid."""
     busy = Exists(Assignment.objects.filter(worker=OuterRef("pk"), state__in=UNSETTLED))
     nodes = [
         (pk, caps, is_busy)
