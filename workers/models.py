@@ -204,7 +204,12 @@ class Assignment(models.Model):
     progress = models.FloatField(default=0.0, help_text="Percent, 0–100.")
     metrics = models.JSONField(default=dict, blank=True)
     history = models.JSONField(default=list, blank=True, help_text="Bounded series of progress samples.")
-    log_tail = models.JSONField(default=list, blank=True, help_text="Last log lines the worker sent.")
+    log_tail = models.JSONField(
+        default=list, blank=True, help_text="Last log lines the worker sent (the whole log: LogLine)."
+    )
+    log_count = models.PositiveBigIntegerField(
+        default=0, help_text="Log lines the job has had: the number of its last LogLine."
+    )
     last_progress_at = models.DateTimeField(null=True, blank=True)
     result = models.JSONField(default=dict, blank=True, help_text="The signed ComputeResult.")
     challenge = models.JSONField(
@@ -242,3 +247,23 @@ class Assignment(models.Model):
 
     def __str__(self) -> str:
         return f"{self.task_id} → {self.worker_id} (attempt {self.attempt}, {self.state})"
+
+
+class LogLine(models.Model):
+    """One line of a job's log, numbered from 1 in the order the platform stored it.
+
+    Only the newest ``workers.api.node_socket.LOG_KEEP`` lines of a job are kept, each at
+    most ``LOG_LINE_CHARS`` characters, so a node cannot grow the table past that bound per
+    job whatever it sends (``workers.live.log``).
+    """
+
+    assignment = models.ForeignKey(Assignment, on_delete=models.CASCADE, related_name="log_lines")
+    number = models.PositiveBigIntegerField()
+    text = models.TextField()
+
+    class Meta:
+        ordering = ["assignment", "number"]
+        constraints = [models.UniqueConstraint(fields=["assignment", "number"], name="logline_unique_number")]
+
+    def __str__(self) -> str:
+        return f"{self.assignment_id} #{self.number}"

@@ -13,4 +13,6 @@ urlpatterns = [
     path("<uuid:pk>/", views.worker_detail, name="worker-detail"),
     path("<uuid:pk>/<slug:action>/", views.worker_action, name="worker-action"),
     path("tasks/<uuid:pk>/live.json", views.task_live, name="task-live"),
+    path("tasks/<uuid:pk>/log.json", views.task_log, name="task-log"),
+    path("tasks/<uuid:pk>/log.txt", views.task_log_download, name="task-log-download"),
 ]

@@ -16,7 +16,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.db.models import Count, OuterRef, Q, QuerySet, Subquery, Sum
 from django.db.models.functions import Coalesce
-from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
@@ -33,6 +33,7 @@ from marketplace.models import Task, User
 from workers.assignments import supply, sweep
 from workers.forms import AskForm
 from workers.identity import services
+from workers.live import log as job_log
 from workers.live.task_page import task_live_state
 from workers.market import asks as market_asks
 from workers.market import offers
@@ -303,3 +304,46 @@ def task_live(request: HttpRequest, pk: UUID) -> JsonResponse:
     user: User = current_user(request)
     task = get_object_or_404(Task.objects.owned_by(user), pk=pk)
     return JsonResponse(task_live_state(task))
+
+
+def _count(request: HttpRequest, name: str, default: int, high: int) -> int:
+    """The query parameter ``name`` as an integer in [0, high]; ValueError(name, why) if not."""
+    raw = request.GET.get(name)
+    if raw is None or raw == "":
+        return default
+    if not raw.isdigit() or int(raw) > high:
+        raise ValueError(name, f"{name} must be a whole number from 0 to {high}.")
+    return int(raw)
+
+
+@never_cache
+@login_required
+def task_log(request: HttpRequest, pk: UUID) -> JsonResponse:
+    """``log.json?assignment=<id>&after=<n>&limit=<k>``: one job's stored log lines numbered
+    after ``n`` (``workers.live.log.page``), for the task's owner only."""
+    user: User = current_user(request)
+    task = get_object_or_404(Task.objects.owned_by(user), pk=pk)
+    try:
+        job_id = UUID(request.GET.get("assignment", ""))
+    except ValueError:
+        return JsonResponse({"assignment": ["Name one of this task's jobs by its id."]}, status=400)
+    job = get_object_or_404(Assignment.objects.select_related("worker"), pk=job_id, task=task)
+    try:
+        after = _count(request, "after", 0, 2**53)
+        limit = _count(request, "limit", job_log.PAGE_LINES, job_log.PAGE_LINES)
+    except ValueError as exc:
+        field, why = exc.args
+        return JsonResponse({field: [why]}, status=400)
+    return JsonResponse(job_log.page(job, after, limit))
+
+
+@never_cache
+@login_required
+def task_log_download(request: HttpRequest, pk: UUID) -> StreamingHttpResponse:
+    """``log.txt``: the task's whole stored log as a text file, for its owner only."""
+    user: User = current_user(request)
+    task = get_object_or_404(Task.objects.owned_by(user), pk=pk)
+    response = StreamingHttpResponse(job_log.text_lines(task), content_type="text/plain; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="task-{task.pk}-log.txt"'
+    response["X-Content-Type-Options"] = "nosniff"
+    return response

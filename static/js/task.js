@@ -102,14 +102,15 @@
     });
   }
 
-  // --- Live progress: bar, ETA, one SVG line chart per metric, log tail ---------------
+  // --- Live progress: bar, ETA, metric charts (metric_charts.js), the worker log ---------
   var MAX_POINTS = 300; // per assignment and chart: halved when exceeded, like the server
-  var MAX_LOG_LINES = 200;
-  var COLORS = ["#2b50c8", "#b42318", "#146c2e", "#7a4a00", "#6b21a8", "#0b5cad"];
-  var SVG_NS = "http://www.w3.org/2000/svg";
-  var CHART_W = 320;
-  var CHART_H = 120;
-  var PAD = 6;
+  var MAX_LOG_LINES = 10000; // per assignment: as many as the server keeps (workers.live.log)
+  var LOG_PAGE = 2000; // lines per read of log.json
+
+  // An assignment's colour: its training line's on the charts, and its row's swatch.
+  function colorOf(index) {
+    return window.MetricCharts ? window.MetricCharts.colour(index, false) : "#2b50c8";
+  }
 
   function createLive(initial) {
     // id -> {worker, attempt, state, state_label, progress, history: [{step, metrics}], lines, heardAt, index}
@@ -171,6 +172,8 @@
             return e && typeof e.step === "number";
           }).map(sample)),
           lines: mergeLines((a.log_tail || []).map(String), shown),
+          logCount: typeof a.log_count === "number" ? a.log_count : 0,
+          fullLog: previous[a.id] ? previous[a.id].fullLog : false,
           heardAt: Math.max(isNaN(heard) ? 0 : heard, before || 0),
           index: order.length,
         };
@@ -185,6 +188,47 @@
       renderLog();
       renderRows();
       renderCharts();
+      order.forEach(readFullLog);
+    }
+
+    // The lines of an assignment's log before the stored tail: read once from log.json,
+    // page by page, then merged with what the page shows like a stored tail is.
+    function readFullLog(id) {
+      var a = assignments[id];
+      var url = logUrl();
+      if (!a || !url || a.fullLog || a.logCount <= a.lines.length) return;
+      a.fullLog = true;
+      var lines = [];
+      function next(after) {
+        var query = "?assignment=" + encodeURIComponent(id) + "&after=" + after + "&limit=" + LOG_PAGE;
+        return fetch(url + query, { credentials: "same-origin", headers: { Accept: "application/json" } })
+          .then(function (response) {
+            return response.ok ? response.json() : null;
+          })
+          .then(function (page) {
+            if (!page) throw new Error("log.json");
+            page.lines.forEach(function (pair) {
+              lines.push(String(pair[1]));
+            });
+            if (page.first > 1) noteDropped(a, page.first - 1);
+            if (page.next !== null && lines.length < MAX_LOG_LINES) return next(page.next);
+            var current = assignments[id];
+            if (!current) return;
+            current.lines = mergeLines(lines, current.lines);
+            renderLog();
+          });
+      }
+      next(0).catch(function () {
+        a.fullLog = false; // the next reconnect tries again
+      });
+    }
+
+    function noteDropped(a, count) {
+      var note = byId("log-note");
+      if (!note) return;
+      note.textContent = "The oldest " + count + " lines of " + a.worker + "'s log (attempt " + a.attempt +
+        ") are not kept: a job keeps its newest lines only.";
+      note.hidden = false;
     }
 
     // Two windows onto one worker's append-only stream of lines: the stored tail, which
@@ -196,11 +240,12 @@
       if (startsWith(shown, stored)) return shown.slice(-MAX_LOG_LINES); // not all written yet
       if (startsWith(stored, shown)) return stored.slice(-MAX_LOG_LINES); // some missed here
       // Both windows slid (each keeps the last lines only): where in the shown lines does
-      // the stored tail end? After that point the shown lines are newer than the stored.
+      // the stored tail end? Before the overlap the shown lines are older than the stored
+      // ones (read earlier from the full log), after it newer.
       for (var end = shown.length; end > 0; end--) {
         var k = Math.min(end, stored.length);
         if (sameLines(stored, stored.length - k, shown, end - k, k)) {
-          return stored.concat(shown.slice(end)).slice(-MAX_LOG_LINES);
+          return shown.slice(0, end - k).concat(stored, shown.slice(end)).slice(-MAX_LOG_LINES);
         }
       }
       // The shown lines have a gap (the socket dropped, then came back with newer lines):
@@ -236,6 +281,11 @@
       });
       log.textContent = "";
       appendLines(lines);
+    }
+
+    function logUrl() {
+      var panel = byId("log-panel");
+      return panel ? panel.getAttribute("data-log-url") : "";
     }
 
     function progress(event) {
@@ -278,16 +328,24 @@
       return Boolean(a);
     }
 
+    // New lines go at the end; the box follows them unless its reader scrolled up.
     function appendLines(lines) {
       var log = byId("task-log");
       if (!log || !lines || !lines.length) return;
+      var following = log.scrollHeight - log.scrollTop - log.clientHeight < 24;
+      var query = logQuery();
+      var fragment = document.createDocumentFragment();
       lines.forEach(function (line) {
         var item = document.createElement("li");
         item.textContent = String(line);
-        log.appendChild(item);
+        if (query) item.hidden = !matches(item.textContent, query);
+        fragment.appendChild(item);
       });
-      while (log.children.length > MAX_LOG_LINES) log.removeChild(log.firstChild);
-      log.scrollTop = log.scrollHeight;
+      log.appendChild(fragment);
+      var limit = MAX_LOG_LINES * Math.max(1, order.length);
+      while (log.children.length > limit) log.removeChild(log.firstChild);
+      if (following) log.scrollTop = log.scrollHeight;
+      countMatches();
     }
 
     function renderRows() {
@@ -305,7 +363,7 @@
           if (i === 0) {
             var swatch = document.createElement("span");
             swatch.className = "swatch";
-            swatch.style.background = COLORS[a.index % COLORS.length];
+            swatch.style.background = colorOf(a.index);
             swatch.setAttribute("aria-hidden", "true");
             cell.appendChild(swatch);
           }
@@ -339,90 +397,74 @@
       return any;
     }
 
+    // Redrawn at most once a frame, however many progress events come.
+    var chartFrame = 0;
+
     function renderCharts() {
-      var box = byId("task-charts");
-      if (!box) return;
-      var names = [];
-      order.forEach(function (id) {
-        assignments[id].history.forEach(function (p) {
-          Object.keys(p.metrics).forEach(function (name) {
-            if (names.indexOf(name) === -1) names.push(name);
-          });
-        });
-      });
-      box.textContent = "";
-      names.forEach(function (name) {
-        box.appendChild(chart(name));
+      if (chartFrame) return;
+      chartFrame = window.requestAnimationFrame(function () {
+        chartFrame = 0;
+        drawCharts();
       });
     }
 
-    function chart(name) {
-      var series = order.map(function (id) {
+    function drawCharts() {
+      var box = byId("task-charts");
+      if (!box || !window.MetricCharts) return;
+      var runs = order.map(function (id) {
         var a = assignments[id];
-        return {
-          color: COLORS[a.index % COLORS.length],
-          points: a.history.filter(function (p) {
-            return typeof p.metrics[name] === "number";
-          }),
-        };
+        return { label: a.worker + " (attempt " + a.attempt + ")", index: a.index, history: a.history };
       });
-      var all = [];
-      series.forEach(function (s) {
-        all = all.concat(s.points);
-      });
-      var steps = all.map(function (p) { return p.step; });
-      var values = all.map(function (p) { return p.metrics[name]; });
-      var x0 = Math.min.apply(null, steps);
-      var x1 = Math.max.apply(null, steps);
-      var y0 = Math.min.apply(null, values);
-      var y1 = Math.max.apply(null, values);
-      if (x1 === x0) x1 = x0 + 1;
-      if (y1 === y0) { y0 -= 0.5; y1 += 0.5; }
-      function sx(step) { return PAD + ((step - x0) / (x1 - x0)) * (CHART_W - 2 * PAD); }
-      function sy(value) { return CHART_H - PAD - ((value - y0) / (y1 - y0)) * (CHART_H - 2 * PAD); }
-
-      var figure = document.createElement("figure");
-      figure.className = "metric-chart";
-      figure.setAttribute("data-metric", name);
-      var caption = document.createElement("figcaption");
-      var latest = values[values.length - 1];
-      caption.textContent = name + ": " + formatValue(latest) + " (range " + formatValue(Math.min.apply(null, values)) +
-        " to " + formatValue(Math.max.apply(null, values)) + ")";
-      var svg = document.createElementNS(SVG_NS, "svg");
-      svg.setAttribute("viewBox", "0 0 " + CHART_W + " " + CHART_H);
-      svg.setAttribute("role", "img");
-      svg.setAttribute("aria-label", name + " over steps " + Math.min.apply(null, steps) + " to " + Math.max.apply(null, steps));
-      var frame = document.createElementNS(SVG_NS, "rect");
-      frame.setAttribute("x", "0.5");
-      frame.setAttribute("y", "0.5");
-      frame.setAttribute("width", String(CHART_W - 1));
-      frame.setAttribute("height", String(CHART_H - 1));
-      frame.setAttribute("class", "chart-frame");
-      svg.appendChild(frame);
-      series.forEach(function (s) {
-        if (!s.points.length) return;
-        var line = document.createElementNS(SVG_NS, "polyline");
-        line.setAttribute("points", s.points.map(function (p) {
-          return sx(p.step).toFixed(1) + "," + sy(p.metrics[name]).toFixed(1);
-        }).join(" "));
-        line.setAttribute("stroke", s.color);
-        line.setAttribute("class", "chart-line");
-        svg.appendChild(line);
-        var end = s.points[s.points.length - 1];
-        var dot = document.createElementNS(SVG_NS, "circle");
-        dot.setAttribute("cx", sx(end.step).toFixed(1));
-        dot.setAttribute("cy", sy(end.metrics[name]).toFixed(1));
-        dot.setAttribute("r", "3");
-        dot.setAttribute("fill", s.color);
-        svg.appendChild(dot);
-      });
-      figure.appendChild(caption);
-      figure.appendChild(svg);
-      return figure;
+      var count = window.MetricCharts.render(box, runs, smoothing());
+      var controls = byId("chart-controls");
+      if (controls) controls.hidden = !count;
     }
 
     if (initial) load(initial);
-    return { load: load, progress: progress, log: appendLog, quiet: quiet };
+    return { load: load, progress: progress, log: appendLog, quiet: quiet, redraw: drawCharts };
+  }
+
+  // The charts' smoothing weight, 0 to 0.99 (the slider of the charts' partial).
+  function smoothing() {
+    var input = byId("chart-smoothing");
+    var value = input ? Number(input.value) : 0;
+    return isFinite(value) ? Math.max(0, Math.min(0.99, value)) : 0;
+  }
+
+  // --- Log search: filters the lines loaded, and says how many match ------------------
+  function logQuery() {
+    var input = byId("log-search");
+    return input ? input.value.trim().toLowerCase() : "";
+  }
+
+  function matches(text, query) {
+    return text.toLowerCase().indexOf(query) !== -1;
+  }
+
+  function filterLog() {
+    var log = byId("task-log");
+    if (!log) return;
+    var query = logQuery();
+    Array.prototype.forEach.call(log.children, function (item) {
+      item.hidden = Boolean(query) && !matches(item.textContent, query);
+    });
+    countMatches();
+  }
+
+  function countMatches() {
+    var log = byId("task-log");
+    var out = byId("log-matches");
+    if (!log || !out) return;
+    var total = log.children.length;
+    if (!logQuery()) {
+      out.textContent = total === 1 ? "1 line" : total + " lines";
+      return;
+    }
+    var shown = 0;
+    Array.prototype.forEach.call(log.children, function (item) {
+      if (!item.hidden) shown += 1;
+    });
+    out.textContent = shown + " of " + total + (total === 1 ? " line matches" : " lines match");
   }
 
   function setProgress(percent) {
@@ -447,6 +489,20 @@
   }
 
   var live = createLive(readJson("task-live-data", null));
+
+  // The controls are found through the document: htmx may swap #task-main, and with it them.
+  document.addEventListener("input", function (event) {
+    var target = event.target;
+    if (!target || !target.id) return;
+    if (target.id === "chart-smoothing") {
+      var out = byId("chart-smoothing-value");
+      if (out) out.textContent = Number(target.value).toFixed(2);
+      live.redraw();
+    } else if (target.id === "log-search") {
+      filterLog();
+    }
+  });
+  countMatches();
 
   var liveReadAt = 0;
 

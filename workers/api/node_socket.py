@@ -12,7 +12,8 @@ and the browsers is rate-limited per assignment, whichever of the node's sockets
 - progress is written at most once per ``PERSIST_INTERVAL`` per assignment, plus once for
   the last step; the row's ``last_progress_at`` holds the interval across web processes;
 - log lines are fanned out like progress and buffered, then written at most once per
-  ``LOG_FLUSH_INTERVAL`` and when the socket closes.
+  ``LOG_FLUSH_INTERVAL`` and when the socket closes, to the job's log
+  (``workers.live.log``: the newest ``LOG_KEEP`` lines of ``LOG_LINE_CHARS`` are kept).
 
 A node sending more than ``MESSAGE_RATE`` messages a second, sustained (a burst of
 ``MESSAGE_BURST`` is allowed), has the socket that went over closed with 4429: honest
@@ -54,17 +55,21 @@ from workers.api.socket_limits import Allowance, Coalescer, Openings, Throttle, 
 from workers.assignments.control import ended_by_platform
 from workers.identity.authentication import token_from_header
 from workers.identity.services import authenticate_worker
+from workers.live import log as job_log
 from workers.live.dashboard import worker_changed
 from workers.live.events import worker_group
+from workers.live.log import LOG_LINE_CHARS, LOG_TAIL
 from workers.models import Assignment, Worker
 
 PERSIST_INTERVAL = 1.0  # seconds between progress writes per assignment
 FANOUT_INTERVAL = 0.1  # seconds between events of one type per assignment to its browsers
 LOG_FLUSH_INTERVAL = 1.0  # seconds between log writes per assignment
 HISTORY_LIMIT = 500  # points kept per assignment for charts
-LOG_LINES = 200  # kept per assignment
+LOG_LINES = LOG_TAIL  # lines one browser event carries (the job's row keeps as many)
 LOG_BATCH = 50  # lines one message may add
-LOG_LINE_CHARS = 500
+# Lines held per job between two writes: an honest node sends a few a second; past this
+# (a flood within one LOG_FLUSH_INTERVAL) the oldest held lines are dropped.
+LOG_BUFFER = 1_000
 HEARTBEAT_WRITE_INTERVAL = timedelta(seconds=5)
 MAX_METRICS = 32
 MAX_EXACT = 2**53  # the largest integer every JSON reader (and a float) holds exactly
@@ -152,39 +157,19 @@ def _merge(held: dict[str, Any], newer: dict[str, Any]) -> dict[str, Any]:
 
 
 def append_log(assignment_id: str, lines: list[str]) -> None:
-    """Append lines to the assignment's log tail (the last ``LOG_LINES`` are kept).
-
-    The row is locked for the read-modify-write, so two writers (another web process
-    holding a socket of the same node) cannot lose each other's lines.
-    """
-    with transaction.atomic():
-        current = (
-            Assignment.objects.select_for_update().filter(pk=assignment_id).values_list("log_tail", flat=True).first()
-        )
-        if current is None:
-            return
-        tail = list(current) if isinstance(current, list) else []
-        Assignment.objects.filter(pk=assignment_id).update(log_tail=(tail + lines)[-LOG_LINES:])
+    """Store lines of the job's log (``workers.live.log.append``)."""
+    job_log.append(assignment_id, lines)
 
 
 def append_log_once(assignment_id: str, line: str) -> bool:
-    """Append ``line`` to the assignment's log tail unless the tail holds it already; True
-    when it was added. Locked like ``append_log``."""
-    with transaction.atomic():
-        current = (
-            Assignment.objects.select_for_update().filter(pk=assignment_id).values_list("log_tail", flat=True).first()
-        )
-        tail = list(current) if isinstance(current, list) else []
-        if current is None or line in tail:
-            return False
-        Assignment.objects.filter(pk=assignment_id).update(log_tail=[*tail, line][-LOG_LINES:])
-        return True
+    """Store ``line`` on the job's log unless its tail holds it already; True when it was added."""
+    return job_log.append(assignment_id, [line], once=True)
 
 
 # Process-wide: every socket of this process shares them (see workers.api.socket_limits).
 fanout = Coalescer(_merge)
 progress_writes = Throttle()
-log_writes = WriteBuffer(database_sync_to_async(append_log), limit=LOG_LINES)
+log_writes = WriteBuffer(database_sync_to_async(append_log), limit=LOG_BUFFER)
 message_budget = Allowance()
 open_sockets = Openings()
 

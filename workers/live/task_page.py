@@ -29,6 +29,9 @@ def assignment_live_state(assignment: Assignment) -> dict[str, Any]:
         "metrics": assignment.metrics if isinstance(assignment.metrics, dict) else {},
         "history": assignment.history if isinstance(assignment.history, list) else [],
         "log_tail": assignment.log_tail if isinstance(assignment.log_tail, list) else [],
+        # The number of the tail's last line: the page reads the lines before its tail
+        # from log.json (``workers.live.log``).
+        "log_count": assignment.log_count,
         "heard_at": max(heard).isoformat(timespec="milliseconds") if heard else None,
     }
 
