@@ -41,7 +41,7 @@ def verdict(task: Task) -> dict[str, Any] | None:
         outcome = REJECTED
     bars = checks(task.kind, deciding.metrics)
     if outcome == PASSED:
-        words = " ".join(c.words for c in bars) or "The platform's check of the result held."
+        words = " ".join(c.words[:1].upper() + c.words[1:] for c in bars) or "The platform's check of the result held."
     else:
         words = deciding.reason or "The result was rejected."
     live = Assignment.objects.filter(task=task, state__in=UNSETTLED).exists()
