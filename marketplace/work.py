@@ -4,7 +4,7 @@ The workers app sits above the marketplace: it imports the marketplace, never th
 way. The pages and endpoints of a task still show what only the workers app knows (who
 could take a task now, the live state of its jobs, its result files, its ledger trail), so
 the marketplace names the questions here, as a ``TaskWork`` protocol, and the workers app
-answers them with ``install(...)`` from its ``AppConfig.ready()`` (``workers/assignments/work.py``).
+answers them with ``install(...)`` from its ``AppConfig.ready()`` (``workers/work.py``).
 """
 
 from __future__ import annotations
@@ -78,6 +78,11 @@ class TaskWork(Protocol):
 
     def result_files(self, task: Task) -> list[str]:
         """Names of the verified result's files (none until the task completed)."""
+        ...
+
+    def verdict(self, task: Task) -> dict[str, Any] | None:
+        """The verdict on the task's deciding result (passed, short of the bar, rejected),
+        with the bars its verifier applied and why, in words; None while none was judged."""
         ...
 
     def result_file(self, task: Task, name: str) -> str:

@@ -13,7 +13,7 @@ class WorkersConfig(AppConfig):
         register_transfer_checker(check_node_transfer)
 
         from marketplace import work
-        from workers.assignments import work as workers_work
+        from workers import work as workers_work
 
         work.install(workers_work)
 

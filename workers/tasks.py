@@ -257,5 +257,7 @@ def _verify_and_settle(assignment: Assignment) -> str:
             settled = settlement.reject(assignment.pk, f"The result cannot be sealed: {exc}.")
             return "skipped" if settled is None else str(settled.state)
         return "skipped" if settled is None else str(settled.state)  # expired if the task ended meanwhile
-    settled = settlement.reject(assignment.pk, verdict.reason or "rejected", penalise=verdict.penalise)
+    settled = settlement.reject(
+        assignment.pk, verdict.reason or "rejected", penalise=verdict.penalise, metrics=verdict.metrics
+    )
     return "skipped" if settled is None else str(settled.state)

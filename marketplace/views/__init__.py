@@ -14,6 +14,7 @@ from marketplace.views.accounts import (
     token_revoke,
 )
 from marketplace.views.datasets import dataset_delete, dataset_detail, datasets
+from marketplace.views.runs import task_compare, task_results_zip
 from marketplace.views.tasks import (
     home,
     my_tasks,
@@ -41,11 +42,13 @@ __all__ = [
     "signup",
     "task_cancel",
     "task_check",
+    "task_compare",
     "task_detail",
     "task_new",
     "task_post",
     "task_publish",
     "task_result_file",
+    "task_results_zip",
     "token_create",
     "token_revoke",
 ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from decimal import Decimal
 from typing import Any
 from uuid import UUID
 
@@ -14,7 +15,7 @@ from django.core.files.storage import default_storage
 from django.core.paginator import Paginator
 from django.db.models import Count, Q
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse
-from django.shortcuts import get_object_or_404, redirect, render
+from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 from rest_framework.exceptions import APIException, NotFound, ValidationError
 
@@ -25,11 +26,12 @@ from ledger.models import TxStatus
 from ledger.units import credits_to_units, format_credits
 from marketplace import services
 from marketplace.errors import error_text
-from marketplace.forms import StatusFilterForm, TaskForm
+from marketplace.forms import SPEC_PREFIX, StatusFilterForm, TaskForm
 from marketplace.kinds import KINDS, Kind, memory
 from marketplace.models import CANCELLABLE, Task, TaskEvent, TaskStatus, User
 from marketplace.quotes import quote_task
 from marketplace.views.common import current_user
+from marketplace.views.runs import BadParameter, bad_request, compare_choices, own_task, rerun_initial, result_files
 from marketplace.work import work
 
 PAGE_SIZE = 20
@@ -89,7 +91,13 @@ def _default_price(kind: Kind) -> str | None:
 @login_required
 def task_post(request: HttpRequest, kind: str) -> HttpResponse:
     """The form for one kind. A valid post goes through services.post_task."""
-    form = TaskForm(request.POST or None, kind=_kind_or_404(kind), owner=current_user(request))
+    kind_spec = _kind_or_404(kind)
+    try:
+        # ?from=<task id>: a re-run, the form filled in with that task's settings and spec.
+        initial = rerun_initial(request, kind) if request.method != "POST" else {}
+    except BadParameter as exc:
+        return bad_request(request, exc, "Cannot re-run that task")
+    form = TaskForm(request.POST or None, kind=kind_spec, owner=current_user(request), initial=initial)
     if request.method == "POST":
         if form.is_valid():
             try:
@@ -127,7 +135,7 @@ def _estimate(form: TaskForm) -> dict[str, Any] | None:
         form.is_valid()  # parse, so parsed_spec() can read cleaned_data
         spec = form.parsed_spec()
     else:
-        spec = form.default_spec()
+        spec = {**form.default_spec(), **_initial_spec(form)}
     if spec is None:
         return None
     try:
@@ -135,10 +143,18 @@ def _estimate(form: TaskForm) -> dict[str, Any] | None:
     except ValidationError:
         return None
     data = getattr(form, "cleaned_data", {})
-    min_reputation = data.get("min_reputation", form.fields["min_reputation"].initial) or 0
+    min_reputation = (
+        data.get("min_reputation", form.get_initial_for_field(form.fields["min_reputation"], "min_reputation")) or 0
+    )
     # None while the field does not parse: the price per replica is all that is known then.
-    replication = data.get("replication") if form.is_bound else form.fields["replication"].initial
+    replication = (
+        data.get("replication")
+        if form.is_bound
+        else form.get_initial_for_field(form.fields["replication"], "replication")
+    )
     budget, bid = data.get("budget"), data.get("bid")
+    if not form.is_bound and form.initial.get("bid") is not None:
+        bid = Decimal(str(form.initial["bid"]))  # a re-run's bid
     if bid is not None:
         bid_units: int | None = credits_to_units(bid)
     elif budget is not None and replication:
@@ -164,6 +180,11 @@ def _estimate(form: TaskForm) -> dict[str, Any] | None:
     }
 
 
+def _initial_spec(form: TaskForm) -> dict[str, Any]:
+    """The spec values the unbound form starts from beyond the kind's defaults (a re-run's)."""
+    return {name: form.initial[SPEC_PREFIX + name] for name in form.spec_names if SPEC_PREFIX + name in form.initial}
+
+
 def wait_text(seconds: float | None) -> str:
     """A wait in words: "now", "about 5 minutes"; "unknown" when it cannot be estimated."""
     if seconds is None:
@@ -179,14 +200,10 @@ def wait_text(seconds: float | None) -> str:
     return "unknown"  # unreachable: seconds >= 60 here
 
 
-def _own_task(request: HttpRequest, pk: UUID) -> Task:
-    return get_object_or_404(Task.objects.owned_by(request.user).select_related("dataset"), pk=pk)
-
-
 @login_required
 def task_detail(request: HttpRequest, pk: UUID) -> HttpResponse:
     """One of the requester's tasks: status, spec, progress and timeline."""
-    task = _own_task(request, pk)
+    task = own_task(request, pk)
     kind = KINDS.get(task.kind)
     fields = kind.spec_serializer().fields if kind else {}
     # The kind's field order, not the stored one: PostgreSQL's jsonb reorders keys.
@@ -210,7 +227,9 @@ def task_detail(request: HttpRequest, pk: UUID) -> HttpResponse:
         # The same JSON live.json serves on reconnect: the first paint and a recovery draw alike.
         "live": work().live_state(task),
         "result_rows": _result_rows(task.result_summary),
-        "result_files": work().result_files(task),
+        "result_files": result_files(task),
+        "verdict": work().verdict(task),
+        "compare_choices": compare_choices(request.user, task),
         "ledger_txs": ledger_txs,
         "cost": task_costs(ledger_txs),
         # While a row waits for its block the page re-reads this section (task.js), about
@@ -296,7 +315,7 @@ def _result_rows(summary: object) -> list[tuple[str, str]]:
 @login_required
 def task_result_file(request: HttpRequest, pk: UUID, name: str) -> FileResponse:
     """Download one file of the requester's completed task's verified result."""
-    task = _own_task(request, pk)
+    task = own_task(request, pk)
     try:
         path = work().result_file(task, name)
     except APIException:  # none of that name (404), or the task is not completed (409)

@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-import workers.assignments.work
+import workers.work
 from marketplace import work
 
 
 def test_the_workers_app_answers_once_django_is_set_up() -> None:
-    assert work.work() is workers.assignments.work
+    assert work.work() is workers.work
 
 
 def test_without_an_answer_the_marketplace_says_which_app_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:

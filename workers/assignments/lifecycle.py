@@ -80,6 +80,11 @@ def sync_status(task: Task, message: str, reason: str | None = "") -> None:
     if reason is None:
         reason = task.status_reason
     target = live_status(task)
+    if target == TaskStatus.OPEN and task.progress:
+        # Progress is the share done of the run in hand: with none in hand (the last result
+        # was rejected, or its worker dropped it) the task is back at the start.
+        task.progress = 0.0
+        task.save(update_fields=["progress"])
     if target != task.status:
         transition_locked(task, target, message, reason=reason)
     else:

@@ -182,7 +182,7 @@ def schedule(task_id: UUID, chosen: Sequence[UUID] | None = None) -> list[Assign
                 fail_locked(task, failed, reason=failed)
                 return []
             # A shortfall gives up sooner, and its note says when.
-            note = _SHORTFALL_NOTE.format(minutes=_wait_minutes()) if shortfall else ""
+            note = _SHORTFALL_NOTE.format(minutes=_wait_minutes(), why=_why(shortfall)) if shortfall else ""
             set_reason_locked(task, note + reason + ("" if shortfall else _give_up_note(task)))
             return []
         seed = latest_block_hash()
@@ -326,10 +326,16 @@ _SHORTFALL_FAILED = (
     " within {minutes} minutes: the spec may make the bar unreachable. Fully refunded."
 )
 _SHORTFALL_NOTE = (
-    "A result fell short of the task's quality bar, so its provider is not offered the task again;"
+    "A result fell short of the task's quality bar ({why}), so its provider is not offered the task again;"
     " if no other provider takes it within {minutes} minutes, it fails with a full refund."
     " Cancelling also refunds it in full. "
 )
+
+
+def _why(shortfall: Assignment) -> str:
+    """The verifier's reason for a result short of the bar, as a clause ("held-out top-1
+    accuracy 0.3000 is below the required 0.5000")."""
+    return shortfall.reason.rstrip(".") or "no reason recorded"
 
 
 def _wait_minutes() -> int:

@@ -187,11 +187,15 @@ def give_up(assignment_id: UUID, reason: str) -> Assignment | None:
     return assignment
 
 
-def reject(assignment_id: UUID, reason: str, *, penalise: bool = True) -> Assignment | None:
+def reject(
+    assignment_id: UUID, reason: str, *, penalise: bool = True, metrics: dict[str, object] | None = None
+) -> Assignment | None:
     """Settle a rejected result, costing its worker reputation. With ``penalise`` False
     (a true claim short of the quality bar: see ``verification.Verdict``) the cost waits for
     another worker to meet the bar (``accept``), and the worker's provider is
-    not offered the task again. Returns None when it was already settled."""
+    not offered the task again. The verdict's ``metrics`` are kept on the assignment, as an
+    acceptance keeps them, so the task page can say what fell short and by how much.
+    Returns None when it was already settled."""
     with transaction.atomic():
         assignment, task = lifecycle.lock(assignment_id)
         if assignment.state != Assignment.State.SUBMITTED:
@@ -203,6 +207,8 @@ def reject(assignment_id: UUID, reason: str, *, penalise: bool = True) -> Assign
             _penalise_short(assignment)  # another replica already met the bar: it is reachable
         else:
             assignment.shortfall = Shortfall.PENDING
+        if metrics:
+            assignment.metrics = {**assignment.metrics, **metrics}
         _close(assignment, Assignment.State.REJECTED, reason)
         lifecycle.sync_status(task, f"Result of {assignment.worker.name} rejected: {reason[:200]}")
         transaction.on_commit(partial(lifecycle.schedule_later, task.pk))

@@ -57,6 +57,49 @@ class Verdict:
     penalise: bool = True
 
 
+@dataclass(frozen=True)
+class Check:
+    """One quality bar a verifier applied to a true claim, in words a requester reads:
+    what was ``measured``, its ``value``, the ``bar`` it had to meet, whether it was
+    ``met``, and ``words``, the sentence that says why it passed or fell short."""
+
+    measured: str
+    value: str
+    bar: str
+    met: bool
+    words: str
+
+
+# fn(the verdict's metrics) -> the bars that verdict applied, rebuilt from the numbers it
+# recorded; raises KeyError (or TypeError, ValueError) on metrics that lack them.
+Bars = Callable[[dict[str, Any]], list[Check]]
+
+# Every training kind's bars, by kind name: filled by ``bars`` like VERIFIERS.
+BARS: dict[str, Bars] = {}
+
+
+def bars(kind: str) -> Callable[[Bars], Bars]:
+    """Register the decorated function as the bars of ``kind``'s verdicts (``checks``)."""
+
+    def register(fn: Bars) -> Bars:
+        BARS[kind] = fn
+        return fn
+
+    return register
+
+
+def checks(kind: str, metrics: object) -> list[Check]:
+    """The bars a verdict on a ``kind`` result applied, from the ``metrics`` it recorded;
+    none for a kind without bars or metrics from before they were recorded."""
+    fn = BARS.get(kind)
+    if fn is None or not isinstance(metrics, dict):
+        return []
+    try:
+        return fn(metrics)
+    except (KeyError, TypeError, ValueError):
+        return []
+
+
 # fn(assignment, its uploaded artifacts by name) -> the verdict.
 Verifier = Callable[[Assignment, dict[str, Path]], Verdict]
 

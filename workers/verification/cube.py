@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -119,13 +119,15 @@ def verify_cube_training(assignment: Assignment, model_dir: Path, reported: floa
         "untrained_val_loss": round(untrained, 6),
         "constant_val_loss": round(constant, 6),
         "heldout_rows": int(inputs.shape[0]),
+        "required_loss_reduction_pct": _required_reduction(task.spec),
     }
     if isinstance(outcome["recomputed"].get("val_cosine"), float):
         metrics["heldout_cosine"] = round(outcome["recomputed"]["val_cosine"], 6)
 
     # The claim was true (checked above): a model that learned too little is not paid,
     # but its worker is not penalised (the spec may allow no more: see Verdict).
-    return base.quality_verdict(metrics, _shortfalls(task.spec, recomputed, untrained, constant))
+    checks = _checks(recomputed, untrained, constant, _required_reduction(task.spec))
+    return base.quality_verdict(metrics, (c.words for c in checks if not c.met))
 
 
 @base.verifies("cube_inference")
@@ -174,26 +176,65 @@ def _constant_loss(spec: dict[str, Any], inputs: np.ndarray, targets: np.ndarray
     return constant_baseline(inputs, targets, weights_from_spec(full), int(full["batch_size"]))
 
 
-def _shortfalls(spec: dict[str, Any], recomputed: float, untrained: float, constant: float) -> Iterator[str]:
-    """The bars a true claim of held-out loss ``recomputed`` may still miss: beating the
-    untrained model's ``untrained`` by the share the platform and the spec ask for, and
-    beating ``constant``, a prediction that ignores the input (as a model trained without
-    its lattice steps does: its output face never hears of the input)."""
-    if not recomputed < untrained:
-        yield f"held-out val_loss {recomputed:.6g} is no better than untrained ({untrained:.6g})."
-    # The requester may ask for more than the platform's floor, never for less.
-    required = max(
+def _required_reduction(spec: dict[str, Any]) -> int:
+    """The share (percent) of the untrained model's held-out loss training must remove: the
+    requester may ask for more than the platform's floor, never for less."""
+    return max(
         settings.CUBE_MIN_LOSS_REDUCTION_PCT,
         int(spec.get("min_loss_reduction", default(CubeTrainingSpec, "min_loss_reduction"))),
     )
-    if untrained > 0 and recomputed > untrained * (1 - required / 100):
-        removed = 1 - recomputed / untrained
-        yield (
-            f"held-out val_loss {recomputed:.6g} is only {removed:.0%} below the untrained model's"
-            f" ({untrained:.6g}); training must remove at least {required}%."
-        )
-    if not recomputed < constant:
-        yield (
-            f"held-out val_loss {recomputed:.6g} is no better than predicting the mean row for every"
-            f" input ({constant:.6g}): the output does not depend on the input."
-        )
+
+
+def _checks(recomputed: float, untrained: float, constant: float, required: int) -> list[base.Check]:
+    """The bars a true claim of held-out loss ``recomputed`` must meet: beating the untrained
+    model's ``untrained`` by ``required`` percent, and beating ``constant``, a prediction
+    that ignores the input (as a model trained without its lattice steps does: its output
+    face never hears of the input)."""
+    removed = 1 - recomputed / untrained if untrained > 0 else 0.0
+    beats_untrained = recomputed < untrained
+    removes_enough = not (untrained > 0 and recomputed > untrained * (1 - required / 100))
+    beats_constant = recomputed < constant
+    return [
+        base.Check(
+            "held-out val_loss against the untrained model",
+            f"{recomputed:.6g}",
+            f"below {untrained:.6g}",
+            beats_untrained,
+            f"held-out val_loss {recomputed:.6g} is below the untrained model's ({untrained:.6g})."
+            if beats_untrained
+            else f"held-out val_loss {recomputed:.6g} is no better than untrained ({untrained:.6g}).",
+        ),
+        base.Check(
+            "share of the untrained model's loss removed by training",
+            f"{removed:.0%}",
+            f"at least {required}%",
+            removes_enough,
+            f"held-out val_loss {recomputed:.6g} is {removed:.0%} below the untrained model's"
+            f" ({untrained:.6g}); training had to remove at least {required}%."
+            if removes_enough
+            else f"held-out val_loss {recomputed:.6g} is only {removed:.0%} below the untrained model's"
+            f" ({untrained:.6g}); training must remove at least {required}%.",
+        ),
+        base.Check(
+            "held-out val_loss against predicting the mean row",
+            f"{recomputed:.6g}",
+            f"below {constant:.6g}",
+            beats_constant,
+            f"held-out val_loss {recomputed:.6g} is below predicting the mean row for every input"
+            f" ({constant:.6g}): the output depends on the input."
+            if beats_constant
+            else f"held-out val_loss {recomputed:.6g} is no better than predicting the mean row for every"
+            f" input ({constant:.6g}): the output does not depend on the input.",
+        ),
+    ]
+
+
+@base.bars("cube_training")
+def cube_training_bars(metrics: dict[str, Any]) -> list[base.Check]:
+    """The bars of a cube_training verdict, from the numbers it recorded."""
+    return _checks(
+        float(metrics["heldout_val_loss"]),
+        float(metrics["untrained_val_loss"]),
+        float(metrics["constant_val_loss"]),
+        int(metrics["required_loss_reduction_pct"]),
+    )
