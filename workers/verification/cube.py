@@ -25,6 +25,7 @@ from django.conf import settings
 
 from training.cube.spec import CubeInferenceSpec, CubeTrainingSpec
 from training.specs import default
+from workers.assignments import proof
 from workers.models import Assignment
 from workers.verification import base
 from workers.verification.base import Verdict, copy_dataset, heldout_path, read_small_json
@@ -174,6 +175,50 @@ def _constant_loss(spec: dict[str, Any], inputs: np.ndarray, targets: np.ndarray
     return constant_baseline(inputs, targets, weights_from_spec(full), int(full["batch_size"]))
 
 
+def required_loss_reduction(spec: dict[str, Any]) -> int:
+    """The percent by which a trained model's held-out loss must undercut the untrained
+    model's: the spec's ``min_loss_reduction``, or the platform's floor
+    (``CUBE_MIN_LOSS_REDUCTION_PCT``) where that is higher. The requester may ask for more
+    than the floor, never for less."""
+    asked = int(spec.get("min_loss_reduction", default(CubeTrainingSpec, "min_loss_reduction")))
+    return max(settings.CUBE_MIN_LOSS_REDUCTION_PCT, asked)
+
+
+@base.states_bar("cube_training")
+def cube_training_bar(spec: dict[str, Any]) -> list[str]:
+    """What a cube_training result must meet, with the numbers ``verify_cube_training`` uses."""
+    required = required_loss_reduction(spec)
+    asked = int(spec.get("min_loss_reduction", default(CubeTrainingSpec, "min_loss_reduction")))
+    whose = (
+        "your min loss reduction"
+        if asked >= settings.CUBE_MIN_LOSS_REDUCTION_PCT
+        else f"the platform's minimum; your min loss reduction is {asked}%"
+    )
+    bar = [
+        f"Held-out loss at least {required}% below the untrained model's ({whose}), on a split of your data"
+        " that no worker sees.",
+        "Held-out loss below that of predicting the mean row for every input.",
+        f"Reported validation loss within {CLAIM_RELATIVE_TOLERANCE:.1%} of the platform's recomputation.",
+    ]
+    if proof.proves_training("cube_training"):
+        bar.append("Training proven: random segments of the committed checkpoints are re-executed.")
+    bar.append("The held-out cosine to the teacher is reported with the result; it is not a bar.")
+    return bar
+
+
+@base.states_bar("cube_inference")
+def cube_inference_bar(spec: dict[str, Any]) -> list[str]:
+    """What a cube_inference result must meet, with the numbers ``verify_cube_inference`` uses."""
+    from training.cube.run import INFERENCE_TOLERANCE
+
+    samples = base.verify_samples(CubeInferenceSpec, spec)
+    return [
+        "One output row per input row, every value finite.",
+        f"{samples} row{'s' if samples != 1 else ''}, chosen with a platform secret, recomputed with the source"
+        f" task's model: each value within {INFERENCE_TOLERANCE:g} × the largest recomputed value (at least 1).",
+    ]
+
+
 def _shortfalls(spec: dict[str, Any], recomputed: float, untrained: float, constant: float) -> Iterator[str]:
     """The bars a true claim of held-out loss ``recomputed`` may still miss: beating the
     untrained model's ``untrained`` by the share the platform and the spec ask for, and
@@ -181,11 +226,7 @@ def _shortfalls(spec: dict[str, Any], recomputed: float, untrained: float, const
     its lattice steps does: its output face never hears of the input)."""
     if not recomputed < untrained:
         yield f"held-out val_loss {recomputed:.6g} is no better than untrained ({untrained:.6g})."
-    # The requester may ask for more than the platform's floor, never for less.
-    required = max(
-        settings.CUBE_MIN_LOSS_REDUCTION_PCT,
-        int(spec.get("min_loss_reduction", default(CubeTrainingSpec, "min_loss_reduction"))),
-    )
+    required = required_loss_reduction(spec)
     if untrained > 0 and recomputed > untrained * (1 - required / 100):
         removed = 1 - recomputed / untrained
         yield (
