@@ -137,7 +137,7 @@ def _balance_short(form: TaskForm, estimate: dict[str, Any] | None, balance: int
     """The amount posting would hold, in credits, where the available ``balance`` cannot
     cover it (the budget as typed, or what the estimate says it must cover if that is more);
     None where it can, or while neither parses."""
-    budget = form.fields["budget"].initial
+    budget = form.get_initial_for_field(form.fields["budget"], "budget")
     if form.is_bound:
         # The field as typed: a service refusal (more than the balance) took it out of cleaned_data.
         try:

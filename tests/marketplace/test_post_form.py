@@ -267,3 +267,33 @@ def test_an_inference_bar_counts_the_rows_the_platform_recomputes(alice_web: Cli
 def test_a_spec_that_does_not_validate_shows_no_bar(alice_web: Client) -> None:
     html = check(alice_web, "synthetic", synthetic_form(spec_n="99999"))
     assert bar(html) == "Fix the fields marked in red to see what the verifier will ask."
+
+
+def test_a_hostile_value_echoed_in_the_summary_is_escaped(alice_web: Client) -> None:
+    # Django's choice error repeats the value sent: it must reach the page as text.
+    hostile = '"><script>alert(1)</script>'
+    response = alice_web.post(
+        reverse("task-post", args=["cube_training"]), {"budget": "1", "replication": "1", "spec_mode": hostile}
+    )
+    assert response.status_code == 400
+    html = response.content.decode()
+    assert "<script>alert(1)" not in html
+    assert "Mode: Select a valid choice. &quot;&gt;&lt;script&gt;alert(1)&lt;/script&gt;" in block(
+        html, "error-summary"
+    )
+
+
+def test_another_users_training_task_is_refused_as_a_source_in_the_summary(
+    alice_web: Client, alice: Any, bob: Any
+) -> None:
+    theirs = post_task(bob, kind="cube_training", spec={})
+    Task.objects.filter(pk=theirs.pk).update(status=Task.Status.COMPLETED, finished_at=timezone.now())
+    response = alice_web.post(
+        reverse("task-post", args=["cube_inference"]),
+        default_form("cube_inference", alice, spec_source_task=str(theirs.pk), budget="1"),
+    )
+    assert response.status_code == 400
+    assert re.search(
+        r'<a href="#id_spec_source_task"[^>]*>Source task: ', block(response.content.decode(), "error-summary")
+    )
+    assert Task.objects.filter(kind="cube_inference").count() == 0
