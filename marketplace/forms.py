@@ -7,6 +7,7 @@ input; the services decide, and their field-named errors are mapped back onto th
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from decimal import Decimal
 from typing import Any
 
@@ -46,6 +47,21 @@ def error_messages(detail: Any) -> list[str]:
     if isinstance(detail, list | tuple):
         return [message for item in detail for message in error_messages(item)]
     return [str(detail)]
+
+
+def error_summary(form: forms.BaseForm, order: Iterable[forms.BoundField] | None = None) -> list[dict[str, str]]:
+    """A refused form's errors for the summary at the top of the page (GOV.UK's error
+    summary), in the order the page shows its fields (``order``; the form's own without):
+    each with the id of the input it links to ("" for an error of the whole form), the
+    field's label and the message."""
+    if not form.is_bound or not form.errors:
+        return []
+    rows = [{"id": "", "label": "", "message": str(message)} for message in form.non_field_errors()]
+    for bound in order if order is not None else form:
+        rows.extend(
+            {"id": bound.id_for_label, "label": str(bound.label), "message": str(message)} for message in bound.errors
+        )
+    return rows
 
 
 class ServiceErrorsMixin:
@@ -213,6 +229,11 @@ def _credits_field(**kwargs: Any) -> forms.DecimalField:
     )
 
 
+# The settings every requester sets; the others sit under the post page's "Advanced".
+COMMON_SETTINGS = ("budget", "bid", "replication", "draft")
+ADVANCED_SETTINGS = ("min_reputation", "max_attempts")
+
+
 class TaskForm(ServiceErrorsMixin, forms.Form):
     """Post a task of one kind: the kind's spec fields plus budget and worker settings."""
 
@@ -252,6 +273,7 @@ class TaskForm(ServiceErrorsMixin, forms.Form):
         # form leaves it out, so the serializer's default applies.
         shown = {name: f for name, f in kind.spec_serializer().fields.items() if f.style.get("form", True)}
         self.spec_names = list(shown)
+        self.common_names = {name for name, field in shown.items() if field.style.get("common")}
         for name, field in shown.items():
             self.fields[SPEC_PREFIX + name] = spec_form_field(field, owner, kind)
         if kind.dataset_formats:
@@ -271,7 +293,30 @@ class TaskForm(ServiceErrorsMixin, forms.Form):
         return [self[SPEC_PREFIX + name] for name in self.spec_names]
 
     def setting_fields(self) -> list[forms.BoundField]:
-        return [self[name] for name in ("budget", "bid", "min_reputation", "replication", "max_attempts", "draft")]
+        return [self[name] for name in (*COMMON_SETTINGS, *ADVANCED_SETTINGS)]
+
+    def common_spec_fields(self) -> list[forms.BoundField]:
+        """The spec fields the post page shows first: the kind's ``common=True`` fields."""
+        return [self[SPEC_PREFIX + name] for name in self.spec_names if name in self.common_names]
+
+    def common_setting_fields(self) -> list[forms.BoundField]:
+        return [self[name] for name in COMMON_SETTINGS]
+
+    def advanced_fields(self) -> list[forms.BoundField]:
+        """Everything else, under the page's "Advanced" disclosure: the kind's other spec
+        fields, then the worker settings a requester seldom changes."""
+        rare = [self[SPEC_PREFIX + name] for name in self.spec_names if name not in self.common_names]
+        return rare + [self[name] for name in ADVANCED_SETTINGS]
+
+    def page_order(self) -> list[forms.BoundField]:
+        """Every field in the order the post page shows them."""
+        head = [self[name] for name in ("title", "dataset") if name in self.fields]
+        return head + self.common_spec_fields() + self.common_setting_fields() + self.advanced_fields()
+
+    @property
+    def advanced_has_errors(self) -> bool:
+        """Whether a field under "Advanced" is refused: the page then opens the section."""
+        return self.is_bound and any(field.errors for field in self.advanced_fields())
 
     def parsed_spec(self) -> dict[str, Any] | None:
         """The spec from the fields that parsed, or None while any spec field does not."""

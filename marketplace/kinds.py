@@ -30,8 +30,13 @@ Verifier = Callable[[Any, dict[str, Path]], Any]
 # derived one builds on, for the kinds that have any.
 SPEC_CHECKS: dict[str, type[specs.SpecSerializer]] = {"synthetic": specs.SyntheticChecks}
 
-# The verifiers by kind name, once the workers app installed them.
+# fn(a valid spec) -> what a result must meet to be paid, in sentences: the kind's quality
+# bar as its verifier applies it (``workers.verification.base.states_bar``).
+QualityBar = Callable[[dict[str, Any]], list[str]]
+
+# The verifiers and quality bars by kind name, once the workers app installed them.
 _verifiers: Mapping[str, Verifier] = {}
+_bars: Mapping[str, QualityBar] = {}
 
 
 def memory(size: int) -> str:
@@ -66,6 +71,7 @@ class Kind:
     # fn(spec with defaults) -> {field: why}: the plug-in's rules between fields.
     check_spec: Callable[[Spec], dict[str, str]]
     verifier: Verifier | None
+    quality_bar: QualityBar | None = None
 
     @classmethod
     def of(cls, plugin: plugins.Kind) -> Kind:
@@ -89,6 +95,7 @@ class Kind:
             features=plugin.features,
             check_spec=plugin.check_spec,
             verifier=_verifiers.get(plugin.name),
+            quality_bar=_bars.get(plugin.name),
         )
 
     @property
@@ -125,17 +132,22 @@ class Kind:
 KINDS: dict[str, Kind] = {name: Kind.of(plugin) for name, plugin in plugins.KINDS.items()}
 
 
-def install_verifiers(verifiers: Mapping[str, Verifier]) -> None:
+def install_verifiers(verifiers: Mapping[str, Verifier], bars: Mapping[str, QualityBar] | None = None) -> None:
     """Give each kind its verifier from ``verifiers`` (``workers.verification.VERIFIERS``,
-    handed over by the workers app at ready(), and read again by ``Kind.of``); a kind
-    without one stays listed but is not offered. A verifier of no known kind is a typo."""
-    global _verifiers
+    handed over by the workers app at ready(), and read again by ``Kind.of``) and its
+    quality bar from ``bars`` (``workers.verification.STATED_BARS``); a kind without a verifier
+    stays listed but is not offered. A verifier or bar of no known kind is a typo."""
+    global _verifiers, _bars
+    bars = bars or {}
     unknown = sorted(set(verifiers) - set(KINDS))
     if unknown:
         raise ImproperlyConfigured(f"Verifiers of unknown kinds: {', '.join(unknown)}.")
-    _verifiers = verifiers
+    unknown = sorted(set(bars) - set(KINDS))
+    if unknown:
+        raise ImproperlyConfigured(f"Quality bars of unknown kinds: {', '.join(unknown)}.")
+    _verifiers, _bars = verifiers, bars
     for name, kind in KINDS.items():
-        KINDS[name] = replace(kind, verifier=verifiers.get(name))
+        KINDS[name] = replace(kind, verifier=verifiers.get(name), quality_bar=bars.get(name))
 
 
 # The kinds as an API enum (TaskKindEnum in the OpenAPI schema).

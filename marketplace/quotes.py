@@ -23,6 +23,7 @@ class Quote:
     supply: Supply
     bid: int | None = None  # per replica, fee included; None when the request names none yet
     wait_seconds: float | None = None  # the likely wait for a node at the bid (None: unknown)
+    run_seconds: float | None = None  # the likely time from a node's offer to the verdict (None: unknown)
 
     @property
     def budget_needed(self) -> int | None:
@@ -50,4 +51,5 @@ def quote_task(
         supply=supply,
         bid=bid,
         wait_seconds=wait,
+        run_seconds=work().expected_run(kind.name, kind.tflop(spec)),
     )

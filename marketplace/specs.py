@@ -50,8 +50,8 @@ class SpecSerializer(serializers.Serializer):
 def _serializer_field(f: dataclasses.Field[Any]) -> serializers.Field:
     meta = f.metadata
     common: dict[str, Any] = {"help_text": meta.get("help", "")}
-    if not meta.get("form", True):
-        common["style"] = {"form": False}
+    # The page form's hints: a field off the form ({"form": False}), a field it shows first.
+    common["style"] = {"form": meta.get("form", True), "common": bool(meta.get("common"))}
     if meta.get("uuid"):
         return serializers.UUIDField(**common)
     common["default"] = f.default

@@ -64,6 +64,11 @@ class TaskWork(Protocol):
         node takes it or there is no history of the kind's jobs to estimate from."""
         ...
 
+    def expected_run(self, kind: str, tflop: float) -> float | None:
+        """Seconds a job of ``tflop`` of ``kind``'s work would likely take once a node has
+        it, from the kind's recent verified jobs; None with no history to estimate from."""
+        ...
+
     def live_state(self, task: Task) -> dict[str, Any]:
         """The live part of the task page (its jobs' progress, history and log tail)."""
         ...

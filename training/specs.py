@@ -24,12 +24,15 @@ def param(
     choices: Sequence[Any] | None = None,
     uuid: bool = False,
     form: bool = True,
+    common: bool = False,
 ) -> Any:
     """A spec field: its default (none: required), help text with its unit, inclusive bounds
     ``lo``/``hi`` or ``choices``; ``uuid`` for a task id; ``form=False`` keeps it off the page
-    form (the default applies there)."""
+    form (the default applies there); ``common`` for the few fields a requester most often
+    changes, which the post page shows first (the rest go under "Advanced")."""
     meta = {"help": help, "lo": lo, "hi": hi, "choices": tuple(choices) if choices else None, "uuid": uuid}
     meta["form"] = form
+    meta["common"] = common or uuid  # a source task is never optional
     return dataclasses.field(default=default, metadata=meta)
 
 

@@ -20,7 +20,7 @@ class WorkersConfig(AppConfig):
         from marketplace import kinds
         from workers import verification
 
-        kinds.install_verifiers(verification.load())
+        kinds.install_verifiers(verification.load(), verification.STATED_BARS)
 
         from marketplace.signals import task_cancelling
         from workers.assignments.lifecycle import on_task_cancelling

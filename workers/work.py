@@ -5,6 +5,7 @@ jobs from ``assignments.work``, its verdict from ``verification.report``."""
 from __future__ import annotations
 
 from workers.assignments.work import (
+    expected_run,
     expected_wait,
     ledger_trail,
     live_state,
@@ -16,6 +17,7 @@ from workers.assignments.work import (
 from workers.verification.report import verdict
 
 __all__ = [
+    "expected_run",
     "expected_wait",
     "ledger_trail",
     "live_state",

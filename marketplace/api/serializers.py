@@ -224,6 +224,11 @@ class MarketQuoteSerializer(serializers.Serializer):
         help_text="Likely wait for a node at the bid: 0 when one is free; null when no node takes the bid or"
         " there is no history to estimate from.",
     )
+    expected_run_seconds = serializers.FloatField(
+        allow_null=True,
+        help_text="Likely time from a node's offer to the verified result, from the kind's recent verified jobs"
+        " (their median time per TFLOP); null when there is no history to estimate from.",
+    )
 
 
 class TaskQuoteResultSerializer(serializers.Serializer):

@@ -116,6 +116,7 @@ class TaskViewSet(OwnedViewSet, mixins.ListModelMixin, mixins.RetrieveModelMixin
                 "lowest_asks": supply.lowest_asks,
                 "nodes_at_bid": supply.at_bid if bid is not None else None,
                 "expected_wait_seconds": quote.wait_seconds,
+                "expected_run_seconds": quote.run_seconds,
             },
             "kind": quote.kind.name,
             "spec": spec,

@@ -26,7 +26,7 @@ from ledger.models import TxStatus
 from ledger.units import credits_to_units, format_credits
 from marketplace import services
 from marketplace.errors import error_text
-from marketplace.forms import SPEC_PREFIX, StatusFilterForm, TaskForm
+from marketplace.forms import SPEC_PREFIX, StatusFilterForm, TaskForm, error_summary
 from marketplace.kinds import KINDS, Kind, memory
 from marketplace.models import CANCELLABLE, Task, TaskEvent, TaskStatus, User
 from marketplace.quotes import quote_task
@@ -125,12 +125,51 @@ def task_check(request: HttpRequest, kind: str) -> HttpResponse:
 
 
 def _post_context(form: TaskForm) -> dict[str, Any]:
-    balance = format_credits(ledger.balance(form.owner))
-    return {"form": form, "kind": form.kind, "estimate": _estimate(form), "balance": balance}
+    """What the post page and its live check show: the form, the estimate, the balance
+    (and whether it falls short), the kind's quality bar for the spec as filled in."""
+    balance = ledger.balance(form.owner)
+    estimate = _estimate(form)
+    return {
+        "form": form,
+        "kind": form.kind,
+        "estimate": estimate,
+        "balance": format_credits(balance),
+        "balance_short": _balance_short(form, estimate, balance),
+        "quality_bar": _quality_bar(form),
+        "states_bar": form.kind.quality_bar is not None,
+        "error_summary": error_summary(form, form.page_order()),
+    }
 
 
-def _estimate(form: TaskForm) -> dict[str, Any] | None:
-    """Price and resources for the spec as filled in, or None while it is not valid."""
+def _balance_short(form: TaskForm, estimate: dict[str, Any] | None, balance: int) -> str | None:
+    """The amount posting would hold, in credits, where the available ``balance`` cannot
+    cover it (the budget as typed, or what the estimate says it must cover if that is more);
+    None where it can, or while neither parses."""
+    budget = form.get_initial_for_field(form.fields["budget"], "budget")
+    if form.is_bound:
+        # The field as typed: a service refusal (more than the balance) took it out of cleaned_data.
+        try:
+            budget = form.fields["budget"].clean(form["budget"].data)
+        except DjangoValidationError:
+            budget = None
+    amounts = [credits_to_units(budget)] if budget is not None else []
+    if estimate is not None and estimate["budget_needed_units"] is not None:
+        amounts.append(estimate["budget_needed_units"])
+    needed = max(amounts, default=0)
+    return format_credits(needed) if needed > balance else None
+
+
+def _quality_bar(form: TaskForm) -> list[str] | None:
+    """What the kind's verifier will ask of a result of the spec as filled in; None while
+    the spec does not validate, or where the kind has no verifier to state one."""
+    spec = _valid_spec(form)
+    if spec is None or form.kind.quality_bar is None:
+        return None
+    return form.kind.quality_bar(spec)
+
+
+def _valid_spec(form: TaskForm) -> dict[str, Any] | None:
+    """The spec as filled in with its defaults, or None while it is not valid."""
     if form.is_bound:
         form.is_valid()  # parse, so parsed_spec() can read cleaned_data
         spec = form.parsed_spec()
@@ -139,8 +178,15 @@ def _estimate(form: TaskForm) -> dict[str, Any] | None:
     if spec is None:
         return None
     try:
-        clean = form.kind.validate_spec(spec)
+        return form.kind.validate_spec(spec)
     except ValidationError:
+        return None
+
+
+def _estimate(form: TaskForm) -> dict[str, Any] | None:
+    """Price, resources, wait and run time for the spec as filled in, or None while it is not valid."""
+    clean = _valid_spec(form)
+    if clean is None:
         return None
     data = getattr(form, "cleaned_data", {})
     min_reputation = (
@@ -168,9 +214,12 @@ def _estimate(form: TaskForm) -> dict[str, Any] | None:
         "at_bid": quote.supply.at_bid if bid_units is not None else None,
         "wait_seconds": quote.wait_seconds,
         "wait": wait_text(quote.wait_seconds),
+        "run_seconds": quote.run_seconds,
+        "run": run_text(quote.run_seconds),
         "price": format_credits(quote.price),
         "replication": replication,
         "budget_needed": format_credits(quote.budget_needed) if quote.budget_needed is not None else None,
+        "budget_needed_units": quote.budget_needed,
         "resources": quote.resources,
         "memory": memory(quote.resources.memory_bytes),  # as the waiting reasons write it
         "supply": quote.supply,
@@ -198,6 +247,14 @@ def wait_text(seconds: float | None) -> str:
             count = round(seconds / size)
             return f"about {count} {unit}{'s' if count != 1 else ''}"
     return "unknown"  # unreachable: seconds >= 60 here
+
+
+def run_text(seconds: float | None) -> str:
+    """A job's expected run time in words: "under a minute", "about 3 hours"; "unknown"
+    with no history to estimate from."""
+    if seconds is None:
+        return "unknown"
+    return "under a minute" if seconds < 60 else wait_text(seconds)
 
 
 @login_required

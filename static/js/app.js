@@ -37,7 +37,8 @@
   });
 
   // htmx refreshes error slots in place; keep aria-invalid on their inputs in step,
-  // so assistive tech and the red outline agree with the message.
+  // so assistive tech and the red outline agree with the message. A field refused inside
+  // a closed <details> ("Advanced") opens it, so the message is never hidden.
   document.addEventListener("htmx:oobAfterSwap", function (event) {
     var slot = event.detail.target;
     if (!slot || !slot.id || slot.id.slice(-6) !== "_error") return;
@@ -45,8 +46,35 @@
     if (!input) return;
     if (slot.textContent.trim()) {
       input.setAttribute("aria-invalid", "true");
+      var section = slot.closest("details");
+      if (section) section.open = true;
     } else {
       input.removeAttribute("aria-invalid");
     }
+  });
+
+  // An error summary (a refused form) takes the focus when the page loads, so screen
+  // readers read it first; each of its links focuses its field (opening a closed
+  // <details> around it) rather than only scrolling to it.
+  function focusErrorSummary() {
+    var summary = document.querySelector("[data-focus-on-load]");
+    if (summary) summary.focus();
+  }
+  if (document.readyState === "loading") {
+    document.addEventListener("DOMContentLoaded", focusErrorSummary);
+  } else {
+    focusErrorSummary();
+  }
+  document.addEventListener("click", function (event) {
+    var link = event.target.closest("a[data-field]");
+    if (!link) return;
+    var input = document.getElementById(link.getAttribute("data-field"));
+    if (!input) return;
+    event.preventDefault();
+    var section = input.closest("details");
+    if (section) section.open = true;
+    var field = input.closest(".field") || input;
+    field.scrollIntoView({ block: "start" });
+    input.focus({ preventScroll: true });
   });
 })();

@@ -88,7 +88,12 @@ def test_the_quote_shows_the_asks_the_nodes_at_the_bid_and_the_wait(alice: Any, 
     assert response.status_code == 200, response.json()
     quote = response.json()
     assert quote["bid"] == "0.3"
-    assert quote["market"] == {"lowest_asks": ["0.21", "0.525"], "nodes_at_bid": 1, "expected_wait_seconds": 0.0}
+    assert quote["market"] == {
+        "lowest_asks": ["0.21", "0.525"],
+        "nodes_at_bid": 1,
+        "expected_wait_seconds": 0.0,
+        "expected_run_seconds": None,  # no verified job of the kind to time yet
+    }
     # At a bid no node takes, the quote says so and what bid would be.
     low = client.post("/api/v1/tasks/quote/", {**body, "bid": "0.15"}, format="json").json()
     assert low["market"]["nodes_at_bid"] == 0

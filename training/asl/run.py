@@ -288,6 +288,8 @@ def verify(
 
 
 CHANCE_ALPHA = 0.01  # guessing clears the floor at most once in 100
+# How far a reported accuracy may be from the recomputed one, in binomial standard errors.
+CLAIM_STANDARD_ERRORS = 3.0
 
 
 def chance_floor(classes: int, count: int) -> float:
@@ -317,5 +319,5 @@ def accepts(reported: float, recomputed: float, count: int, min_accuracy: float 
     if count <= 0:
         return False
     p = min(max(recomputed, 1.0 / count), 1.0 - 1.0 / count) if count > 1 else 0.5
-    tolerance = max(3.0 * math.sqrt(p * (1 - p) / count), 1.0 / count)
+    tolerance = max(CLAIM_STANDARD_ERRORS * math.sqrt(p * (1 - p) / count), 1.0 / count)
     return abs(reported - recomputed) <= tolerance and recomputed >= min_accuracy

@@ -20,16 +20,16 @@ P = "Probability of "
 class AslTrainingSpec:
     """Isolated sign recognition on landmark sequences (ISLR format)."""
 
-    dim: int = param(192, "Model width (channels).", choices=(192, 384))
-    blocks: int = param(2, "Stacks of [3 × Conv1D block + Transformer block].", lo=1, hi=8)
+    dim: int = param(192, "Model width (channels).", choices=(192, 384), common=True)
+    blocks: int = param(2, "Stacks of [3 × Conv1D block + Transformer block].", lo=1, hi=8, common=True)
     max_len: int = param(384, "Frames kept per sequence.", lo=16, hi=1024)
     use_pose: bool = param(False, "Include the pose landmarks in the features.")
-    epochs: int = param(30, "Training epochs.", lo=1, hi=1000)
+    epochs: int = param(30, "Training epochs.", lo=1, hi=1000, common=True)
     batch_size: int = param(12, "Samples per micro-batch (0 presets by GPU memory).", lo=0, hi=1024)
     grad_accumulation: int = param(4, "Micro-batches per optimiser step.", lo=1, hi=64)
     optimizer: str = param("adamw", "Optimiser.", choices=("adamw", "radam_lookahead"))
     schedule: str = param("onecycle", "Learning-rate schedule.", choices=("onecycle", "cosine"))
-    learning_rate: float = param(1e-3, "Peak learning rate.", lo=1e-7, hi=1.0)
+    learning_rate: float = param(1e-3, "Peak learning rate.", lo=1e-7, hi=1.0, common=True)
     weight_decay: float = param(0.05, "Weight decay.", lo=0.0, hi=1.0)
     label_smoothing: float = param(0.1, "Label smoothing.", lo=0.0, hi=0.5)
     dropout: float = param(0.2, "Late dropout before the classifier.", lo=0.0, hi=0.9)
@@ -41,7 +41,7 @@ class AslTrainingSpec:
     p_masking: float = param(0.2, P + "feature masking and landmark dropout.", lo=0.0, hi=1.0)
     validation_fraction: float = param(0.2, "Share of participants held out for validation.", lo=0.05, hi=0.5)
     early_stopping_patience: int = param(10, "Epochs without improvement before stopping (0: off).", lo=0, hi=1000)
-    min_accuracy: float = param(0.0, "Held-out top-1 accuracy required for payment.", lo=0.0, hi=1.0)
+    min_accuracy: float = param(0.0, "Held-out top-1 accuracy required for payment.", lo=0.0, hi=1.0, common=True)
     mixed_precision: bool = param(True, "bf16 on CPU, fp16 with loss scaling on CUDA.")
     compile: bool = param(False, "Use torch.compile where available.")
     seed: int = param(0, "Random seed for a deterministic run.", lo=0, hi=2**31 - 1)
@@ -95,8 +95,10 @@ class AslInferenceSpec:
     """Predict signs for uploaded sequences with a trained ASL model."""
 
     source_task: str = param(help="A completed asl_training task whose model to use.", uuid=True)
-    top_k: int = param(5, "Signs reported per sequence.", lo=1, hi=20)
-    verify_samples: int = param(16, "Sequences the platform recomputes to verify the result.", lo=1, hi=1024)
+    top_k: int = param(5, "Signs reported per sequence.", lo=1, hi=20, common=True)
+    verify_samples: int = param(
+        16, "Sequences the platform recomputes to verify the result.", lo=1, hi=1024, common=True
+    )
 
 
 GIB = 1024**3

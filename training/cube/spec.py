@@ -14,10 +14,13 @@ class CubeTrainingSpec:
     """A 3D cellular neural network trained on teacher embeddings."""
 
     mode: str = param(
-        "autoencoder", "Reconstruct the input or map question → answer.", choices=("autoencoder", "dialogue")
+        "autoencoder",
+        "Reconstruct the input or map question → answer.",
+        choices=("autoencoder", "dialogue"),
+        common=True,
     )
     teacher_dim: int = param(768, "Teacher embedding width (dimensions).", lo=16, hi=4096)
-    lattice_edge: int = param(8, "Lattice edge S: the lattice is S×S×S cells.", lo=2, hi=64)
+    lattice_edge: int = param(8, "Lattice edge S: the lattice is S×S×S cells.", lo=2, hi=64, common=True)
     state_size: int = param(32, "Cell state width (dimensions).", lo=4, hi=256)
     steps: int = param(
         0,
@@ -31,10 +34,10 @@ class CubeTrainingSpec:
     early_exit_tolerance: float = param(
         0.0, "Stop stepping when the mean state change falls below this (0: never).", lo=0.0, hi=1.0
     )
-    epochs: int = param(10, "Training epochs.", lo=1, hi=1000)
+    epochs: int = param(10, "Training epochs.", lo=1, hi=1000, common=True)
     batch_size: int = param(8, "Samples per optimiser step (before accumulation).", lo=1, hi=1024)
     grad_accumulation: int = param(1, "Micro-batches per optimiser step.", lo=1, hi=64)
-    learning_rate: float = param(1e-3, "AdamW peak learning rate.", lo=1e-7, hi=1.0)
+    learning_rate: float = param(1e-3, "AdamW peak learning rate.", lo=1e-7, hi=1.0, common=True)
     weight_decay: float = param(0.01, "AdamW weight decay.", lo=0.0, hi=1.0)
     warmup_steps: int = param(100, "Linear warm-up steps before the cosine schedule.", lo=0, hi=100_000)
     grad_clip: float = param(1.0, "Gradient norm clip (0: off).", lo=0.0, hi=100.0)
@@ -62,6 +65,7 @@ class CubeTrainingSpec:
         " paid; the platform's own minimum (20 unless configured) applies when this is lower.",
         lo=0,
         hi=99,
+        common=True,
     )
 
 
@@ -75,5 +79,5 @@ class CubeInferenceSpec:
     """Run a trained cube model on uploaded embeddings."""
 
     source_task: str = param(help="A completed cube_training task whose model to use.", uuid=True)
-    batch_size: int = param(64, "Rows per forward pass.", lo=1, hi=4096)
-    verify_samples: int = param(16, "Rows the platform recomputes to verify the result.", lo=1, hi=1024)
+    batch_size: int = param(64, "Rows per forward pass.", lo=1, hi=4096, common=True)
+    verify_samples: int = param(16, "Rows the platform recomputes to verify the result.", lo=1, hi=1024, common=True)

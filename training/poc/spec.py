@@ -41,9 +41,11 @@ UNNAMED_GENERATOR: Generator = "shake128"
 class SyntheticSpec:
     """Exact matmul of seeded integer matrices: the proof-of-compute kind."""
 
-    n: int = param(1024, "Matrix edge n: A and B are n×n.", lo=64, hi=MAX_N)
-    count: int = param(1, "Number of (A, B) pairs to multiply.", lo=1, hi=MAX_COUNT)
-    entry_bound: int = param(8, "Entries are integers in [-entry_bound, entry_bound].", lo=1, hi=MAX_ENTRY_BOUND)
+    n: int = param(1024, "Matrix edge n: A and B are n×n.", lo=64, hi=MAX_N, common=True)
+    count: int = param(1, "Number of (A, B) pairs to multiply.", lo=1, hi=MAX_COUNT, common=True)
+    entry_bound: int = param(
+        8, "Entries are integers in [-entry_bound, entry_bound].", lo=1, hi=MAX_ENTRY_BOUND, common=True
+    )
     generator: str = param(
         DEFAULT_GENERATOR,
         "How A and B are drawn from the seed: aes256ctr (AES-256 in counter mode, the fast default) "

@@ -12,10 +12,20 @@ from marketplace.models import Task
 from workers.assignments import supply
 from workers.assignments.jobs import ledger_trail, result_file, result_files
 from workers.live.task_page import task_live_state as live_state
+from workers.market.book import expected_run_seconds as expected_run
 from workers.market.book import expected_wait
 from workers.models import Assignment
 
-__all__ = ["expected_wait", "ledger_trail", "live_state", "result_file", "result_files", "start_times", "survey"]
+__all__ = [
+    "expected_run",
+    "expected_wait",
+    "ledger_trail",
+    "live_state",
+    "result_file",
+    "result_files",
+    "start_times",
+    "survey",
+]
 
 
 def survey(kind: str, spec: dict[str, Any], min_reputation: int, bid: int | None = None) -> supply.Survey:

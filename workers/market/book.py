@@ -32,6 +32,30 @@ def typical_run_seconds(kind: str) -> float | None:
     return statistics.median(spans) if spans else None
 
 
+def expected_run_seconds(kind: str, tflop: float) -> float | None:
+    """Seconds a job of ``tflop`` (the kind's work measure) would likely take, offer to
+    verdict: the median seconds per TFLOP of the kind's recent accepted jobs (their task's
+    ``work_tflop``), times ``tflop``. Where the work measure says nothing (no TFLOPs to
+    scale by), the median job time; None when the kind has no accepted job to time."""
+    rows = (
+        Assignment.objects.filter(task__kind=kind, state=Assignment.State.ACCEPTED, settled_at__isnull=False)
+        .order_by("-settled_at")
+        .values_list("created_at", "settled_at", "task__work_tflop")[:RECENT_JOBS]
+    )
+    spans: list[float] = []
+    rates: list[float] = []
+    for created, settled, work in rows:
+        if settled is None:
+            continue
+        span = (settled - created).total_seconds()
+        spans.append(span)
+        if work and work > 0:
+            rates.append(span / work)
+    if tflop > 0 and rates:
+        return statistics.median(rates) * tflop
+    return statistics.median(spans) if spans else None
+
+
 def expected_wait(kind: str, bid: int, at_bid: int, free: int) -> float | None:
     """Seconds a task bidding ``bid`` would likely wait for a node: none when a node that
     takes the bid is free; else the waiting tasks of the kind bidding as much or more go

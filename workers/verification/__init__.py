@@ -17,13 +17,14 @@ from django.core.files.storage import default_storage
 from marketplace.kinds import KINDS
 from workers.assignments.jobs import artifact_path
 from workers.models import Assignment
-from workers.verification.base import VERIFIERS, PlatformFault, Verdict, Verifier, verifies
+from workers.verification.base import STATED_BARS, VERIFIERS, PlatformFault, Verdict, Verifier, verifies
 
-__all__ = ["VERIFIERS", "PlatformFault", "Verdict", "Verifier", "load", "verifies", "verify"]
+__all__ = ["STATED_BARS", "VERIFIERS", "PlatformFault", "Verdict", "Verifier", "load", "verifies", "verify"]
 
 
 def load() -> dict[str, Verifier]:
-    """Every verifier, by kind name: the registry once each module of this package is imported."""
+    """Every verifier, by kind name: the registry once each module of this package is
+    imported (which also fills ``STATED_BARS``, the kinds' quality bars)."""
     for module in pkgutil.iter_modules(__path__):
         import_module(f"{__name__}.{module.name}")
     return VERIFIERS

@@ -20,6 +20,7 @@ from typing import Any
 
 from training.asl.spec import AslInferenceSpec, AslTrainingSpec
 from training.specs import default
+from workers.assignments import proof
 from workers.models import Assignment
 from workers.verification import base
 from workers.verification.base import Verdict, copy_dataset, heldout_path, read_small_json
@@ -75,7 +76,7 @@ def verify_asl_training(assignment: Assignment, model_dir: Path, reported: float
     with tempfile.TemporaryDirectory(prefix="proofwork-verify-") as cache:
         outcome = verify(model_dir, held_out, cache_dir=Path(cache))
     top1, count = float(outcome["top1"]), int(outcome["count"])
-    minimum = float(task.spec.get("min_accuracy", default(AslTrainingSpec, "min_accuracy")))
+    minimum = required_accuracy(task.spec)
     metrics = {
         "heldout_top1": round(top1, 6),
         "heldout_top5": round(float(outcome["top5"]), 6),
@@ -122,6 +123,44 @@ def verify_asl_inference(
         )
         return Verdict(False, str(problem))
     return Verdict(True, "", {"sequences_checked": int(outcome["checked"])})
+
+
+def required_accuracy(spec: dict[str, Any]) -> float:
+    """The held-out top-1 accuracy the spec asks for (``min_accuracy``)."""
+    return float(spec.get("min_accuracy", default(AslTrainingSpec, "min_accuracy")))
+
+
+@base.states_bar("asl_training")
+def asl_training_bar(spec: dict[str, Any]) -> list[str]:
+    """What an asl_training result must meet, with the numbers ``verify_asl_training`` uses."""
+    from training.asl.run import CHANCE_ALPHA, CLAIM_STANDARD_ERRORS
+
+    minimum = required_accuracy(spec)
+    bar = [
+        f"Held-out top-1 accuracy at least {minimum:.1%} (your min accuracy), on participants no worker sees."
+        if minimum > 0
+        else "No minimum accuracy: set min accuracy to ask for one.",
+        "Better than guessing: at least the accuracy that guessing among your dataset's signs reaches only"
+        f" once in {round(1 / CHANCE_ALPHA)} tries on the held-out sequences.",
+        f"Reported accuracy within {CLAIM_STANDARD_ERRORS:g} standard errors of the platform's recomputation.",
+    ]
+    if proof.proves_training("asl_training"):
+        bar.append("Training proven: random segments of the committed checkpoints are re-executed.")
+    return bar
+
+
+@base.states_bar("asl_inference")
+def asl_inference_bar(spec: dict[str, Any]) -> list[str]:
+    """What an asl_inference result must meet, with the numbers ``verify_asl_inference`` uses."""
+    from training.asl.infer import SCORE_TOLERANCE
+
+    samples = base.verify_samples(AslInferenceSpec, spec)
+    top_k = int(spec.get("top_k", default(AslInferenceSpec, "top_k")))
+    return [
+        f"One row per input sequence, naming its top {top_k} signs.",
+        f"{samples} sequence{'s' if samples != 1 else ''}, chosen with a platform secret, recomputed with the"
+        f" source task's model: the same signs in the same order, each score within {SCORE_TOLERANCE:g}.",
+    ]
 
 
 def _checks(top1: float, minimum: float, signs: int, count: int) -> list[base.Check]:

@@ -108,6 +108,34 @@ Verifier = Callable[[Assignment, dict[str, Path]], Verdict]
 VERIFIERS: dict[str, Verifier] = {}
 
 
+# fn(a valid spec, defaults filled in) -> what a result of it must meet to be paid, in
+# sentences a requester reads before posting. Each reads its numbers from the functions its
+# kind's verifier judges with, so the page and the verdict cannot disagree.
+QualityBar = Callable[[dict[str, Any]], list[str]]
+
+# Every kind's stated bar, by kind name: filled by ``states_bar`` beside each verifier.
+STATED_BARS: dict[str, QualityBar] = {}
+
+
+def states_bar(kind: str) -> Callable[[QualityBar], QualityBar]:
+    """Register the decorated function as the quality bar of ``kind`` (shown on the post page)."""
+
+    def register(bar: QualityBar) -> QualityBar:
+        if STATED_BARS.setdefault(kind, bar) is not bar:
+            raise ImproperlyConfigured(
+                f"{kind} has two quality bars: {STATED_BARS[kind].__qualname__} and {bar.__qualname__}."
+            )
+        return bar
+
+    return register
+
+
+def verify_samples(spec_class: type, spec: dict[str, Any]) -> int:
+    """How many samples a spot check recomputes: the spec's ``verify_samples``, or the
+    ``spec_class`` dataclass's default when the task names none."""
+    return int(spec.get("verify_samples", default(spec_class, "verify_samples")))
+
+
 def verifies(kind: str) -> Callable[[Verifier], Verifier]:
     """Register the decorated function as the verifier of ``kind``: the platform offers a
     kind to providers once it has one (``marketplace.kinds.Kind.available``)."""
@@ -337,7 +365,7 @@ def spot_check(spec: type, artifact: str) -> Callable[[Recompute], Verifier]:
                     raise PlatformFault(f"task {task.pk}: the source task has no accepted model")
                 return folder
 
-            samples = int(task.spec.get("verify_samples", default(spec, "verify_samples")))
+            samples = verify_samples(spec, task.spec)
             return recompute(assignment, path, model, samples, spot_check_seed(assignment))
 
         return _hashed(artifact, recompute, sample)

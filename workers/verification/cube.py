@@ -25,6 +25,7 @@ from django.conf import settings
 
 from training.cube.spec import CubeInferenceSpec, CubeTrainingSpec
 from training.specs import default
+from workers.assignments import proof
 from workers.models import Assignment
 from workers.verification import base
 from workers.verification.base import Verdict, copy_dataset, heldout_path, read_small_json
@@ -119,14 +120,14 @@ def verify_cube_training(assignment: Assignment, model_dir: Path, reported: floa
         "untrained_val_loss": round(untrained, 6),
         "constant_val_loss": round(constant, 6),
         "heldout_rows": int(inputs.shape[0]),
-        "required_loss_reduction_pct": _required_reduction(task.spec),
+        "required_loss_reduction_pct": required_loss_reduction(task.spec),
     }
     if isinstance(outcome["recomputed"].get("val_cosine"), float):
         metrics["heldout_cosine"] = round(outcome["recomputed"]["val_cosine"], 6)
 
     # The claim was true (checked above): a model that learned too little is not paid,
     # but its worker is not penalised (the spec may allow no more: see Verdict).
-    checks = _checks(recomputed, untrained, constant, _required_reduction(task.spec))
+    checks = _checks(recomputed, untrained, constant, required_loss_reduction(task.spec))
     return base.quality_verdict(metrics, (c.words for c in checks if not c.met))
 
 
@@ -176,13 +177,48 @@ def _constant_loss(spec: dict[str, Any], inputs: np.ndarray, targets: np.ndarray
     return constant_baseline(inputs, targets, weights_from_spec(full), int(full["batch_size"]))
 
 
-def _required_reduction(spec: dict[str, Any]) -> int:
-    """The share (percent) of the untrained model's held-out loss training must remove: the
-    requester may ask for more than the platform's floor, never for less."""
-    return max(
-        settings.CUBE_MIN_LOSS_REDUCTION_PCT,
-        int(spec.get("min_loss_reduction", default(CubeTrainingSpec, "min_loss_reduction"))),
+def required_loss_reduction(spec: dict[str, Any]) -> int:
+    """The percent by which a trained model's held-out loss must undercut the untrained
+    model's: the spec's ``min_loss_reduction``, or the platform's floor
+    (``CUBE_MIN_LOSS_REDUCTION_PCT``) where that is higher. The requester may ask for more
+    than the floor, never for less."""
+    asked = int(spec.get("min_loss_reduction", default(CubeTrainingSpec, "min_loss_reduction")))
+    return max(settings.CUBE_MIN_LOSS_REDUCTION_PCT, asked)
+
+
+@base.states_bar("cube_training")
+def cube_training_bar(spec: dict[str, Any]) -> list[str]:
+    """What a cube_training result must meet, with the numbers ``verify_cube_training`` uses."""
+    required = required_loss_reduction(spec)
+    asked = int(spec.get("min_loss_reduction", default(CubeTrainingSpec, "min_loss_reduction")))
+    whose = (
+        "your min loss reduction"
+        if asked >= settings.CUBE_MIN_LOSS_REDUCTION_PCT
+        else f"the platform's minimum; your min loss reduction is {asked}%"
     )
+    bar = [
+        f"Held-out loss at least {required}% below the untrained model's ({whose}), on a split of your data"
+        " that no worker sees.",
+        "Held-out loss below that of predicting the mean row for every input.",
+        f"Reported validation loss within {CLAIM_RELATIVE_TOLERANCE:.1%} of the platform's recomputation.",
+    ]
+    if proof.proves_training("cube_training"):
+        bar.append("Training proven: random segments of the committed checkpoints are re-executed.")
+    bar.append("The held-out cosine to the teacher is reported with the result; it is not a bar.")
+    return bar
+
+
+@base.states_bar("cube_inference")
+def cube_inference_bar(spec: dict[str, Any]) -> list[str]:
+    """What a cube_inference result must meet, with the numbers ``verify_cube_inference`` uses."""
+    from training.cube.run import INFERENCE_TOLERANCE
+
+    samples = base.verify_samples(CubeInferenceSpec, spec)
+    return [
+        "One output row per input row, every value finite.",
+        f"{samples} row{'s' if samples != 1 else ''}, chosen with a platform secret, recomputed with the source"
+        f" task's model: each value within {INFERENCE_TOLERANCE:g} × the largest recomputed value (at least 1).",
+    ]
 
 
 def _checks(recomputed: float, untrained: float, constant: float, required: int) -> list[base.Check]:

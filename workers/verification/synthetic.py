@@ -9,7 +9,7 @@ from typing import Any
 from training.poc.spec import SyntheticSpec
 from training.specs import default
 from workers.models import Assignment
-from workers.verification.base import PlatformFault, Verdict, verifies
+from workers.verification.base import PlatformFault, Verdict, states_bar, verifies
 
 # Failure codes of ``training.poc.verifier.verify`` that describe the platform's own data.
 PLATFORM_CODES = frozenset({"spec", "seed"})
@@ -38,6 +38,21 @@ def verify_synthetic(assignment: Assignment, artifacts: dict[str, Path]) -> Verd
     if gflops is not None:
         metrics["gflops"] = gflops
     return Verdict(outcome.ok, outcome.reason, metrics)
+
+
+@states_bar("synthetic")
+def synthetic_bar(spec: dict[str, Any]) -> list[str]:
+    """What a synthetic result must meet, with the numbers ``verify_synthetic`` uses."""
+    from training.poc.spec import parse_spec
+    from training.poc.verifier import SECURITY_BITS, rounds_for
+
+    rounds = rounds_for(parse_spec(spec))
+    return [
+        "Exact match: every product equal to A·B, integer for integer.",
+        f"Checked with Freivalds' check in exact integers ({rounds} random vector{'s' if rounds != 1 else ''}):"
+        f" a wrong product passes with probability at most 2^−{SECURITY_BITS}.",
+        "The products' Merkle root must be the signed result hash.",
+    ]
 
 
 def achieved_gflops(assignment: Assignment) -> float | None:
