@@ -20,6 +20,8 @@ urlpatterns = [
         RedirectView.as_view(pattern_name="password_reset"),
         name="admin_password_reset",
     ),
+    # The operations dashboard (staff only): before the admin, whose catch-all would 404 it.
+    path("admin/operations/", include("workers.operations_urls")),
     path("admin/", admin.site.urls),
     path("api/v1/workers/", include("workers.api.urls")),
     path("api/v1/assignments/", include("workers.api.assignment_urls")),
