@@ -13,6 +13,10 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from config.errors import api_not_found
 
+# The admin's lists need the page's width at 1,280 px (the models are one click away from
+# its index and its breadcrumbs).
+admin.site.enable_nav_sidebar = False
+
 urlpatterns = [
     # The admin's login page links here ("Forgotten your password?"): the site's reset.
     path(

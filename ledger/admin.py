@@ -25,7 +25,7 @@ SHORT_LENGTH = 12
 
 
 def _in_credits(name: str) -> Callable[[Any, Any], str]:
-    @admin.display(description=f"{name.replace('_', ' ')} (credits)", ordering=name)
+    @admin.display(description=f"{name.replace('_', ' ')} (cr.)", ordering=name)
     def show(self: Any, obj: Any) -> str:
         value = getattr(obj, name)
         return "—" if value is None else format_credits(value)

@@ -58,7 +58,7 @@ class PayoutRequestAdmin(ReadOnlyAdmin):
     actions = ["approve", "reject", "retry_sending"]
 
     @reasoned_action(
-        "Approve: burn the credits (PAYOUT) and send the Stripe transfer",
+        "Approve selected payouts (burn the credits, send the transfer)",
         permissions=["manage"],
         consequence="Each payout's credits are burnt from its provider's wallet and the transfer goes to their bank.",
     )
@@ -73,7 +73,7 @@ class PayoutRequestAdmin(ReadOnlyAdmin):
                 self.message_user(request, f"Payout {payout.pk} approved; the transfer is on its way.")
 
     @reasoned_action(
-        "Reject: nothing moves",
+        "Reject selected payouts (nothing moves)",
         permissions=["manage"],
         consequence="Nothing moves; each provider reads “Rejected by an operator:” and your reason on their wallet.",
     )
@@ -87,7 +87,7 @@ class PayoutRequestAdmin(ReadOnlyAdmin):
                 log_reason(self, request, payout, "Rejected", reason)
                 self.message_user(request, f"Payout {payout.pk} rejected.")
 
-    @admin.action(description="Send again: approved payouts whose transfer has not gone out", permissions=["manage"])
+    @admin.action(description="Send again approved payouts whose transfer has not gone out", permissions=["manage"])
     def retry_sending(self, request: HttpRequest, queryset: QuerySet[PayoutRequest]) -> None:
         for payout in queryset.filter(status=PayoutStatus.APPROVED, transfer_id=""):
             enqueue("payments.send_payout", str(payout.pk))

@@ -14,6 +14,7 @@ from __future__ import annotations
 from django.contrib import admin, messages
 from django.db.models import Prefetch, QuerySet
 from django.http import HttpRequest
+from django.utils import timezone
 from rest_framework.exceptions import ValidationError
 
 from config.admin_actions import log_reason, reasoned_action
@@ -21,6 +22,7 @@ from ledger.admin import ReadOnlyAdmin
 from workers.assignments.control import LIVE_JOB
 from workers.identity import services
 from workers.models import Assignment, RegistrationToken, Worker
+from workers.views import ago
 
 
 @admin.register(Worker)
@@ -31,14 +33,12 @@ class WorkerAdmin(ReadOnlyAdmin):
         "name",
         "owner",
         "address_short",
-        "state",
-        "held_by_platform",
-        "online",
-        "reputation",
-        "jobs_done",
+        "status",
+        "rep",
+        "jobs",
         "earnings_credits",
-        "benchmark_gflops",
-        "last_heartbeat_at",
+        "gflops",
+        "last_heard",
         "current_job",
     ]
     list_filter = ["state", "held_by_platform"]
@@ -52,9 +52,28 @@ class WorkerAdmin(ReadOnlyAdmin):
         live = Assignment.objects.filter(state__in=LIVE_JOB).select_related("task")
         return super().get_queryset(request).prefetch_related(Prefetch("assignments", live, to_attr="live_jobs"))
 
-    @admin.display(boolean=True)
-    def online(self, obj: Worker) -> bool:
-        return obj.is_online
+    @admin.display(description="status", ordering="state")
+    def status(self, obj: Worker) -> str:
+        """State and presence in one column: "online", "offline", "suspended by operators"."""
+        if obj.state == Worker.State.SUSPENDED and obj.held_by_platform:
+            return "suspended by operators"
+        return obj.status()
+
+    @admin.display(description="heard", ordering="last_heartbeat_at")
+    def last_heard(self, obj: Worker) -> str:
+        return "never" if obj.last_heartbeat_at is None else ago(obj.last_heartbeat_at, timezone.now())
+
+    @admin.display(description="rep.", ordering="reputation")
+    def rep(self, obj: Worker) -> int:
+        return obj.reputation
+
+    @admin.display(description="jobs", ordering="jobs_done")
+    def jobs(self, obj: Worker) -> int:
+        return obj.jobs_done
+
+    @admin.display(description="GFLOP/s", ordering="benchmark_gflops")
+    def gflops(self, obj: Worker) -> str:
+        return "—" if obj.benchmark_gflops is None else f"{obj.benchmark_gflops:.1f}"
 
     @admin.display(description="current job")
     def current_job(self, obj: Worker) -> str:
@@ -83,7 +102,7 @@ class WorkerAdmin(ReadOnlyAdmin):
         self.message_user(request, f"{verb} {done} worker(s).")
 
     @reasoned_action(
-        "Suspend: refuse the node's token and close its socket (only an operator can resume it)",
+        "Suspend selected workers (only an operator resumes them)",
         permissions=["manage"],
         consequence=(
             "Each node's token is refused and its socket closed at once; its running job ends without a penalty "
@@ -94,7 +113,7 @@ class WorkerAdmin(ReadOnlyAdmin):
         self._set_state(request, queryset, Worker.State.SUSPENDED, "Suspended", reason)
 
     @reasoned_action(
-        "Resume suspended workers (also those their owners suspended)",
+        "Resume selected suspended workers",
         permissions=["manage"],
         consequence="Each suspended node's token works again and it is offered jobs; its owner reads your reason.",
     )
@@ -102,7 +121,7 @@ class WorkerAdmin(ReadOnlyAdmin):
         self._set_state(request, queryset, Worker.State.ACTIVE, "Resumed", reason)
 
     @reasoned_action(
-        "Retire: final, the key can never work again",
+        "Retire selected workers (final)",
         permissions=["manage"],
         consequence=(
             "Final: each node's token and key stop working for good, and earnings left at its address can no "
