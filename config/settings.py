@@ -159,7 +159,8 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
 LOGIN_URL = "login"
-LOGIN_REDIRECT_URL = "my-tasks"
+# A provider without tasks lands on My workers, anyone else on My tasks (workers.views.start).
+LOGIN_REDIRECT_URL = "start"
 LOGOUT_REDIRECT_URL = "home"
 
 # --- Login throttling (django-axes) ---------------------------------------------

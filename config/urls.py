@@ -13,6 +13,10 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from config.errors import api_not_found
 
+# The admin's lists need the page's width at 1,280 px (the models are one click away from
+# its index and its breadcrumbs).
+admin.site.enable_nav_sidebar = False
+
 urlpatterns = [
     # The admin's login page links here ("Forgotten your password?"): the site's reset.
     path(
@@ -20,6 +24,8 @@ urlpatterns = [
         RedirectView.as_view(pattern_name="password_reset"),
         name="admin_password_reset",
     ),
+    # The operations dashboard (staff only): before the admin, whose catch-all would 404 it.
+    path("admin/operations/", include("workers.operations_urls")),
     path("admin/", admin.site.urls),
     path("api/v1/workers/", include("workers.api.urls")),
     path("api/v1/assignments/", include("workers.api.assignment_urls")),

@@ -1,5 +1,6 @@
 """Admin for the marketplace's models. Tasks change state only through services, so
-the admin shows them read-only apart from a cancel action."""
+the admin shows them read-only apart from a cancel action. Actions that change what a
+user owns ask for a confirmation and a reason first (``config.admin_actions``)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from django.contrib.auth.admin import UserAdmin as BaseUserAdmin
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
+from config.admin_actions import log_reason, reasoned_action
+from ledger.admin import AmountsAdminMixin
 from marketplace import services
 from marketplace.models import ApiToken, Dataset, IllegalTransition, Task, TaskEvent, User
 
@@ -41,10 +44,15 @@ class ApiTokenAdmin(admin.ModelAdmin[ApiToken]):
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # tokens are created by their owner, who alone sees the secret
 
-    @admin.action(description="Revoke selected tokens", permissions=["change"])
-    def revoke(self, request: HttpRequest, queryset: QuerySet[ApiToken]) -> None:
-        for token in queryset:
+    @reasoned_action(
+        "Revoke selected tokens",
+        permissions=["change"],
+        consequence="Programs using these tokens are refused from now on; their owners must make new ones.",
+    )
+    def revoke(self, request: HttpRequest, queryset: QuerySet[ApiToken], reason: str) -> None:
+        for token in queryset.select_related("user"):
             services.revoke_api_token(token.user, token.pk)
+            log_reason(self, request, token, "Revoked", reason)
         self.message_user(request, f"Revoked {queryset.count()} token(s).")
 
 
@@ -67,7 +75,8 @@ class TaskEventInline(admin.TabularInline[TaskEvent, Task]):
 
 
 @admin.register(Task)
-class TaskAdmin(admin.ModelAdmin[Task]):
+class TaskAdmin(AmountsAdminMixin, admin.ModelAdmin[Task]):
+    in_credits = ("budget", "price_estimate", "bid")
     list_display = ("title", "kind", "owner", "status", "budget_credits", "progress", "created_at")
     list_filter = ("status", "kind")
     search_fields = ("id", "title", "owner__username")
@@ -75,9 +84,7 @@ class TaskAdmin(admin.ModelAdmin[Task]):
     list_select_related = ("owner",)
     inlines = [TaskEventInline]
     actions = ["cancel"]
-
-    def get_readonly_fields(self, request: HttpRequest, obj: Task | None = None) -> list[str]:
-        return [f.name for f in Task._meta.fields]
+    readonly_fields = [f.name for f in Task._meta.fields]
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # tasks are posted through the marketplace, which validates and escrows
@@ -87,13 +94,23 @@ class TaskAdmin(admin.ModelAdmin[Task]):
         # results) and the source of its inference tasks' models: cancel it instead.
         return False
 
-    @admin.action(description="Cancel selected tasks", permissions=["change"])
-    def cancel(self, request: HttpRequest, queryset: QuerySet[Task]) -> None:
+    @reasoned_action(
+        "Cancel selected tasks",
+        permissions=["change"],
+        consequence=(
+            "Each task ends, its jobs stop on their nodes and its escrow goes back to its requester, who reads "
+            "“Cancelled by an operator:” and your reason on the task's page. A task whose result is being "
+            "verified, or that has ended, is left as it is."
+        ),
+    )
+    def cancel(self, request: HttpRequest, queryset: QuerySet[Task], reason: str) -> None:
         done = 0
-        for task in queryset.select_related("owner"):
+        for task in queryset:
             try:
-                services.cancel_task(task.owner, task.pk)
-                done += 1
+                services.cancel_task_as_operator(task.pk, reason)
             except IllegalTransition as exc:
                 self.message_user(request, f"{task}: {exc.messages[0]}", level=messages.WARNING)
+            else:
+                log_reason(self, request, task, "Cancelled", reason)
+                done += 1
         self.message_user(request, f"Cancelled {done} task(s).")

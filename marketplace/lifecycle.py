@@ -146,16 +146,28 @@ def open_locked(task: Task) -> None:
         transaction.on_commit(partial(enqueue, "workers.schedule_task", str(task.pk)))
 
 
-def cancel_locked(task: Task) -> None:
-    """The requester cancels a locked task: it ends and its whole escrow is refunded.
+CANCELLED_BY_OWNER = "Cancelled by you."
 
-    The workers app ends the task's jobs first (``task_cancelling``), or refuses while a
-    replica's result is being verified: that result may still be paid. An illegal move
-    raises IllegalTransition before anyone hears of it.
+
+def cancelled_by_operator(reason: str) -> str:
+    """What the requester reads when an operator cancelled their task: who, and why."""
+    return f"Cancelled by an operator: {reason}"
+
+
+def cancel_locked(task: Task, *, operator_reason: str = "") -> None:
+    """Cancel a locked task: it ends and its whole escrow is refunded.
+
+    The requester cancels it, or, with ``operator_reason``, the platform's operators do;
+    the timeline and the status reason say which (the requester reads them, so the
+    requester's own cancel reads "by you"). The workers app ends the task's jobs first
+    (``task_cancelling``), or refuses while a replica's result is being verified: that
+    result may still be paid. An illegal move raises IllegalTransition before anyone hears
+    of it.
     """
     check_transition(task.status, TaskStatus.CANCELLED)
     task_cancelling.send(sender=Task, task=task)
-    transition_locked(task, TaskStatus.CANCELLED, "Cancelled by the requester.")
+    said = cancelled_by_operator(operator_reason) if operator_reason else CANCELLED_BY_OWNER
+    transition_locked(task, TaskStatus.CANCELLED, said, reason=said)
     _refund(task)
 
 

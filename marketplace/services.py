@@ -22,14 +22,14 @@ from django.core.files import File
 from django.core.files.uploadedfile import UploadedFile
 from django.db import transaction
 from django.utils import timezone
-from rest_framework.exceptions import ValidationError
+from rest_framework.exceptions import NotFound, ValidationError
 
 from ledger import services as ledger
 from ledger.units import format_credits
 from marketplace import pricing
 from marketplace.datasets import clean_name, embeddings_map, embeddings_shape, inspect_upload
 from marketplace.kinds import Kind, get_kind
-from marketplace.lifecycle import cancel_locked, lock_own_task, open_locked
+from marketplace.lifecycle import cancel_locked, lock_own_task, lock_task, open_locked
 from marketplace.models import ApiToken, Dataset, Task, TaskEvent, TaskStatus, User, hash_token
 from training.plugin import DatasetProblem, Upload
 
@@ -226,6 +226,20 @@ def cancel_task(owner: User, task_id: UUID) -> Task:
     with transaction.atomic():
         task = lock_own_task(owner, task_id)
         cancel_locked(task)
+    return task
+
+
+def cancel_task_as_operator(task_id: UUID, reason: str) -> Task:
+    """The platform's operators cancel a task (the admin panel): as ``cancel_task`` does,
+    refunding its escrow, and the requester reads "Cancelled by an operator: <reason>" on
+    its timeline and as its status reason. ``reason`` must not be blank."""
+    if not reason.strip():
+        raise ValueError("an operator's cancel needs a reason")
+    with transaction.atomic():
+        task = lock_task(task_id)
+        if task is None:
+            raise NotFound("No such task.")
+        cancel_locked(task, operator_reason=reason.strip())
     return task
 
 

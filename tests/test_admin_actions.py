@@ -68,3 +68,165 @@ def test_no_one_deletes_a_task_in_the_admin(bob: Any) -> None:
     )
     assert changelist.status_code in (200, 302)
     assert Task.objects.filter(pk=task.pk).exists()
+
+
+# --- Actions that change what a user owns ask for a confirmation and a reason ----------
+
+# Actions that change nothing a user owns: Django's delete (refused on every model that
+# holds state), the clean-up of expired login failures, and sending an approved payout's
+# transfer again (the approval, which asked, already decided it).
+ASK_NOTHING = {"delete_selected", "cleanup_expired_attempts", "retry_sending"}
+
+
+def test_every_action_that_changes_what_a_user_owns_asks_for_a_reason() -> None:
+    root: Any = UserFactory(username="root", is_staff=True, is_superuser=True)
+    request = RequestFactory().get("/admin/")
+    request.user = root
+    actions: dict[str, Any] = {
+        f"{model._meta.label}.{name}": offered[0] if offered else None
+        for model, model_admin in admin.site._registry.items()
+        for name, offered in (model_admin.get_actions(request) or {}).items()
+        if name not in ASK_NOTHING
+    }
+    assert "marketplace.Task.cancel" in actions
+    unasked = {label for label, func in actions.items() if not getattr(func, "asks_reason", False)}
+    assert unasked == set()
+
+
+@pytest.fixture
+def operator() -> Any:
+    from django.test import Client
+
+    root: Any = UserFactory(username="root", is_staff=True, is_superuser=True)
+    client = Client()
+    client.force_login(root)
+    return client
+
+
+def cancel_post(task: Any, **extra: str) -> dict[str, Any]:
+    return {"action": "cancel", "_selected_action": [str(task.pk)], **extra}
+
+
+def test_an_operators_cancel_asks_first_then_tells_the_requester_why(operator: Any, bob: Any) -> None:
+    from django.contrib.admin.models import LogEntry
+    from django.test import Client
+
+    from ledger import services as ledger
+    from ledger.units import UNITS_PER_CREDIT
+    from marketplace.models import Task
+    from tests.factories import post_task
+
+    before = ledger.balance(bob)
+    task = post_task(bob, "synthetic", {"n": 64}, budget=UNITS_PER_CREDIT, title="Bob's matmul")
+
+    asked = operator.post("/admin/marketplace/task/", cancel_post(task))
+    assert asked.status_code == 200
+    page = asked.content.decode()
+    assert "Bob&#x27;s matmul" in page
+    assert 'name="reason"' in page
+    assert 'maxlength="200"' in page
+    assert Task.objects.get(pk=task.pk).status == "open"
+
+    done = operator.post(
+        "/admin/marketplace/task/",
+        cancel_post(task, confirm="yes", reason="Spam: the same task 400 times."),
+        follow=True,
+    )
+    assert "Cancelled 1 task(s)." in done.content.decode()
+    task.refresh_from_db()
+    said = "Cancelled by an operator: Spam: the same task 400 times."
+    assert (task.status, task.status_reason) == ("cancelled", said)
+    assert ledger.balance(bob) == before  # the escrow came back
+    entry = LogEntry.objects.get(object_id=str(task.pk))
+    assert entry.user.username == "root"
+    assert "Spam: the same task 400 times." in entry.get_change_message()
+
+    requester = Client()
+    requester.force_login(bob)
+    task_page = requester.get(f"/tasks/{task.pk}/").content.decode()
+    assert task_page.count(said) == 2  # the status reason and the timeline's line
+    assert "Cancelled by the requester" not in task_page
+    api = requester.get(f"/api/v1/tasks/{task.pk}/").json()
+    assert api["status_reason"] == said
+    assert api["events"][-1]["message"] == said
+
+
+def test_a_requesters_own_cancel_reads_by_you(bob: Any) -> None:
+    from django.test import Client
+
+    from ledger.units import UNITS_PER_CREDIT
+    from marketplace import services
+    from tests.factories import post_task
+
+    task = post_task(bob, "synthetic", {"n": 64}, budget=UNITS_PER_CREDIT)
+    services.cancel_task(bob, task.pk)
+    requester = Client()
+    requester.force_login(bob)
+    page = requester.get(f"/tasks/{task.pk}/").content.decode()
+    assert "Cancelled by you." in page
+    assert "operator" not in page
+
+
+@pytest.mark.parametrize(
+    ("extra", "error"),
+    [
+        ({}, None),  # straight from the action menu: only the question
+        ({"confirm": "no", "reason": "Because."}, None),
+        ({"confirm": "yes"}, "Give a reason"),
+        ({"confirm": "yes", "reason": ""}, "Give a reason"),
+        ({"confirm": "yes", "reason": "   \t  "}, "Give a reason"),
+        ({"confirm": "yes", "reason": "x" * 201}, "at most 200 characters"),
+    ],
+    ids=["no-confirmation", "confirm-not-yes", "no-reason", "empty-reason", "blank-reason", "too-long"],
+)
+def test_a_forged_post_without_confirmation_or_reason_changes_nothing(
+    operator: Any, bob: Any, extra: dict[str, str], error: str | None
+) -> None:
+    from django.contrib.admin.models import LogEntry
+
+    from ledger.units import UNITS_PER_CREDIT
+    from marketplace.models import Task
+    from tests.factories import post_task
+
+    task = post_task(bob, "synthetic", {"n": 64}, budget=UNITS_PER_CREDIT)
+    response = operator.post("/admin/marketplace/task/", cancel_post(task, **extra))
+    assert response.status_code == (400 if error else 200)
+    page = response.content.decode()
+    assert 'name="reason"' in page
+    if error:
+        assert error in page
+    assert Task.objects.get(pk=task.pk).status == "open"
+    assert not LogEntry.objects.exists()
+
+
+def test_non_staff_cannot_reach_the_actions(bob: Any, alice: Any) -> None:
+    from django.test import Client
+
+    from ledger.units import UNITS_PER_CREDIT
+    from marketplace.models import Task
+    from tests.factories import post_task
+
+    task = post_task(bob, "synthetic", {"n": 64}, budget=UNITS_PER_CREDIT)
+    outsider = Client()
+    outsider.force_login(alice)
+    forged = cancel_post(task, confirm="yes", reason="I do not like it.")
+    response = outsider.post("/admin/marketplace/task/", forged)
+    assert response.status_code == 302
+    assert response["Location"].startswith("/admin/login/")
+    assert Task.objects.get(pk=task.pk).status == "open"
+
+
+def test_the_confirmation_refuses_a_post_without_csrf(bob: Any) -> None:
+    from django.test import Client
+
+    from ledger.units import UNITS_PER_CREDIT
+    from marketplace.models import Task
+    from tests.factories import post_task
+
+    task = post_task(bob, "synthetic", {"n": 64}, budget=UNITS_PER_CREDIT)
+    root: Any = UserFactory(username="root2", is_staff=True, is_superuser=True)
+    strict = Client(enforce_csrf_checks=True)
+    strict.force_login(root)
+    response = strict.post("/admin/marketplace/task/", cancel_post(task, confirm="yes", reason="Spam."))
+    assert response.status_code == 403
+    assert Task.objects.get(pk=task.pk).status == "open"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import ClassVar
 
 from django.conf import settings
@@ -46,6 +46,14 @@ class RegistrationToken(models.Model):
         return self.used_at is None and self.expires_at > timezone.now()
 
 
+def online_cutoff(now: datetime | None = None) -> datetime:
+    """The one rule for a node's presence: an active node is online while its last
+    heartbeat is newer than this (``WORKER_HEARTBEAT_TIMEOUT`` ago), offline from then on.
+    ``Worker.is_online``, ``WorkerQuerySet.online``, the pages' wording and the scheduler's
+    expiry of silent nodes' jobs all read it."""
+    return (now or timezone.now()) - timedelta(seconds=settings.WORKER_HEARTBEAT_TIMEOUT)
+
+
 class WorkerQuerySet(OwnedQuerySet["Worker"]):
     def usable(self) -> WorkerQuerySet:
         """Workers that may act: active, of an owner whose account is active (a
@@ -53,8 +61,7 @@ class WorkerQuerySet(OwnedQuerySet["Worker"]):
         return self.filter(state=Worker.State.ACTIVE, owner__is_active=True)
 
     def online(self) -> WorkerQuerySet:
-        cutoff = timezone.now() - timedelta(seconds=settings.WORKER_HEARTBEAT_TIMEOUT)
-        return self.usable().filter(last_heartbeat_at__gte=cutoff)
+        return self.usable().filter(last_heartbeat_at__gte=online_cutoff())
 
 
 class Worker(models.Model):
@@ -83,6 +90,12 @@ class Worker(models.Model):
         null=True, blank=True, help_text="Achieved GFLOP/s on verified synthetic work."
     )
     last_heartbeat_at = models.DateTimeField(null=True, blank=True)
+    state_reason = models.CharField(
+        max_length=300,
+        blank=True,
+        help_text="Who put the node in its state and why, as its owner reads it: "
+        "“Suspended by an operator: <reason>”, “Retired by you.”",
+    )
     created_at = models.DateTimeField(default=timezone.now)
     retired_at = models.DateTimeField(null=True, blank=True)
 
@@ -103,7 +116,7 @@ class Worker(models.Model):
     def is_online(self) -> bool:
         if self.state != self.State.ACTIVE or self.last_heartbeat_at is None:
             return False
-        return timezone.now() - self.last_heartbeat_at <= timedelta(seconds=settings.WORKER_HEARTBEAT_TIMEOUT)
+        return self.last_heartbeat_at >= online_cutoff()
 
     def status(self, busy: bool = False) -> str:
         """online / busy / offline from heartbeats, or the provider's suspended / retired."""

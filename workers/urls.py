@@ -8,6 +8,7 @@ from workers import views
 
 urlpatterns = [
     path("", views.my_workers, name="my-workers"),
+    path("start/", views.start, name="start"),
     path("register", views.register, name="worker-register-page"),
     path("register/", views.register),
     path("<uuid:pk>/", views.worker_detail, name="worker-detail"),

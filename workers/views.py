@@ -20,7 +20,6 @@ from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, Stream
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
-from django.utils.timesince import timesince
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 from rest_framework.exceptions import APIException, NotFound, PermissionDenied, Throttled, ValidationError
@@ -108,15 +107,33 @@ def _gib(value: Any) -> str:
         return "?"
 
 
-def heartbeat_age(when: datetime | None, now: datetime | None = None) -> str:
-    """How long ago a heartbeat came: "just now" under a minute (timesince would say
-    "0 minutes"), else "5 minutes ago". Empty for none."""
+def ago(when: datetime, now: datetime) -> str:
+    """A short age: "45 s ago", "5 min ago", "3 h ago", "2 days ago"."""
+    seconds = max(0, int((now - when).total_seconds()))
+    if seconds < 60:
+        return f"{seconds} s ago"
+    if seconds < 3600:
+        return f"{seconds // 60} min ago"
+    if seconds < 48 * 3600:
+        return f"{seconds // 3600} h ago"
+    return f"{seconds // 86400} days ago"
+
+
+def presence(worker: Worker, now: datetime | None = None) -> str:
+    """The line under a worker's status badge. Online or offline is ``Worker.is_online``'s
+    rule (``workers.models.online_cutoff``), so an offline node never reads "just now":
+    "heartbeat just now" (online, under 10 s), "heartbeat 12 s ago" (online), "last
+    heartbeat 5 min ago" (offline), "no heartbeat yet"; a suspended or retired node says
+    who stopped it and why when it was not its owner's plain choice."""
+    if worker.state != Worker.State.ACTIVE and worker.state_reason:
+        return worker.state_reason
+    when = worker.last_heartbeat_at
     if when is None:
-        return ""
+        return "no heartbeat yet"
     now = now or timezone.now()
-    if now - when < timedelta(minutes=1):
-        return "just now"
-    return f"{timesince(when, now)} ago"
+    if worker.is_online:
+        return "heartbeat just now" if now - when < timedelta(seconds=10) else f"heartbeat {ago(when, now)}"
+    return f"last heartbeat {ago(when, now)}"
 
 
 def _worker_row(worker: Worker, unswept: int) -> dict[str, Any]:
@@ -126,7 +143,7 @@ def _worker_row(worker: Worker, unswept: int) -> dict[str, Any]:
     return {
         "worker": worker,
         "status": worker.status(busy),
-        "heartbeat": heartbeat_age(worker.last_heartbeat_at),
+        "presence": presence(worker),
         "capabilities": capability_rows(worker.capabilities),
         "earnings": format_credits(worker.earnings),
         "actions": _actions_for(worker),
@@ -142,6 +159,15 @@ def _actions_for(worker: Worker) -> list[str]:
     if worker.state == Worker.State.SUSPENDED:
         return ["retire"] if worker.held_by_platform else ["resume", "retire"]
     return []
+
+
+@login_required
+def start(request: HttpRequest) -> HttpResponse:
+    """Where a login lands (``LOGIN_REDIRECT_URL``) when it names no ``next``: My workers
+    for a provider who runs nodes and has posted no task, My tasks for everyone else."""
+    user = current_user(request)
+    provider_only = Worker.objects.owned_by(user).exists() and not Task.objects.owned_by(user).exists()
+    return redirect("my-workers" if provider_only else "my-tasks")
 
 
 @never_cache

@@ -109,7 +109,7 @@ def test_a_signed_in_user_sent_to_the_login_page_goes_on_not_in_a_loop(alice_web
     # ?next=/accounts/login/ for a signed-in user: Django's LoginView raised on the loop (a 500).
     looping = alice_web.get("/accounts/login/?next=/accounts/login/")
     assert looping.status_code == 302
-    assert looping["Location"] == "/tasks/"
+    assert looping["Location"] == "/workers/start/"
     onward = alice_web.get("/accounts/login/?next=/datasets/")
     assert onward.status_code == 302
     assert onward["Location"] == "/datasets/"

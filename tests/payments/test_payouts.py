@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from django.test import Client
 
 from ledger import services as ledger
 from ledger.models import Transaction
@@ -45,7 +46,12 @@ def approve(admin_client: Any, payout: PayoutRequest, capture: Any) -> Any:
     with capture(execute=True):
         return admin_client.post(
             "/admin/payments/payoutrequest/",
-            {"action": "approve", "_selected_action": [str(payout.pk)]},
+            {
+                "action": "approve",
+                "_selected_action": [str(payout.pk)],
+                "confirm": "yes",
+                "reason": "Checked the account.",
+            },
             follow=True,
         )
 
@@ -192,9 +198,21 @@ def test_credits_spent_before_approval_make_the_approval_fail_cleanly(
 def test_admin_can_reject(alice: Any, alice_client: Any, admin_client: Any, ls: Any, deliver: Any) -> None:
     link(alice_client, ls, deliver)
     payout = services.request_payout(alice, 50 * UNITS_PER_CREDIT)
-    admin_client.post("/admin/payments/payoutrequest/", {"action": "reject", "_selected_action": [str(payout.pk)]})
+    action = {"action": "reject", "_selected_action": [str(payout.pk)]}
+    asked = admin_client.post("/admin/payments/payoutrequest/", action)
+    assert "Reason:" in asked.content.decode()
+    payout.refresh_from_db()
+    assert payout.status == "requested"  # the confirmation page changed nothing
+    admin_client.post(
+        "/admin/payments/payoutrequest/", {**action, "confirm": "yes", "reason": "Bank details mismatch."}
+    )
     payout.refresh_from_db()
     assert payout.status == "rejected"
+    # The provider reads who refused and why, never the operator's account name.
+    assert payout.failure_message == "Rejected by an operator: Bank details mismatch."
+    client = Client()
+    client.force_login(alice)
+    assert "Rejected by an operator: Bank details mismatch." in client.get("/wallet/").content.decode()
 
 
 def test_payout_form_on_the_wallet(alice: Any, client: Any, ls: Any, deliver: Any, alice_client: Any) -> None:

@@ -27,10 +27,13 @@ def admin_client(client: Client) -> Client:
     return client
 
 
-def act(client: Client, action: str, *workers: Worker) -> str:
-    response = client.post(
-        "/admin/workers/worker/", {"action": action, "_selected_action": [str(w.pk) for w in workers]}, follow=True
-    )
+def act(client: Client, action: str, *workers: Worker, reason: str = "Seen sending forged results.") -> str:
+    """Run an action as an operator does: through its confirmation page, with a reason."""
+    chosen = {"action": action, "_selected_action": [str(w.pk) for w in workers]}
+    asked = client.post("/admin/workers/worker/", chosen)
+    assert asked.status_code == 200
+    assert "Reason:" in asked.content.decode()
+    response = client.post("/admin/workers/worker/", {**chosen, "confirm": "yes", "reason": reason}, follow=True)
     assert response.status_code == 200
     return response.content.decode()
 
@@ -126,6 +129,38 @@ def test_staff_who_may_only_view_workers_cannot_act_on_them(client: Client, alic
     listing = client.get("/admin/workers/worker/").content.decode()
     assert "alice-h100" in listing
     assert 'value="retire"' not in listing
-    act(client, "retire", worker)
+    forged = {"action": "retire", "_selected_action": [str(worker.pk)], "confirm": "yes", "reason": "Mine now."}
+    assert "Reason:" not in client.post("/admin/workers/worker/", forged, follow=True).content.decode()
     assert Worker.objects.get(pk=worker.pk).state == Worker.State.ACTIVE
+    assert token_works(raw)
+
+
+def test_the_owner_reads_who_stopped_a_node_and_why(admin_client: Client, alice: Any) -> None:
+    worker, _, _ = make_worker(alice, name="alice-h100")
+    owner = owner_client(alice)
+    page = Client()
+    page.force_login(alice)
+
+    act(admin_client, "suspend", worker, reason="Results failed verification 12 times today.")
+    said = "Suspended by an operator: Results failed verification 12 times today."
+    assert said in page.get(f"/workers/{worker.pk}/").content.decode()
+    assert said in page.get("/workers/").content.decode()
+    assert owner.get(f"/api/v1/workers/{worker.pk}/").json()["state_reason"] == said
+
+    act(admin_client, "resume", worker, reason="Fixed after talking to the owner.")
+    assert owner.get(f"/api/v1/workers/{worker.pk}/").json()["state_reason"] == (
+        "Resumed by an operator: Fixed after talking to the owner."
+    )
+    # The owner's own change is theirs, and says so.
+    owner.post(f"/api/v1/workers/{worker.pk}/suspend/")
+    assert "Suspended by you." in page.get(f"/workers/{worker.pk}/").content.decode()
+    assert "by an operator" not in page.get("/workers/").content.decode()
+
+
+def test_an_operator_action_with_no_reason_leaves_the_node_as_it_was(admin_client: Client, alice: Any) -> None:
+    worker, raw, _ = make_worker(alice, name="alice-h100")
+    for extra in ({}, {"confirm": "yes"}, {"confirm": "yes", "reason": "  "}):
+        admin_client.post("/admin/workers/worker/", {"action": "retire", "_selected_action": [str(worker.pk)], **extra})
+    worker.refresh_from_db()
+    assert (worker.state, worker.state_reason) == (Worker.State.ACTIVE, "")
     assert token_works(raw)

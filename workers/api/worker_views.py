@@ -40,6 +40,7 @@ class WorkerSerializer(serializers.ModelSerializer):
             "public_key",
             "state",
             "held_by_platform",
+            "state_reason",
             "status",
             "capabilities",
             "reputation",

@@ -29,7 +29,7 @@ from workers.assignments import heldout, lifecycle, nodebroker, supply, uploads
 from workers.assignments.control import stop_on_commit
 from workers.live.dashboard import worker_changed
 from workers.market import asks as market_asks
-from workers.models import BARS_PROVIDER, REPLICA_HELD, UNSETTLED, Assignment, Shortfall, Worker
+from workers.models import BARS_PROVIDER, REPLICA_HELD, UNSETTLED, Assignment, Shortfall, Worker, online_cutoff
 
 log = logging.getLogger(__name__)
 
@@ -393,7 +393,7 @@ def expire_overdue() -> int:
     either wins cleanly or is refused. One failing row does not stop the others.
     """
     now = timezone.now()
-    silent = now - timedelta(seconds=settings.WORKER_HEARTBEAT_TIMEOUT)
+    silent = online_cutoff(now)
     live = [Assignment.State.OFFERED, Assignment.State.RUNNING]
     overdue = Assignment.objects.filter(state__in=live).filter(
         Q(deadline__lt=now) | Q(worker__last_heartbeat_at__lt=silent) | Q(worker__state__in=["suspended", "retired"])

@@ -305,15 +305,33 @@ def authenticate_worker(raw_token: str) -> Worker | None:
 HELD_BY_PLATFORM = "The platform's operators suspended this worker; only they can resume it. Contact support."
 
 
-def set_worker_state(owner: User, worker_id: UUID, target: str, *, by_platform: bool = False) -> Worker:
+STATE_VERBS = {Worker.State.ACTIVE: "Resumed", Worker.State.SUSPENDED: "Suspended", Worker.State.RETIRED: "Retired"}
+
+
+def state_reason(target: str, operator_reason: str) -> str:
+    """What the owner reads of a state change: "Suspended by an operator: <reason>" when
+    the platform's operators acted, "Suspended by you." when the owner did (nothing when
+    the owner resumed: an active node needs no explanation)."""
+    verb = STATE_VERBS[Worker.State(target)]
+    if operator_reason:
+        return f"{verb} by an operator: {operator_reason}"
+    return "" if target == Worker.State.ACTIVE else f"{verb} by you."
+
+
+def set_worker_state(
+    owner: User, worker_id: UUID, target: str, *, by_platform: bool = False, reason: str = ""
+) -> Worker:
     """Suspend, resume or retire one of the owner's workers. Retiring is final.
 
-    ``by_platform``: the platform's operators act (the admin panel). Their suspension
-    holds: the owner cannot resume the worker until an operator does (the owner may still
-    retire it). Suspending or retiring ends the worker's live jobs at once and stops them
-    on its node (``workers.assignments.lifecycle.end_worker_jobs``: free when an operator acts, the
-    reported give-up's penalty when the owner does).
+    ``by_platform``: the platform's operators act (the admin panel), and say why in
+    ``reason`` (required then); the owner reads it on the node's page (``state_reason``).
+    Their suspension holds: the owner cannot resume the worker until an operator does (the
+    owner may still retire it). Suspending or retiring ends the worker's live jobs at once
+    and stops them on its node (``workers.assignments.lifecycle.end_worker_jobs``: free
+    when an operator acts, the reported give-up's penalty when the owner does).
     """
+    if by_platform and not reason.strip():
+        raise ValueError("an operator's state change needs a reason")
     allowed = {
         Worker.State.ACTIVE: {Worker.State.SUSPENDED, Worker.State.RETIRED},
         Worker.State.SUSPENDED: {Worker.State.ACTIVE, Worker.State.RETIRED},
@@ -328,7 +346,8 @@ def set_worker_state(owner: User, worker_id: UUID, target: str, *, by_platform: 
         if target == Worker.State.ACTIVE and worker.held_by_platform and not by_platform:
             raise ValidationError({"state": [HELD_BY_PLATFORM]})
         worker.state = target
-        fields = ["state"]
+        worker.state_reason = state_reason(target, reason.strip() if by_platform else "")
+        fields = ["state", "state_reason"]
         if by_platform and target != Worker.State.RETIRED:
             worker.held_by_platform = target == Worker.State.SUSPENDED
             fields.append("held_by_platform")
