@@ -225,7 +225,7 @@ class Task(models.Model):
     replication = models.PositiveSmallIntegerField(default=1)
     max_attempts = models.PositiveSmallIntegerField(default=3)
     status = models.CharField(max_length=16, choices=TaskStatus.choices, default=TaskStatus.DRAFT, db_index=True)
-    status_reason = models.CharField(max_length=1000, blank=True)
+    status_reason = models.CharField(max_length=1500, blank=True)
     progress = models.FloatField(default=0.0, help_text="Percent, 0–100.")
     metrics = models.JSONField(default=dict, blank=True, help_text="Last reported metrics.")
     result_summary = models.JSONField(default=dict, blank=True)

@@ -275,7 +275,9 @@ def test_the_longest_waiting_reason_fits_the_task_row() -> None:
     need = supply.Need(longest_kind, 1000 * 2**40, frozenset({"poc:aes256ctr", "poc:shake128"}), 100)
     survey = supply.Survey(need, short=Counter({reason: 123_456 for reason in supply.REASONS}), taken=1)
     note = " If no worker takes it by 2026-11-28 10:40 UTC, it fails with a full refund."
-    prefix = scheduler._SHORTFALL_NOTE.format(minutes=99999)
+    # The verifier's reason quoted in the note is a job's stored reason: at most its column.
+    why = "w" * Assignment._meta.get_field("reason").max_length
+    prefix = scheduler._SHORTFALL_NOTE.format(minutes=99999, why=why)
     assert len(prefix) > len("4/5 replicas in hand. ")
     reason = prefix + survey.reason() + note
     assert "123456 fit but are busy with another job" in reason
