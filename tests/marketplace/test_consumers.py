@@ -62,7 +62,7 @@ def test_owner_receives_the_status_event_when_the_task_is_cancelled(alice: Any) 
         "type": "task.status",
         "task_id": str(task.pk),
         "status": "cancelled",
-        "status_reason": "",
+        "status_reason": "Cancelled by you.",
         "progress": 0.0,
     }
 

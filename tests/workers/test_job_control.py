@@ -186,7 +186,9 @@ def test_an_operators_suspension_stops_the_job_at_once_without_penalty(
     async def scenario() -> None:
         comm = socket(job["token"])
         assert (await comm.connect())[0]
-        await sync_to_async(services.set_worker_state)(alice, worker.pk, target, by_platform=True)
+        await sync_to_async(services.set_worker_state)(
+            alice, worker.pk, target, by_platform=True, reason="hardware fault reported"
+        )
         # The stop comes first, then the close of a socket whose worker may no longer act.
         assert await comm.receive_json_from(timeout=5) == stop_of(assignment, reason)
         assert await comm.receive_output(timeout=5) == {"type": "websocket.close", "code": 4403}
@@ -325,7 +327,9 @@ def test_a_suspension_costs_the_same_when_the_periodic_expiry_ends_the_job_first
         return real(*args, **kwargs)
 
     monkeypatch.setattr(services, "end_worker_jobs", racing)
-    services.set_worker_state(alice, worker.pk, "suspended", by_platform=by_platform)
+    services.set_worker_state(
+        alice, worker.pk, "suspended", by_platform=by_platform, reason="hardware fault reported" if by_platform else ""
+    )
     stored = Assignment.objects.get(pk=assignment.pk)
     assert stored.state == Assignment.State.EXPIRED
     assert stored.reason.startswith(reason), stored.reason

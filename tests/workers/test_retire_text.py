@@ -152,5 +152,5 @@ def test_a_heartbeat_under_a_minute_old_is_just_now(alice: Any) -> None:
     body = re.sub(r"<[^>]+>", " ", web(alice).get("/workers/").content.decode())
     body = re.sub(r"\s+", " ", body)
     assert "heartbeat just now" in body
-    assert "heartbeat 5 minutes ago" in body
+    assert "last heartbeat 5 min ago" in body
     assert "0 minutes" not in body

@@ -54,7 +54,7 @@ def test_a_synthetic_task_whose_result_could_never_be_uploaded_is_refused(bob: A
 
 def test_an_operators_suspension_is_not_undone_by_registering_a_new_key(alice: Any, alice_client: APIClient) -> None:
     alpha = Provider(alice, "alpha")
-    services.set_worker_state(alice, alpha.worker.pk, Worker.State.SUSPENDED, by_platform=True)
+    services.set_worker_state(alice, alpha.worker.pk, Worker.State.SUSPENDED, by_platform=True, reason="abuse report")
 
     refused = alice_client.post("/api/v1/workers/registration-tokens/")
     assert refused.status_code == 403
@@ -67,7 +67,7 @@ def test_an_operators_suspension_is_not_undone_by_registering_a_new_key(alice: A
     assert not RegistrationToken.objects.filter(owner=alice).exists()
 
     # Once the operators lift it, registering works again.
-    services.set_worker_state(alice, alpha.worker.pk, Worker.State.ACTIVE, by_platform=True)
+    services.set_worker_state(alice, alpha.worker.pk, Worker.State.ACTIVE, by_platform=True, reason="report cleared")
     assert alice_client.post("/api/v1/workers/registration-tokens/").status_code == 201
 
 
