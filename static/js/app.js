@@ -36,6 +36,26 @@
     });
   });
 
+  // The header's menu button (narrow screens): it shows and hides the links and the
+  // session; Escape folds it again and gives the focus back to the button.
+  function setMenu(button, open) {
+    button.setAttribute("aria-expanded", open ? "true" : "false");
+    var menu = document.getElementById(button.getAttribute("aria-controls"));
+    if (menu) menu.classList.toggle("is-open", open);
+  }
+  document.addEventListener("click", function (event) {
+    var button = event.target.closest(".nav-toggle");
+    if (!button) return;
+    setMenu(button, button.getAttribute("aria-expanded") !== "true");
+  });
+  document.addEventListener("keydown", function (event) {
+    if (event.key !== "Escape") return;
+    var button = document.querySelector('.nav-toggle[aria-expanded="true"]');
+    if (!button) return;
+    setMenu(button, false);
+    button.focus();
+  });
+
   // htmx refreshes error slots in place; keep aria-invalid on their inputs in step,
   // so assistive tech and the red outline agree with the message. A field refused inside
   // a closed <details> ("Advanced") opens it, so the message is never hidden.

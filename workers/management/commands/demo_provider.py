@@ -15,6 +15,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from marketplace import demo
 from marketplace import services as marketplace_services
 from marketplace.models import User
 from protocol.wire import registration_message, sign_template
@@ -34,8 +35,7 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         if settings.PRODUCTION:
             raise CommandError("The demo provider is for development; PROOFWORK_PRODUCTION is set.")
-        username = os.environ.get("PROOFWORK_DEMO_PROVIDER", "provider")
-        password = os.environ.get("PROOFWORK_DEMO_PROVIDER_PASSWORD", "provider-password-123")
+        username, password = demo.provider().username, demo.provider().password
         user, created = User.objects.get_or_create(username=username, defaults={"email": "provider@example.com"})
         if created:
             user.set_password(password)
