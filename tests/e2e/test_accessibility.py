@@ -36,17 +36,6 @@ WIDTHS = (1280, 375)
 BLOCKING = ("serious", "critical")
 KINDS = ("synthetic", "cube_training", "cube_inference", "asl_training", "asl_inference")
 
-# Violations in pages being rewritten elsewhere (the task page, the post form, the admin,
-# My workers): known, named, and expected to go once those pages land.
-_CHARTS = (
-    "serious aria-prohibited-attr: #task-charts is a <div> with aria-label and no role"
-    " (the task page's charts partial, being rewritten)"
-)
-KNOWN: dict[str, str] = {
-    "requester-task-finished": _CHARTS,
-    "requester-task-failed": _CHARTS,
-}
-
 
 @dataclass(frozen=True)
 class Page:
@@ -78,6 +67,7 @@ PAGES = [
     *(Page(f"post-{kind}", "requester", fixed(f"/tasks/new/{kind}/")) for kind in KINDS),
     Page("task-finished", "requester", lambda rows: f"/tasks/{rows['finished']}/"),
     Page("task-failed", "requester", lambda rows: f"/tasks/{rows['failed']}/"),
+    Page("compare", "requester", lambda rows: f"/tasks/compare/?a={rows['finished']}&b={rows['failed']}"),
     Page("datasets", "requester", fixed("/datasets/")),
     Page("dataset", "requester", lambda rows: f"/datasets/{rows['dataset']}/"),
     Page("wallet", "requester", fixed("/wallet/")),
@@ -86,6 +76,7 @@ PAGES = [
     Page("worker", "provider", lambda rows: f"/workers/{rows['worker']}/"),
     Page("worker-register", "provider", fixed("/workers/register")),
     Page("admin", "staff", fixed("/admin/")),
+    Page("operations", "staff", fixed("/admin/operations/")),
 ]
 
 USERS = {"requester": "alice", "provider": "pat", "staff": "root"}
@@ -189,9 +180,7 @@ def cases() -> Iterator[Any]:
     for spec in PAGES:
         for width in WIDTHS:
             case_id = f"{spec.role}-{spec.name}-{width}"
-            reason = KNOWN.get(case_id) or KNOWN.get(f"{spec.role}-{spec.name}")
-            marks = [pytest.mark.xfail(strict=False, reason=reason)] if reason else []
-            yield pytest.param(spec, width, id=case_id, marks=marks)
+            yield pytest.param(spec, width, id=case_id)
 
 
 @pytest.mark.parametrize(("spec", "width"), list(cases()))
