@@ -29,9 +29,17 @@ run: demo
 	@echo "Proofwork on http://$(HOST):$(PORT)/  (Ctrl-C stops every process)"
 	HOST=$(HOST) WEB_PORT=$(PORT) PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/honcho start -f Procfile
 
-# Lint, types, import contracts and migrations first, then the whole suite (exit 5 = nothing collected fails too).
+# Lint, types, import contracts and migrations first, then the whole suite in two runs: the
+# tests that need no real processes of their own, one process per core (pytest-xdist; each
+# with its own var/test/<worker> and Redis databases, config/test_settings.py), then the
+# browser (e2e) and slow tests one at a time, as they start servers, agents and training
+# runs that would compete for the cores. Both always run; either failing (exit 5, nothing
+# collected, included) fails the target.
 test: check
-	$(BIN)/python -m pytest
+	@status=0; \
+	$(BIN)/python -m pytest -m "not e2e and not slow" -n auto || status=$$?; \
+	$(BIN)/python -m pytest -m "e2e or slow" || status=$$?; \
+	exit $$status
 
 # The quick loop while working: the suite without the browser (e2e) and slow tests, one
 # process per core (pytest-xdist; each gets its own var/test/<worker>, config/test_settings.py).

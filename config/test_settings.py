@@ -13,7 +13,10 @@ Under pytest-xdist (``make test-fast``) each worker process gets a directory of 
 media, and the processes it starts, are not the other workers'. An explicit
 ``PROOFWORK_VAR_DIR`` is one directory for the whole run: use it without ``-n``. So is the
 Redis of ``REDIS_URL`` (the broker's queues, the cache a test clears): ``-n`` runs on the
-embedded broker and cache.
+embedded broker and cache, or, with ``REDIS_URL`` set, on a pair of Redis databases of each
+worker's own: ``gw<n>`` takes database ``2n + 2`` of ``REDIS_URL``'s server for the broker and
+the channel layer, and the one after for the cache (a serial run keeps 0 and 1). At most
+seven workers fit in Redis's sixteen databases.
 
 The xdist controller loads these settings too, and its workers inherit its environment:
 ``PROOFWORK_TEST_VAR_DIR`` records the directory this module chose, so a worker that finds
@@ -31,11 +34,27 @@ if os.environ.get("PROOFWORK_VAR_DIR") in (None, os.environ.get("PROOFWORK_TEST_
         Path(__file__).resolve().parent.parent / "var" / "test" / os.environ.get("PYTEST_XDIST_WORKER", "")
     )
 
+# Under xdist, each worker's own Redis databases; ``PROOFWORK_TEST_REDIS_URL`` records the
+# choice, so the processes a worker starts (which inherit both variables) keep it.
+_xdist_worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+_redis_url = os.environ.get("REDIS_URL", "")
+if _xdist_worker.startswith("gw") and _redis_url and os.environ.get("PROOFWORK_TEST_REDIS_URL") != _redis_url:
+    from urllib.parse import urlsplit, urlunsplit
+
+    _database = 2 * int(_xdist_worker.removeprefix("gw")) + 2
+    if _database > 14:
+        raise RuntimeError(
+            f"pytest-xdist worker {_xdist_worker} has no pair of Redis databases left: use -n 7 or fewer"
+        )
+    os.environ["REDIS_URL"] = os.environ["PROOFWORK_TEST_REDIS_URL"] = urlunsplit(
+        urlsplit(_redis_url)._replace(path=f"/{_database}")
+    )
+
 # One held-out secret for every run and the processes it starts: which rows or participants
 # a test's dataset holds out must not depend on the checkout's generated secret key.
 os.environ.setdefault("PROOFWORK_HELDOUT_SECRET", "the test suite's held-out secret, not a secret")
 
-from config.settings import *  # noqa: F403
+from config.settings import *  # noqa: E402, F403 (after the environment it reads is set)
 
 # Tests change the pool of workers and read the estimate at once: no reuse of an older list.
 SUPPLY_SNAPSHOT_SECONDS = 0
