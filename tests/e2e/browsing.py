@@ -6,9 +6,13 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from tests.factories import PASSWORD
+
+# Every browser test's screenshots, for a person to look at after a run (git-ignored).
+SCREENSHOTS = Path(__file__).resolve().parents[2] / "var" / "test-artifacts" / "screenshots"
 
 
 @contextmanager
@@ -39,3 +43,11 @@ def log_in(page: Any, username: str) -> None:
     page.get_by_label("Password").fill(PASSWORD)
     page.get_by_role("button", name="Log in").click()
     expect()(page).to_have_url(re.compile(r"/(tasks|workers)/$"))
+
+
+def screenshot(page: Any, name: str, *, full_page: bool = True) -> Path:
+    """Save what the page shows as ``<name>.png`` among the suite's screenshots."""
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    path = SCREENSHOTS / f"{name}.png"
+    page.screenshot(path=str(path), full_page=full_page)
+    return path

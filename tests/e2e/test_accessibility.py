@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.browsing import log_in
+from tests.e2e.browsing import log_in, screenshot
 from tests.factories import UserFactory, make_dataset, make_worker, post_task
 
 # The rows are made once for the module; the tests only read pages. Transactional, so no
@@ -31,7 +31,6 @@ pytestmark = [
 
 ROOT = Path(__file__).resolve().parents[2]
 AXE = Path(__file__).resolve().parent / "vendor" / "axe.min.js"
-SCREENSHOTS = ROOT / "var" / "test-artifacts" / "screenshots"
 WIDTHS = (1280, 375)
 BLOCKING = ("serious", "critical")
 KINDS = ("synthetic", "cube_training", "cube_inference", "asl_training", "asl_inference")
@@ -193,8 +192,7 @@ def test_page_has_no_serious_violation_and_fits(
     assert response is not None
     assert response.status == 200, f"{path}: {response.status}"
     page.wait_for_load_state("load")
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SCREENSHOTS / f"{spec.role}-{spec.name}-{width}.png"), full_page=True)
+    screenshot(page, f"{spec.role}-{spec.name}-{width}")
     found = violations(page)
     assert not found, f"{path} at {width} px: " + "\n".join(
         f"{v['impact']} {v['id']} ({v['help']}): {'; '.join(v['nodes'])}" for v in found

@@ -15,7 +15,7 @@ import pytest
 from ledger.units import format_credits
 from marketplace.kinds import KINDS
 from marketplace.models import ApiToken, Dataset, Task, User, hash_token
-from tests.e2e.browsing import expect, log_in
+from tests.e2e.browsing import expect, log_in, screenshot
 from tests.factories import PASSWORD, UserFactory
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
@@ -71,7 +71,7 @@ def test_new_user_signs_up_posts_and_cancels_a_task(page: Any) -> None:
     error = page.locator("#id_spec_n_error")
     expect()(error).to_contain_text("less than or equal to 16384")
     expect()(page.get_by_label("N", exact=True)).to_have_attribute("aria-invalid", "true")
-    page.screenshot(path="/tmp/e2e-post-form-error.png", full_page=True)
+    screenshot(page, "post-form-error")
     page.get_by_label("N", exact=True).fill("16384")
     page.get_by_label("Count").fill("32")
     # 32 products of 16384² would be a 32 GiB result, more than the platform takes.
@@ -88,7 +88,7 @@ def test_new_user_signs_up_posts_and_cancels_a_task(page: Any) -> None:
     page.get_by_label("Budget (credits)").fill("1")
     expect()(page.locator("#id_budget_error")).to_have_text("")
     expect()(page.get_by_label("N", exact=True)).not_to_have_attribute("aria-invalid", "true")
-    page.screenshot(path="/tmp/e2e-post-form.png", full_page=True)
+    screenshot(page, "post-form")
     page.get_by_role("button", name="Post task").click()
 
     # The detail page: open, and it says why nothing will run it yet.
@@ -102,7 +102,7 @@ def test_new_user_signs_up_posts_and_cancels_a_task(page: Any) -> None:
     task = Task.objects.get(owner__username="dora")
     assert task.spec == {"n": 16384, "count": 1, "entry_bound": 8, "generator": "aes256ctr"}
     assert task.status == Task.Status.OPEN
-    page.screenshot(path="/tmp/e2e-task-detail.png", full_page=True)
+    screenshot(page, "task-detail")
 
     # My tasks lists it.
     page.get_by_role("link", name="My tasks").first.click()

@@ -19,7 +19,7 @@ from websockets.sync.client import connect
 
 from ledger.units import UNITS_PER_CREDIT
 from tests.conftest import funded
-from tests.e2e.browsing import expect, log_in
+from tests.e2e.browsing import expect, log_in, screenshot
 from tests.factories import UserFactory, make_worker, post_task
 from tests.workers.test_pages import CAPS as RIG_CAPS
 from tests.workers.test_pages import make_assignment, make_rig
@@ -95,7 +95,7 @@ def test_progress_chart_and_log_arrive_live_and_survive_a_reload(page: Any, live
     )
     expect()(page.locator("#task-progress-text")).to_have_text("100%")
     expect()(drawn).to_have_attribute("aria-label", "loss over steps 5 to 10, from 0.25 to 0.5")
-    page.screenshot(path="/tmp/h7-live-task.png", full_page=True)
+    screenshot(page, "live-task")
 
     # What was persisted is what a reloading (or reconnecting) browser draws.
     row = Assignment.objects.get(pk=assignment.pk)
@@ -124,7 +124,7 @@ def test_a_provider_registers_a_node_and_manages_workers(page: Any, live_url: st
         "Offline"
     )
     expect()(page.locator("#dashboard-live")).to_have_text("Live updates on.")
-    page.screenshot(path="/tmp/h7-my-workers.png", full_page=True)
+    screenshot(page, "live-my-workers")
 
     # A one-time registration token and the node's commands.
     page.get_by_role("link", name="Register a worker").click()
@@ -139,7 +139,7 @@ def test_a_provider_registers_a_node_and_manages_workers(page: Any, live_url: st
     else:  # embedded: the node reads its queue from the platform's own folder
         expect()(page.locator("#cmd-run")).to_contain_text("run --broker filesystem:// --broker-folder ")
     assert RegistrationToken.objects.get(owner=provider).token_hash != token
-    page.screenshot(path="/tmp/h7-register.png", full_page=True)
+    screenshot(page, "live-register")
 
     # Suspend, then retire after confirming.
     page.get_by_role("link", name="Back to my workers").click()

@@ -10,7 +10,7 @@ import pytest
 from ledger.units import format_credits
 from marketplace import pricing
 from tests.conftest import funded
-from tests.e2e.browsing import expect
+from tests.e2e.browsing import expect, screenshot
 from tests.e2e.test_task_page_text import off_the_loop
 from tests.factories import UserFactory, make_worker, post_task
 from workers.market.asks import set_ask
@@ -42,4 +42,4 @@ def test_the_market_page_shows_asks_and_bids(page: Any) -> None:
     expect()(
         page.get_by_role("navigation", name="Main").get_by_role("link", name="Market", exact=True)
     ).to_have_attribute("aria-current", "page")
-    page.screenshot(path="/tmp/e2e-market.png", full_page=True)
+    screenshot(page, "market")

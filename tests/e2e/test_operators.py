@@ -2,13 +2,12 @@
 Suspend and Retire buttons in view, and a phone's width without the page scrolling
 sideways; an operator suspends a node through the admin's confirmation page with a
 reason, and its owner reads it; the admin's lists and the operations dashboard fit
-1,280 px. Screenshots go to tests/e2e/artifacts/ (git-ignored)."""
+1,280 px. Screenshots go to var/test-artifacts/screenshots/ (git-ignored)."""
 
 from __future__ import annotations
 
 import re
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,13 +15,12 @@ from django.utils import timezone
 
 from ledger import services as ledger
 from ledger.units import UNITS_PER_CREDIT
-from tests.e2e.browsing import expect, log_in, new_page
+from tests.e2e.browsing import expect, log_in, new_page, screenshot
 from tests.factories import PASSWORD, UserFactory, make_worker, post_task
 from workers.models import Worker
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
-ARTIFACTS = Path(__file__).parent / "artifacts"
 
 # A busy rig reports a lot: every field the table shows, at its longest.
 WIDE_CAPS = {
@@ -47,8 +45,7 @@ LIST_OVERFLOWS = """() => {
 
 
 def shoot(page: Any, name: str) -> None:
-    ARTIFACTS.mkdir(exist_ok=True)
-    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+    screenshot(page, f"operators-{name}")
 
 
 def inside_viewport(page: Any, locator: Any) -> bool:

@@ -9,24 +9,19 @@ the assertions do not read them.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
-from django.conf import settings
 
 from tests.conftest import funded
-from tests.e2e.browsing import expect, log_in, new_page
+from tests.e2e.browsing import expect, log_in, new_page, screenshot
 from tests.factories import UserFactory
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
-SHOTS = Path(settings.BASE_DIR) / "var" / "e2e"
-
 
 def shot(page: Any, name: str) -> None:
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SHOTS / name), full_page=True)
+    screenshot(page, name.removesuffix(".png"))
 
 
 def in_view(page: Any, selector: str) -> bool:

@@ -2,7 +2,7 @@
 finished run's verdict and cost are on screen without scrolling, for a completed cube run
 and for an ASL run short of its bar that waits again; at 375 px the page is one column and
 never scrolls sideways. Screenshots of each go to the test's artifact folder
-(``var/test-artifacts/run_page/``, git-ignored) for a person to look at."""
+(``var/test-artifacts/screenshots/``, git-ignored) for a person to look at."""
 
 from __future__ import annotations
 
@@ -12,14 +12,12 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.browsing import expect, log_in
+from tests.e2e.browsing import expect, log_in, screenshot
 from tests.e2e.test_narrow_pages import OVERFLOWING
 from tests.runs import completed_cube, short_asl
 from tests.workers import processes
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
-
-ARTIFACTS = Path(__file__).resolve().parents[2] / "var" / "test-artifacts" / "run_page"
 
 
 @pytest.fixture(scope="module")
@@ -74,9 +72,8 @@ def test_a_finished_runs_verdict_and_cost_come_first(sized: Any, alice: Any, wid
     else:
         expect()(page.locator("#run-summary")).to_contain_text("Download all")
         expect()(page.locator("#run-summary")).to_contain_text("KB")
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(ARTIFACTS / f"{run}-{width}.png"), full_page=False)
-    page.screenshot(path=str(ARTIFACTS / f"{run}-{width}-full.png"), full_page=True)
+    screenshot(page, f"run-page-{run}-{width}", full_page=False)
+    screenshot(page, f"run-page-{run}-{width}-full")
 
     scroll_width, inner_width = page.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
     assert scroll_width <= inner_width, page.evaluate(OVERFLOWING)

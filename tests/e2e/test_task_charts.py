@@ -13,7 +13,7 @@ import pytest
 
 from ledger.units import UNITS_PER_CREDIT
 from tests.conftest import funded
-from tests.e2e.browsing import expect, log_in
+from tests.e2e.browsing import expect, log_in, screenshot
 from tests.e2e.test_live_task import worker_send
 from tests.factories import UserFactory, make_worker, post_task
 from tests.workers.test_pages import CAPS as RIG_CAPS
@@ -118,7 +118,7 @@ def test_charts_have_axes_values_on_hover_pairs_and_smoothing(page: Any, live_ur
     hover(loss, 0.5)
     hover(loss, 1.0)
     expect()(loss.locator(".u-legend .u-series").first.locator(".u-value")).to_have_text("21")
-    page.screenshot(path="/tmp/charts-desktop.png", full_page=True)
+    screenshot(page, "charts-1280")
 
     # A phone: the charts take the screen's width and the page does not scroll sideways.
     page.set_viewport_size({"width": 375, "height": 800})
@@ -126,7 +126,7 @@ def test_charts_have_axes_values_on_hover_pairs_and_smoothing(page: Any, live_ur
         "() => document.querySelector('#task-charts figure canvas').getBoundingClientRect().right <= 375"
     )
     assert page.evaluate("document.documentElement.scrollWidth") <= 375
-    page.screenshot(path="/tmp/charts-phone.png", full_page=True)
+    screenshot(page, "charts-375")
 
 
 def test_the_log_holds_every_stored_line_filters_streams_and_downloads(page: Any, live_url: str) -> None:
