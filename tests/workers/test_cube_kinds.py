@@ -712,3 +712,21 @@ def test_a_task_stored_with_the_retired_loss_weights_still_verifies(bob: Any, al
     assignment = submitted(assign(task), trained / "model.safetensors", {"val_loss_micro": reported_micro(trained)})
     verdict = quality_bar(assignment, artifacts_of(trained))
     assert verdict.ok, verdict.reason
+
+
+def test_a_cube_job_reports_held_out_figures_beside_its_training_ones(
+    bob: Any, alpha: Provider, tmp_path: Path
+) -> None:
+    """The task page charts each term with its validation twin: after the first epoch every
+    step the node reports carries the latest held-out figures, within the socket's cap."""
+    from workers.api.node_socket import MAX_METRICS
+
+    task = post_task(bob, "cube_training", {**TINY_CUBE, "synthetic_samples": 64}, budget=UNITS_PER_CREDIT)
+    job = alpha.get(assign(task)).json()
+    reports: list[dict[str, Any]] = []
+    runners.run(job, tmp_path, lambda step, total, metrics: reports.append(dict(metrics)))
+    assert "val_loss" not in reports[0]  # nothing held out is measured before an epoch ends
+    late = reports[-1]
+    assert {"val_loss", "val_reconstruction", "val_cosine"} <= set(late)
+    assert {"loss", "reconstruction", "cosine"} <= set(late)
+    assert max(len(metrics) for metrics in reports) <= MAX_METRICS

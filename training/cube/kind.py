@@ -135,14 +135,30 @@ def _data_dir(job: dict[str, Any], workdir: Path) -> Path:
     return data_dir
 
 
+# The held-out metrics a cube job reports as it trains (training.cube.run.evaluate's names).
+CHARTED_VALIDATION = ("val_loss", "val_reconstruction", "val_similarity", "val_diversity", "val_cosine")
+
+
 def train(job: dict[str, Any], workdir: Path, out_dir: Path, progress: Progress) -> dict[str, Any]:
     """Train with training.cube.run; claim val_loss."""
     import training.cube as cube
 
+    validation: dict[str, float] = {}
+
     def report(event: dict[str, Any]) -> None:
+        if event.get("event") == "epoch":
+            # The latest held-out figures of the terms that say how good the model is ride
+            # along with every later step (so each charts beside its training twin even when
+            # the reporter coalesces the epoch event away); the shares and gates are
+            # diagnostics of training alone, and with them a report would pass the node
+            # socket's 32 metrics.
+            val = numbers(event.get("val", {}))
+            validation.update({key: val[key] for key in CHARTED_VALIDATION if key in val})
+            return
         if event.get("event") != "step":
             return
-        metrics = {"loss": float(event["loss"]), "lr": float(event["lr"]), **numbers(event.get("metrics", {}))}
+        metrics = {**validation, "loss": float(event["loss"]), "lr": float(event["lr"])}
+        metrics.update(numbers(event.get("metrics", {})))
         progress(int(event["step"]), int(event["total_steps"]), metrics)
 
     metrics = cube.run(
