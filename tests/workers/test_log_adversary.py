@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from django.db import connection
 from django.test import Client
 
 from tests.factories import UserFactory
@@ -100,3 +101,28 @@ def test_a_node_cannot_write_a_line_that_reads_as_the_platforms(job: dict[str, A
     body = b"".join(download.streaming_content).decode()  # type: ignore[attr-defined]
     assert "stopped by the platform" not in body.lower()
     assert body.count("\n# ") == 0
+
+
+@pytest.mark.skipif(
+    connection.vendor != "postgresql",
+    reason="row locks need PostgreSQL (set DATABASE_URL); SQLite serialises every writer",
+)
+def test_concurrent_writers_keep_the_bound_and_number_every_line_once(
+    job: dict[str, Any],  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Eight web processes' writers flush one job's lines at once: no number twice, none
+    lost from the count, and no more than LOG_KEEP lines kept."""
+    monkeypatch.setattr(job_log, "LOG_KEEP", 100)
+    assignment = job["assignment"]
+    from tests.ledger.test_concurrency import _in_threads
+
+    results = _in_threads(
+        8, lambda i: [job_log.append(str(assignment.pk), [f"w{i} b{b} l{n}" for n in range(30)]) for b in range(5)]
+    )
+    assert all(r == [True] * 5 for r in results), results
+    assignment.refresh_from_db()
+    rows = stored(assignment)
+    assert assignment.log_count == 8 * 5 * 30
+    assert [number for number, _ in rows] == list(range(1101, 1201))
+    assert len(assignment.log_tail) == job_log.LOG_TAIL
