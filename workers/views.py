@@ -337,7 +337,10 @@ def _count(request: HttpRequest, name: str, default: int, high: int) -> int:
     raw = request.GET.get(name)
     if raw is None or raw == "":
         return default
-    if not raw.isdigit() or int(raw) > high:
+    # ASCII digits only, and no more of them than ``high`` has: str.isdigit also takes "²"
+    # and other scripts' digits, which int() refuses or reads, and int() refuses a
+    # number past 4,300 digits.
+    if not (raw.isascii() and raw.isdigit() and len(raw) <= len(str(high))) or int(raw) > high:
         raise ValueError(name, f"{name} must be a whole number from 0 to {high}.")
     return int(raw)
 

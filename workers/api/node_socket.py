@@ -38,6 +38,7 @@ import contextlib
 import json
 import math
 import time
+import unicodedata
 from datetime import timedelta
 from typing import Any, TypeGuard
 
@@ -87,6 +88,24 @@ MAX_SOCKETS = 4  # open at once per worker in this process
 STOPPED_LINE = "stopped by the platform: {reason}"
 # The platform's own line: a node's log line may not begin like it (see ``_log``).
 PLATFORM_PREFIX = STOPPED_LINE.split("{", 1)[0]
+
+
+def platform_words(line: str) -> str | None:
+    """Why a node's log line would read as the platform's own, or None.
+
+    The page keeps a line's breaks (``white-space: pre-wrap``) and ``log.txt`` writes one
+    stored line a line, so a line holding a break could start a forged line below it.
+    Where a line starts is judged as a reader sees it: invisible characters (format,
+    control, combining) and spaces dropped, full-width and other compatibility forms folded
+    (NFKC), case ignored. Look-alike letters of other scripts still pass."""
+    if line.splitlines() not in ([], [line]):
+        return "log lines may not hold line breaks; send each line on its own."
+    folded = unicodedata.normalize("NFKC", line)
+    shown = "".join(c for c in folded if unicodedata.category(c)[0] not in "CM").lstrip().casefold()
+    for prefix in (PLATFORM_PREFIX, job_log.HEADER_MARK):
+        if shown.startswith(prefix):
+            return f"log lines may not begin with {prefix!r}."
+    return None
 
 
 def number(value: Any, low: float = -math.inf, high: float = math.inf) -> float | None:
@@ -421,13 +440,14 @@ class WorkerConsumer(LiveConsumer):
         if assignment is None or not isinstance(lines, list):
             await self.send_json({"type": "error", "detail": "log needs your assignment_id and a list of strings."})
             return
-        # The platform's stop line is written by the platform alone, once: a node's copy of it
-        # would put words in its mouth and keep the real one out (``append_log_once``).
-        if any(line.lstrip().lower().startswith(PLATFORM_PREFIX) for line in lines[:LOG_BATCH]):
-            await self.send_json({"type": "error", "detail": f"log lines may not begin with {PLATFORM_PREFIX!r}."})
-            return
         # One message adds at most LOG_BATCH lines of LOG_LINE_CHARS; the rest is cut.
         clean = [line[:LOG_LINE_CHARS] for line in lines[:LOG_BATCH]]
+        # The platform's stop line is written by the platform alone, once: a node's copy of it
+        # would put words in its mouth and keep the real one out (``append_log_once``); nor
+        # may a node write log.txt's header naming a job (``platform_words``).
+        if forged := next(filter(None, map(platform_words, clean)), None):
+            await self.send_json({"type": "error", "detail": forged})
+            return
         key = str(assignment.pk)
         # The assignment lets the task page merge these lines with the stored tail it reads
         # later, which may not hold them yet (they are buffered), without losing or repeating any.

@@ -23,6 +23,7 @@ LOG_KEEP = 10_000  # lines kept per job
 LOG_LINE_CHARS = 500  # characters per line; the rest is cut
 LOG_TAIL = 200  # lines on the job's row
 PAGE_LINES = 2_000  # the most lines one read returns
+HEADER_MARK = "# "  # how log.txt's line naming a job begins; no node's line begins so
 
 
 def append(assignment_id: str, lines: list[str], *, once: bool = False) -> bool:
@@ -86,7 +87,7 @@ def text_lines(task: Task) -> Iterator[str]:
     jobs = Assignment.objects.filter(task=task).select_related("worker").order_by("created_at")
     for job in jobs:
         dropped = max(0, job.log_count - LOG_KEEP)
-        yield f"# {job.worker.name}, attempt {job.attempt} ({job.log_count} lines"
+        yield f"{HEADER_MARK}{job.worker.name}, attempt {job.attempt} ({job.log_count} lines"
         yield f", the first {dropped} not kept)\n" if dropped else ")\n"
         for text in (
             LogLine.objects.filter(assignment=job).order_by("number").values_list("text", flat=True).iterator(1000)
