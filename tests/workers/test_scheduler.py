@@ -276,7 +276,9 @@ def test_the_longest_waiting_reason_fits_the_task_row() -> None:
     survey = supply.Survey(need, short=Counter({reason: 123_456 for reason in supply.REASONS}), taken=1)
     note = " If no worker takes it by 2026-11-28 10:40 UTC, it fails with a full refund."
     # The verifier's reason quoted in the note is a job's stored reason: at most its column.
-    why = "w" * Assignment._meta.get_field("reason").max_length
+    longest = Assignment._meta.get_field("reason").max_length
+    assert longest is not None
+    why = "w" * longest
     prefix = scheduler._SHORTFALL_NOTE.format(minutes=99999, why=why)
     assert len(prefix) > len("4/5 replicas in hand. ")
     reason = prefix + survey.reason() + note
