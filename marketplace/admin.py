@@ -38,7 +38,16 @@ class ApiTokenAdmin(admin.ModelAdmin[ApiToken]):
     list_display = ("name", "user", "prefix", "created_at", "last_used_at", "revoked_at")
     list_filter = ("revoked_at",)
     search_fields = ("name", "prefix", "user__username")
-    readonly_fields = ("user", "name", "prefix", "token_hash", "created_at", "last_used_at", "revoked_at")
+    readonly_fields = (
+        "user",
+        "name",
+        "prefix",
+        "token_hash",
+        "created_at",
+        "last_used_at",
+        "revoked_at",
+        "revoked_reason",
+    )
     actions = ["revoke"]
 
     def has_add_permission(self, request: HttpRequest) -> bool:
@@ -51,7 +60,7 @@ class ApiTokenAdmin(admin.ModelAdmin[ApiToken]):
     )
     def revoke(self, request: HttpRequest, queryset: QuerySet[ApiToken], reason: str) -> None:
         for token in queryset.select_related("user"):
-            services.revoke_api_token(token.user, token.pk)
+            services.revoke_api_token(token.user, token.pk, operator_reason=reason)
             log_reason(self, request, token, "Revoked", reason)
         self.message_user(request, f"Revoked {queryset.count()} token(s).")
 

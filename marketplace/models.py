@@ -51,6 +51,12 @@ class ApiToken(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
     last_used_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
+    revoked_reason = models.CharField(
+        max_length=300,
+        blank=True,
+        help_text="Why an operator revoked it, as its owner reads it (“Revoked by an operator: <reason>”); "
+        "empty when the owner revoked it.",
+    )
 
     objects: ClassVar[ApiTokenQuerySet] = ApiTokenQuerySet.as_manager()  # type: ignore[assignment]
 

@@ -327,13 +327,16 @@ def create_api_token(user: User, name: str) -> tuple[ApiToken, str]:
     return token, raw
 
 
-def revoke_api_token(user: User, token_id: int) -> ApiToken:
-    """Revoke one of the user's tokens; revoking twice is harmless."""
+def revoke_api_token(user: User, token_id: int, *, operator_reason: str = "") -> ApiToken:
+    """Revoke one of the user's tokens; revoking twice is harmless (the first revocation's
+    time and reason stay). ``operator_reason``: an operator revokes it (the admin), and its
+    owner reads why on the account page."""
     token = ApiToken.objects.filter(pk=token_id, user=user).first()
     if token is None:
         from rest_framework.exceptions import NotFound
 
         raise NotFound("No such token.")
-    ApiToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(revoked_at=timezone.now())
-    token.refresh_from_db(fields=["revoked_at"])
+    why = f"Revoked by an operator: {operator_reason}"[:300] if operator_reason else ""
+    ApiToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(revoked_at=timezone.now(), revoked_reason=why)
+    token.refresh_from_db(fields=["revoked_at", "revoked_reason"])
     return token

@@ -230,3 +230,36 @@ def test_the_confirmation_refuses_a_post_without_csrf(bob: Any) -> None:
     response = strict.post("/admin/marketplace/task/", cancel_post(task, confirm="yes", reason="Spam."))
     assert response.status_code == 403
     assert Task.objects.get(pk=task.pk).status == "open"
+
+
+def test_an_operators_token_revocation_tells_the_owner_why(operator: Any, bob: Any) -> None:
+    from django.test import Client
+
+    from marketplace import services
+    from marketplace.models import ApiToken
+
+    token, _ = services.create_api_token(bob, "ci-script")
+    post = {"action": "revoke", "_selected_action": [str(token.pk)]}
+    assert operator.post("/admin/marketplace/apitoken/", post).status_code == 200  # asks first
+    assert ApiToken.objects.get(pk=token.pk).revoked_at is None
+
+    operator.post("/admin/marketplace/apitoken/", {**post, "confirm": "yes", "reason": "Leaked <in> a public repo."})
+    token.refresh_from_db()
+    said = "Revoked by an operator: Leaked <in> a public repo."
+    assert token.revoked_at is not None
+    assert token.revoked_reason == said
+
+    owner = Client()
+    owner.force_login(bob)
+    page = owner.get("/account/").content.decode()
+    assert "Revoked by an operator: Leaked &lt;in&gt; a public repo." in page
+    assert "ci-script" in page
+    # The owner's own revocation of another token says nothing of an operator.
+    own, _ = services.create_api_token(bob, "laptop")
+    services.revoke_api_token(bob, own.pk)
+    own.refresh_from_db()
+    assert own.revoked_reason == ""
+    # Revoking again keeps the first revocation's words.
+    services.revoke_api_token(bob, token.pk, operator_reason="another reason")
+    token.refresh_from_db()
+    assert token.revoked_reason == said

@@ -156,6 +156,8 @@ def _account_page(
         "token_form": form,
         "token_form_nonce": formnonce.issue(request, CREATE_FORM),
         "tokens": ApiToken.objects.owned_by(user).active(),
+        # The owner did not revoke these: say so, and why (the newest few).
+        "operator_revoked": ApiToken.objects.owned_by(user).exclude(revoked_reason="").order_by("-revoked_at")[:5],
         "new_token": new_token,
         "new_token_name": new_token_name,
         "max_tokens": services.MAX_TOKENS_PER_USER,
