@@ -66,6 +66,11 @@ def child_env(**extra: str) -> dict[str, str]:
     env = {**os.environ, "DATABASE_URL": test_database_url(), "PYTHONPATH": path, "PROOFWORK_LOG_LEVEL": "INFO"}
     # A child stopped by ``spawn`` leaves in its log all it wrote, not what filled a buffer.
     env["PYTHONUNBUFFERED"] = "1"
+    # One compute thread per child (torch, numpy): the test process, daphne, the platform
+    # worker and the agent share the machine's few cores, and a tiny model's intra-op threads
+    # then spin against the other processes (a 170-step cube run: 5 s on one thread, 47 s on
+    # two, on a loaded 2-core machine).
+    env["OMP_NUM_THREADS"] = "1"
     env.pop("DJANGO_SETTINGS_MODULE", None)
     env.update(extra)
     return env
