@@ -66,6 +66,11 @@ def child_env(**extra: str) -> dict[str, str]:
     env = {**os.environ, "DATABASE_URL": test_database_url(), "PYTHONPATH": path, "PROOFWORK_LOG_LEVEL": "INFO"}
     # A child stopped by ``spawn`` leaves in its log all it wrote, not what filled a buffer.
     env["PYTHONUNBUFFERED"] = "1"
+    # One compute thread per child (torch, numpy): the test process, daphne, the platform
+    # worker and the agent share the machine's few cores, and a tiny model's intra-op threads
+    # then spin against the other processes (a 170-step cube run: 5 s on one thread, 47 s on
+    # two, on a loaded 2-core machine).
+    env["OMP_NUM_THREADS"] = "1"
     env.pop("DJANGO_SETTINGS_MODULE", None)
     env.update(extra)
     return env
@@ -94,12 +99,22 @@ def spawn(
         try:
             yield proc
         finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            stop(proc)
+
+
+def stop(*procs: subprocess.Popen[bytes]) -> None:
+    """Terminate the children still running, all at once, then wait for each (killed after
+    10 s): a Celery worker takes a few seconds to shut down, so stopping several together
+    costs the time of one. A child that has exited is left alone."""
+    running = [proc for proc in procs if proc.poll() is None]
+    for proc in running:
+        proc.terminate()
+    for proc in running:
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def answers(url: str, **request: Any) -> bool:
@@ -202,18 +217,29 @@ def wait_for(
     raise AssertionError(message + ("\n" + explain() if explain else ""))
 
 
-def register_agent(tmp: Path, url: str, owner: User, name: str | None) -> Path:
-    """``init`` and ``register`` a node with the real CLI (``name`` None: the name the CLI
-    chooses); returns its key path."""
+def start_init(tmp: Path, name: str | None) -> subprocess.Popen[str]:
+    """Start ``init`` of the key ``register_agent(tmp, …, name, init)`` registers, with the
+    real CLI, so that it runs while the platform starts."""
+    key = tmp / (name or "node") / "worker.pem"
+    return subprocess.Popen(
+        agent_cmd(key, "init"), env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def register_agent(
+    tmp: Path, url: str, owner: User, name: str | None, init: subprocess.Popen[str] | None = None
+) -> Path:
+    """``init`` (unless ``start_init`` started it: ``init``) and ``register`` a node with the
+    real CLI (``name`` None: the name the CLI chooses); returns its key path."""
     from workers.identity import services
 
     key = tmp / (name or "node") / "worker.pem"
-    env = child_env()
-    init = subprocess.run(agent_cmd(key, "init"), env=env, capture_output=True, text=True, timeout=120)
-    assert init.returncode == 0, init.stderr
+    started = init or start_init(tmp, name)
+    _, err = started.communicate(timeout=120)
+    assert started.returncode == 0, err
     _, raw = services.create_registration_token(owner)
     args = agent_cmd(key, "register", "--server", url, "--token", raw, *(["--name", name] if name else []))
-    reg = subprocess.run(args, env=env, capture_output=True, text=True, timeout=120)
+    reg = subprocess.run(args, env=child_env(), capture_output=True, text=True, timeout=120)
     assert reg.returncode == 0, reg.stderr
     return key
 
@@ -243,15 +269,18 @@ def platform_and_node(tmp: Path, owner: User, name: str | None, online_within: f
     """The platform (daphne and a platform Celery worker) and one node of ``owner``'s,
     registered with the real CLI, running and online (a heartbeat within ``online_within``
     seconds), for the block; each process logs to ``tmp`` (``logs``)."""
-    with daphne(tmp) as url, platform_worker(tmp):
-        key = register_agent(tmp, url, owner, name)
+    with start_init(tmp, name) as init, daphne(tmp) as url, platform_worker(tmp) as platform:
+        key = register_agent(tmp, url, owner, name, init)
         worker = Worker.objects.get(owner=owner)
         log = tmp / "agent.log"
         with spawn(agent_cmd(key, "run", *broker_args()), log, child_env()) as agent:
-            wait_for(
-                lambda: Worker.objects.get(pk=worker.pk).is_online,
-                online_within,
-                "the agent never sent a heartbeat",
-                explain=lambda: logs(tmp),
-            )
-            yield RunningNode(url, worker, key, agent, log)
+            try:
+                wait_for(
+                    lambda: Worker.objects.get(pk=worker.pk).is_online,
+                    online_within,
+                    "the agent never sent a heartbeat",
+                    explain=lambda: logs(tmp),
+                )
+                yield RunningNode(url, worker, key, agent, log)
+            finally:
+                stop(agent, platform)  # together; daphne last, as the agent may still report

@@ -18,13 +18,16 @@ from training.cube.data import synthetic_embeddings
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("shared_media")]
 
+# 4 epochs of 17 steps: a 68-segment trace, of which the platform replays 30 or more.
+CUBE = {**TINY_CUBE, "epochs": 4}
+
 
 def test_cube_training_then_inference_on_a_real_agent(alice: Any, bob_client: APIClient, tmp_path: Path) -> None:
     embeddings, _ = synthetic_embeddings(320, 32, seed=7)
     with p.platform_and_node(tmp_path, alice, "cube-node") as node:
         assert {"cube_training", "cube_inference"} <= set(node.worker.capabilities["kinds"])
         teacher = upload(bob_client, "teacher.npy", array_npy(embeddings))
-        training = run_to_the_end(post(bob_client, "cube_training", TINY_CUBE, str(teacher["id"])), tmp_path)
+        training = run_to_the_end(post(bob_client, "cube_training", CUBE, str(teacher["id"])), tmp_path)
 
         inputs = upload(bob_client, "inputs.npy", array_npy(synthetic_embeddings(24, 32, seed=7, stream=5)[0]))
         spec = {"source_task": str(training.pk), "verify_samples": 4}

@@ -46,9 +46,10 @@ def test_a_node_killed_mid_task_has_its_job_finished_by_another(
     alice: Any, bob: Any, tmp_path: Path, short_heartbeat: None
 ) -> None:
     env = p.child_env()
-    with p.daphne(tmp_path) as url, p.platform_worker(tmp_path):
-        first_key = p.register_agent(tmp_path, url, alice, "first")
-        second_key = p.register_agent(tmp_path, url, alice, "second")
+    inits = [p.start_init(tmp_path, "first"), p.start_init(tmp_path, "second")]  # while daphne starts
+    with p.daphne(tmp_path) as url, p.platform_worker(tmp_path) as platform:
+        first_key = p.register_agent(tmp_path, url, alice, "first", inits[0])
+        second_key = p.register_agent(tmp_path, url, alice, "second", inits[1])
         first = Worker.objects.get(name="first")
         second = Worker.objects.get(name="second")
         with p.spawn(p.agent_cmd(first_key, "run", *p.broker_args()), tmp_path / "first.log", env) as victim:
@@ -66,7 +67,7 @@ def test_a_node_killed_mid_task_has_its_job_finished_by_another(
             victim.wait(timeout=10)
         assert Assignment.objects.get(task=task, worker=first).state == Assignment.State.RUNNING
 
-        with p.spawn(p.agent_cmd(second_key, "run", *p.broker_args()), tmp_path / "second.log", env):
+        with p.spawn(p.agent_cmd(second_key, "run", *p.broker_args()), tmp_path / "second.log", env) as agent:
 
             def finished() -> bool:
                 schedule_waiting()  # expires the silent node's job and hands it on, as beat would
@@ -78,6 +79,7 @@ def test_a_node_killed_mid_task_has_its_job_finished_by_another(
                 return f"task {t.status} ({t.status_reason}); {states}\n" + logs(tmp_path, "second.log", "platform.log")
 
             p.wait_for(finished, 150, "the job was not finished elsewhere", interval=1.0, explain=explain)
+            p.stop(agent, platform)  # together: each takes seconds to shut down
 
     task.refresh_from_db()
     assert task.status == TaskStatus.COMPLETED, task.status_reason
@@ -103,8 +105,9 @@ def test_the_only_node_killed_mid_task_and_restarted_completes_it(
     delivers it again to the restarted node, which finds its job over ("already-expired")
     and then runs the new offer. Run it on each with CELERY_BROKER_URL."""
     env = p.child_env()
-    with p.daphne(tmp_path) as url, p.platform_worker(tmp_path):
-        key = p.register_agent(tmp_path, url, alice, "only")
+    init = p.start_init(tmp_path, "only")  # while daphne starts
+    with p.daphne(tmp_path) as url, p.platform_worker(tmp_path) as platform:
+        key = p.register_agent(tmp_path, url, alice, "only", init)
         node = Worker.objects.get(name="only")
         assert ledger.address_balance(node.address) == 0
         ledger.deposit(bob, 10 * UNITS_PER_CREDIT, reference="test-deposit")
@@ -124,7 +127,7 @@ def test_the_only_node_killed_mid_task_and_restarted_completes_it(
         (lost,) = Assignment.objects.filter(task=task)
         assert lost.state == Assignment.State.RUNNING
 
-        with p.spawn(p.agent_cmd(key, "run", *p.broker_args()), tmp_path / "again.log", env):
+        with p.spawn(p.agent_cmd(key, "run", *p.broker_args()), tmp_path / "again.log", env) as agent:
 
             def finished() -> bool:
                 schedule_waiting()  # as beat would: expiry, re-offers
@@ -137,6 +140,7 @@ def test_the_only_node_killed_mid_task_and_restarted_completes_it(
                 return f"task {t.status} ({t.status_reason}); {states}\n" + logs(tmp_path, "again.log", "platform.log")
 
             p.wait_for(finished, 180, "the restarted node did not complete the task", interval=1.0, explain=explain)
+            p.stop(agent, platform)  # together: each takes seconds to shut down
 
     task.refresh_from_db()
     assert task.status == TaskStatus.COMPLETED, task.status_reason
@@ -164,8 +168,9 @@ def test_the_only_node_killed_mid_task_and_restarted_completes_it(
 
 def test_a_suspended_node_loses_its_socket_and_its_token(alice: Any, tmp_path: Path) -> None:
     env = p.child_env()
+    init = p.start_init(tmp_path, "node")  # while daphne starts
     with p.daphne(tmp_path) as url:
-        key = p.register_agent(tmp_path, url, alice, "node")
+        key = p.register_agent(tmp_path, url, alice, "node", init)
         worker = Worker.objects.get(name="node")
         token = Credentials.load(credentials_path(key)).token
         with p.spawn(p.agent_cmd(key, "run", *p.broker_args()), tmp_path / "agent.log", env):
