@@ -17,6 +17,7 @@ from training.asl.landmarks import (
     groups,
     selected_landmarks,
 )
+from training.asl.preprocess import HIDDEN
 
 POINTS = selected_landmarks(use_pose=True)
 POS = {p: i for i, p in enumerate(POINTS)}
@@ -58,7 +59,7 @@ def test_resample_picks_whole_frames_so_the_nan_mask_follows(sequence: np.ndarra
     assert len(lengths) > 5
 
 
-@pytest.mark.parametrize("name", ["time_mask", "feature_mask", "landmark_dropout"])
+@pytest.mark.parametrize("name", ["feature_mask", "landmark_dropout"])
 def test_masking_only_adds_nans_and_keeps_the_rest(sequence: np.ndarray, name: str) -> None:
     rng = np.random.default_rng(4)
     fn = getattr(augment, name)
@@ -69,6 +70,21 @@ def test_masking_only_adds_nans_and_keeps_the_rest(sequence: np.ndarray, name: s
     assert not (before & ~after).any()
     kept = ~after
     np.testing.assert_array_equal(out[kept], sequence[kept])
+
+
+def test_time_mask_hides_one_span_of_whole_frames_in_place(sequence: np.ndarray) -> None:
+    rng = np.random.default_rng(4)
+    for _ in range(20):
+        out = augment.time_mask(sequence, rng)
+        assert out.shape == sequence.shape
+        hidden = np.isinf(out).all((1, 2))
+        where = np.flatnonzero(hidden)
+        assert 1 <= where.size <= 9  # at most 30 % of 30 frames
+        assert where[-1] - where[0] + 1 == where.size  # one span
+        assert (out[hidden] == HIDDEN).all()
+        np.testing.assert_array_equal(out[~hidden], sequence[~hidden])
+    one = sequence[:1]
+    np.testing.assert_array_equal(augment.time_mask(one, rng), one)
 
 
 def test_flip_swaps_hands_and_mirrored_face_points(sequence: np.ndarray) -> None:

@@ -11,7 +11,7 @@ import torch
 from training.asl import export
 from training.asl.landmarks import REFERENCE_POINT, selected_landmarks
 from training.asl.model import MaskedBatchNorm, ModelConfig, SignModel
-from training.asl.preprocess import Featurizer, drop_empty_frames
+from training.asl.preprocess import HIDDEN, Featurizer, drop_empty_frames
 
 POINTS = selected_landmarks(use_pose=False)
 NAN = float("nan")
@@ -57,6 +57,28 @@ def test_numpy_frame_dropping_matches_the_featurizer() -> None:
     x[[1, 5]] = np.nan
     assert drop_empty_frames(x, 4).shape == (4, len(POINTS), 3)
     np.testing.assert_array_equal(drop_empty_frames(x, 10), x[[0, 2, 3, 4, 6, 7]])
+
+
+def test_a_hidden_frame_keeps_its_place_with_zero_features_and_counts_towards_nothing() -> None:
+    feat = Featurizer(POINTS, max_len=10)
+    x = torch.rand(1, 6, len(POINTS), 3)
+    x[0, 1] = NAN  # nothing seen: dropped
+    x[0, 3] = HIDDEN  # masked: kept in place, all zeros
+    x[0, 4, :40] = HIDDEN  # lips masked, the rest seen
+    feats, mask = feat(x, torch.tensor([6]))
+    assert mask[0].tolist() == [True] * 5 + [False]
+    assert not torch.isnan(feats).any()
+    assert (feats[0, 2] == 0).all()  # frame 3, after frame 1 was dropped
+    pos = feats[0, :5, : len(POINTS) * 2].reshape(5, len(POINTS), 2)
+    assert (pos[3, :40] == 0).all()
+    assert (pos[3, 40:] != 0).all()
+    # Hidden points weigh in nowhere: the same as those points undetected, bar frame 3's place.
+    same = x.clone()
+    same[0, 4, :40] = NAN
+    seen, _ = feat(same[:, [0, 2, 4, 5]], torch.tensor([4]))
+    ours = feats[0, [0, 1, 3, 4], : len(POINTS) * 2]
+    torch.testing.assert_close(ours, seen[0, :4, : len(POINTS) * 2])
+    np.testing.assert_array_equal(drop_empty_frames(x[0].numpy(), 10), x[0, [0, 2, 3, 4, 5]].numpy())
 
 
 def test_truncates_to_max_len() -> None:
@@ -127,6 +149,9 @@ def test_onnx_export_matches_pytorch_on_the_competition_contract(tmp_path: Path)
         sequences.append(seq)
     empty_frames = rng.random((9, 543, 3)).astype(np.float32)
     empty_frames[[2, 3, 6]] = np.nan
-    sequences += [empty_frames, np.full((4, 543, 3), np.nan, np.float32)]
+    masked = rng.random((12, 543, 3)).astype(np.float32)
+    masked[[1, 8]] = np.nan
+    masked[3:6] = HIDDEN  # as training's time mask leaves them
+    sequences += [empty_frames, np.full((4, 543, 3), np.nan, np.float32), masked, np.full((3, 543, 3), HIDDEN)]
     assert export.onnx_parity(model, path, sequences) < 1e-4
     assert session.run(None, {"inputs": sequences[1]})[0].shape == (7,)

@@ -1,9 +1,15 @@
 """Augmentations on raw landmarks ([frames, points, 3], NaN where undetected), before features.
 
-Each augmentation is a pure function of (landmarks, rng) that never turns a NaN into a
-number: geometric ones move only detected points, temporal resampling picks whole frames,
-and the masking ones only add NaNs. ``Augmenter`` applies them with the spec's
+Each augmentation is a pure function of (landmarks, rng). Geometric ones move only detected
+points, temporal resampling picks whole frames, and the masking ones hide points: as NaN
+(undetected) or, for ``time_mask``, as ``HIDDEN`` (the featurizer's mark for a frame that
+keeps its place but shows nothing). ``Augmenter`` applies them with the spec's
 probabilities (one draw per group, then each member's own switch).
+
+The featurizer centres every sequence on its reference point's mean and divides by one
+standard deviation, so a constant shift or a uniform zoom of the whole sequence cannot
+change what the model sees: ``translate`` and ``scale`` therefore vary over the sequence
+(the signer drifts across the image, the camera zooms), which the normalisation keeps.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from training.asl.landmarks import groups, mirror_permutation
+from training.asl.preprocess import HIDDEN
 
 ALL = (
     "resample",
@@ -29,18 +36,30 @@ ALL = (
 
 
 def _centre(x: np.ndarray) -> np.ndarray:
-    finite = x[..., :2][~np.isnan(x[..., 0])]
+    finite = x[..., :2][np.isfinite(x[..., :2]).all(-1)]
     return finite.mean(0) if finite.size else np.array([0.5, 0.5], dtype=x.dtype)
 
 
-def _affine(x: np.ndarray, matrix: np.ndarray, shift: np.ndarray | None = None) -> np.ndarray:
-    """Apply a 2×2 matrix (about the sequence centre) and a shift to x, y; z untouched."""
+def _affine(x: np.ndarray, matrix: np.ndarray) -> np.ndarray:
+    """Apply a 2×2 matrix (about the sequence centre) to x, y; z untouched."""
     out = x.copy()
     centre = _centre(x)
-    xy = (x[..., :2] - centre) @ matrix.T.astype(x.dtype) + centre
-    if shift is not None:
-        xy = xy + shift.astype(x.dtype)
-    out[..., :2] = xy
+    out[..., :2] = (x[..., :2] - centre) @ matrix.T.astype(x.dtype) + centre
+    return out
+
+
+def _ramp(frames: int, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """[frames, *start.shape]: ``start`` at the first frame, ``end`` at the last, linear between."""
+    t = np.linspace(0.0, 1.0, frames)
+    return start + np.multiply.outer(t, end - start)
+
+
+def _drift(x: np.ndarray, factors: np.ndarray, shifts: np.ndarray) -> np.ndarray:
+    """Scale x, y per frame by ``factors`` [frames, 2] (about the sequence centre), then add
+    ``shifts`` [frames, 2]; z untouched."""
+    out = x.copy()
+    centre = _centre(x)
+    out[..., :2] = ((x[..., :2] - centre) * factors[:, None] + centre + shifts[:, None]).astype(x.dtype)
     return out
 
 
@@ -53,12 +72,19 @@ def resample(x: np.ndarray, rng: np.random.Generator, low: float = 0.5, high: fl
 
 
 def time_mask(x: np.ndarray, rng: np.random.Generator, max_fraction: float = 0.3) -> np.ndarray:
-    """Hide a random span of up to 30 % of the frames (they become undetected)."""
+    """Mask a random span of up to 30 % of the frames: every point of each frame in the span
+    that shows anything becomes ``HIDDEN``, so the frames keep their place and the model
+    sees a gap (all-zero features), as the 1st-place ISLR solution's temporal mask does.
+    Frames that show nothing stay empty (the featurizer drops them either way), and
+    sequences under two frames are left alone (masking would leave nothing)."""
     frames = x.shape[0]
-    span = int(rng.integers(1, max(2, int(frames * max_fraction) + 1)))
-    start = int(rng.integers(0, max(1, frames - span + 1)))
+    if frames < 2:
+        return x.copy()
+    span = int(rng.integers(1, max(1, int(frames * max_fraction)) + 1))
+    start = int(rng.integers(0, frames - span + 1))
     out = x.copy()
-    out[start : start + span] = np.nan
+    window = out[start : start + span]
+    window[np.isfinite(window[..., :2]).all(-1).any(-1)] = HIDDEN
     return out
 
 
@@ -69,9 +95,13 @@ def rotate(x: np.ndarray, rng: np.random.Generator, degrees: float = 15.0) -> np
 
 
 def scale(x: np.ndarray, rng: np.random.Generator, low: float = 0.8, high: float = 1.2) -> np.ndarray:
-    """Scale by 0.8–1.2, slightly differently along x and y."""
-    s = rng.uniform(low, high) * rng.uniform(0.95, 1.05, 2)
-    return _affine(x, np.diag(s))
+    """Zoom in or out during the sign, as a camera zoom or a signer leaning in would: the
+    scale drifts linearly from one factor in 0.8–1.2 at the first frame to another at the
+    last (about the sequence centre), each axis's factor varied by up to ±5 %. Only the
+    change over time and the aspect survive the featurizer's per-sequence normalisation."""
+    aspect = rng.uniform(0.95, 1.05, 2)
+    factors = _ramp(x.shape[0], rng.uniform(low, high) * aspect, rng.uniform(low, high) * aspect)
+    return _drift(x, factors, np.zeros_like(factors))
 
 
 def shear(x: np.ndarray, rng: np.random.Generator, amount: float = 0.15) -> np.ndarray:
@@ -81,9 +111,12 @@ def shear(x: np.ndarray, rng: np.random.Generator, amount: float = 0.15) -> np.n
     return _affine(x, m)
 
 
-def translate(x: np.ndarray, rng: np.random.Generator, amount: float = 0.1) -> np.ndarray:
-    """Shift by up to ±0.1 (a tenth of the image)."""
-    return _affine(x, np.eye(2), rng.uniform(-amount, amount, 2))
+def translate(x: np.ndarray, rng: np.random.Generator, amount: float = 0.05) -> np.ndarray:
+    """Move the signer across the image during the sign: the shift drifts linearly from one
+    offset (up to ±0.05 of the image on each axis) at the first frame to another at the
+    last. Only the drift survives the featurizer, which centres on the sequence's mean."""
+    factors = np.ones((x.shape[0], 2))
+    return _drift(x, factors, _ramp(x.shape[0], rng.uniform(-amount, amount, 2), rng.uniform(-amount, amount, 2)))
 
 
 def flip(x: np.ndarray, mirror: np.ndarray) -> np.ndarray:
@@ -133,13 +166,16 @@ class Augmenter:
         self.parts = groups(self.points)
 
     def __call__(self, x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        """An augmented copy of ``x`` [frames, points, 3]."""
+        """An augmented copy of ``x`` [frames, points, 3].
+
+        The time mask comes last, so no other augmentation touches the frames it marks.
+        """
         on = self.enabled
+        mask_time = False
         if rng.random() < self.p_temporal:
             if "resample" in on:
                 x = resample(x, rng)
-            if "time_mask" in on and rng.random() < 0.5:
-                x = time_mask(x, rng)
+            mask_time = "time_mask" in on and rng.random() < 0.5
         if rng.random() < self.p_spatial:
             if "flip" in on and rng.random() < 0.5:
                 x = flip(x, self.mirror)
@@ -153,4 +189,6 @@ class Augmenter:
                 x = feature_mask(x, rng, self.parts)
             if "landmark_dropout" in on:
                 x = landmark_dropout(x, rng)
+        if mask_time:
+            x = time_mask(x, rng)
         return x

@@ -7,6 +7,10 @@ lag-1 and lag-2 motion of C coordinates) and a padding mask [B, L], L = min(T, m
 Every step has a static shape given T, so the same code exports to ONNX without
 data-dependent operators: frames without any selected point are dropped by a stable
 sort that moves them behind the kept ones, not by boolean indexing.
+
+A point given as ±inf (``HIDDEN``) is masked: like an undetected one it counts towards
+neither centre nor scale and its features are zero, but its frame keeps its place even when
+nothing in it is seen. Training's ``time_mask`` marks frames so; real inputs have NaN only.
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ import torch.nn.functional as F  # noqa: N812
 from torch import nn
 
 from training.asl.landmarks import REFERENCE_POINT
+
+HIDDEN = float("inf")
 
 
 def _nan_mean(values: torch.Tensor, ok: torch.Tensor, dims: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -46,7 +52,8 @@ class Featurizer(nn.Module):
         batch, frames = x.shape[0], x.shape[1]
         steps = torch.arange(frames, device=x.device)
         in_range = steps[None, :] < lengths[:, None]  # [B, T]
-        ok = ~torch.isnan(x).any(-1) & in_range[:, :, None]  # [B, T, P]
+        hidden = torch.isinf(x)
+        ok = ~(torch.isnan(x) | hidden).any(-1) & in_range[:, :, None]  # [B, T, P]
 
         # Reference: the mean of the reference point over the sequence; the mean of every
         # point where the face is never seen; 0.5 (the image centre) where nothing is.
@@ -61,8 +68,9 @@ class Featurizer(nn.Module):
         std = torch.where(std > 1e-6, std, torch.ones_like(std))
         normed = torch.where(ok[..., None], centred / std, torch.full_like(centred, float("nan")))
 
-        # Stable compaction: kept frames first in their order, dropped ones after them.
-        keep = ok.any(-1)  # [B, T]
+        # Stable compaction: kept frames (with a point seen or masked) first in their
+        # order, dropped ones after them.
+        keep = ok.any(-1) | (hidden.any(-1).any(-1) & in_range)  # [B, T]
         key = torch.where(keep, steps[None, :], steps[None, :] + frames)
         order = torch.argsort(key, dim=1)
         index = order[:, :, None, None].expand_as(normed)
@@ -90,7 +98,9 @@ def drop_empty_frames(landmarks: np.ndarray, max_len: int, coords: int = 2) -> n
     """Numpy twin of the featurizer's frame dropping and truncation, for the data loader.
 
     Dropping the same frames earlier keeps batches small; the featurizer then finds
-    nothing left to drop, so training and the exported graph see the same frames.
+    nothing left to drop, so training and the exported graph see the same frames. A frame
+    with a masked (``HIDDEN``) point stays, as in the featurizer.
     """
-    keep = (~np.isnan(landmarks[..., :coords]).any(-1)).any(-1)
+    xy = landmarks[..., :coords]
+    keep = np.isfinite(xy).all(-1).any(-1) | np.isinf(xy).any((-1, -2))
     return landmarks[keep][:max_len]
