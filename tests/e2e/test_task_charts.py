@@ -148,6 +148,9 @@ def test_the_log_holds_every_stored_line_filters_streams_and_downloads(page: Any
     log_in(page, "lena")
     page.goto(f"/tasks/{task.pk}/")
     expect()(page.locator("#live-state")).to_have_text("Live updates on")
+    # A job that reported no metrics has no chart, and no smoothing control either.
+    expect()(page.locator("#task-charts figure")).to_have_count(0)
+    expect()(page.locator("#chart-controls")).to_be_hidden()
     log = page.locator("#task-log li")
     # More than the stored tail: the page read the earlier lines from the full log.
     expect()(log).to_have_count(450)
