@@ -131,9 +131,9 @@ def task_compare(request: HttpRequest) -> HttpResponse:
     ]
     spec_rows = [(key, a.spec.get(key, missing), b.spec.get(key, missing)) for key in keys]
     verdicts = (work().verdict(a), work().verdict(b))
-    metric_keys = list(dict.fromkeys([*_final_metrics(a), *_final_metrics(b)]))
+    final_a, final_b = _final_metrics(a), _final_metrics(b)
     metric_rows = [
-        (key, _final_metrics(a).get(key, missing), _final_metrics(b).get(key, missing)) for key in metric_keys
+        (key, final_a.get(key, missing), final_b.get(key, missing)) for key in dict.fromkeys([*final_a, *final_b])
     ]
     costs = (task_costs(work().ledger_trail(a)), task_costs(work().ledger_trail(b)))
     context = {

@@ -1,5 +1,5 @@
 """The workers app's answers to the marketplace's questions about a task's work
-(``marketplace.work.TaskWork``), installed from ``WorkersConfig.ready()``."""
+(``marketplace.work.TaskWork``) about its jobs, installed through ``workers.work``."""
 
 from __future__ import annotations
 
