@@ -227,6 +227,36 @@ def test_too_few_participants_are_refused_at_posting(bob: Any, tmp_path: Path) -
     assert "has 2 participant(s); at least 3 are needed" in refused_at_posting(bob, archive.read_bytes())
 
 
+def test_an_oversized_sequence_file_is_refused_at_posting(
+    bob: Any, dataset: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The split holds one sequence file in memory at a time: one larger than it reads is
+    refused from the archive's directory, before the task is funded."""
+    import training.asl.split as split
+
+    monkeypatch.setattr(split, "SEQUENCE_MAX_BYTES", 1000)
+    assert "sequence file" in (words := refused_at_posting(bob, dataset.read_bytes()))
+    assert "bytes; at most 1,000 are read" in words
+
+
+def test_an_archive_expanding_far_past_its_size_is_refused_at_posting(
+    bob: Any, dataset: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the split may write is bounded by the upload's size: a zip bomb is refused
+    from its directory."""
+    import training.asl.split as split
+
+    monkeypatch.setattr(split, "DEFAULT_MAX_UNCOMPRESSED_BYTES", 1)
+    monkeypatch.setattr(split, "EXPANSION", 1)
+    bomb = io.BytesIO()
+    with zipfile.ZipFile(dataset) as source, zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as target:
+        for info in source.infolist():
+            target.writestr(info.filename, source.read(info))
+        target.writestr("padding.bin", bytes(len(dataset.read_bytes()) * 4))
+    assert "over the" in (words := refused_at_posting(bob, bomb.getvalue()))
+    assert "archive expands to" in words
+
+
 def test_an_index_naming_a_missing_file_is_refused_at_posting(bob: Any) -> None:
     from tests.factories import zip_bytes
 
