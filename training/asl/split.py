@@ -33,7 +33,7 @@ import numpy as np
 from training.asl.dataset import Entry, read_index
 from training.asl.parquet import DatasetError, read_sequence
 from training.asl.shards import shard_name
-from training.asl.source import DEFAULT_MAX_UNCOMPRESSED_BYTES, INDEX_FILE, SIGN_MAP_FILE, Source
+from training.asl.source import INDEX_FILE, SIGN_MAP_FILE, Source
 from training.asl.spec import TrainSpec
 
 WORKER_DIR = "worker"
@@ -48,28 +48,37 @@ SHARD_BYTES = 256 * 1024**2
 # One ISLR sequence is at most a few MB (a few hundred frames of 543 landmarks); the split
 # holds one in memory at a time, so a member larger than this is refused, naming it.
 SEQUENCE_MAX_BYTES = 64 * 1024**2
-# An archive may expand to this many times its size (parquet barely compresses): what
-# the split may write to disk is bounded by the upload's size, not a fixed figure.
+# The sequence files train.csv lists may total this many times the archive's size (and
+# EXPANSION_FLOOR): parquet barely compresses, and what the split writes to disk is
+# bounded by the upload's size, not by what a deflated archive expands to.
 EXPANSION = 4
+EXPANSION_FLOOR = 8 * 1024**3
 _STAMP = (2023, 1, 1, 0, 0, 0)
 
 
 def open_upload(path: Path) -> Source:
-    """The uploaded archive, its expansion bounded by its own size (``EXPANSION``)."""
+    """The uploaded archive; what it expands to is checked by ``check_sizes``."""
     size = max(1, Path(path).stat().st_size)
-    return Source(
-        Path(path), max_bytes=size, max_uncompressed_bytes=max(DEFAULT_MAX_UNCOMPRESSED_BYTES, EXPANSION * size)
-    )
+    return Source(Path(path), max_bytes=size, max_uncompressed_bytes=2**63)
 
 
 def check_sizes(source: Source, entries: list[Entry]) -> None:
-    """DatasetError naming the first listed sequence file over ``SEQUENCE_MAX_BYTES``."""
+    """DatasetError naming the first listed sequence file over ``SEQUENCE_MAX_BYTES``, or
+    the archive when its listed files total more than ``EXPANSION`` times its size."""
+    total = 0
     for line, entry in enumerate(entries, start=2):
         if (size := source.size(entry.path)) > SEQUENCE_MAX_BYTES:
             raise DatasetError(
                 f"{INDEX_FILE} line {line}",
                 f"sequence file {entry.path!r} is {size:,} bytes; at most {SEQUENCE_MAX_BYTES:,} are read",
             )
+        total += size
+    archive = max(1, source.location.stat().st_size)
+    if total > max(EXPANSION_FLOOR, EXPANSION * archive):
+        raise DatasetError(
+            source.location.name,
+            f"expands to {total:,} bytes of sequence files, over {EXPANSION} times its {archive:,} bytes",
+        )
 
 
 def heldout_participants(participants: list[int], secret_seed: bytes) -> list[int]:
