@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.files.storage import default_storage
-from django.http import FileResponse, HttpResponse
+from django.http import HttpResponse
 from django.http.response import HttpResponseBase
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import parsers, status
@@ -20,7 +20,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from config.api.uploads import OutOfOrder
-from config.downloads import download, ranged_download
+from config.downloads import ranged_download
 from config.serializers import refuse_body
 from workers.assignments import jobs
 from workers.identity.authentication import IsWorker, WorkerTokenAuthentication
@@ -80,12 +80,12 @@ class AssignmentDatasetFileView(WorkerAPIView):
 
 
 class AssignmentModelView(WorkerAPIView):
-    """One file of the trained model an inference assignment runs (only to its worker)."""
+    """One file of the trained model an inference assignment runs (only to its worker), by ranges too."""
 
-    @extend_schema(responses={200: bytes})
-    def get(self, request: Request, assignment_id: str, name: str) -> FileResponse:
+    @extend_schema(responses={200: bytes, 206: bytes, 416: None})
+    def get(self, request: Request, assignment_id: str, name: str) -> HttpResponseBase:
         path = jobs.source_model_file(self.assignment(assignment_id), name)
-        return download(request, default_storage.open(path, "rb"), name)
+        return ranged_download(request, default_storage.open(path, "rb"), name, default_storage.size(path))
 
 
 class AssignmentStartView(WorkerAPIView):
