@@ -137,7 +137,7 @@ def ensure_prepared(task_id: UUID | str) -> bool:
         return True
     hook = kind.prepare
     assert hook is not None  # needs_preparation
-    with tempfile.TemporaryDirectory(prefix="proofwork-prepare-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=".preparing-", dir=_scratch()) as tmp:
         source = None
         if task.dataset is not None:
             source = Path(tmp) / f"upload.{task.dataset.format}"
@@ -152,6 +152,18 @@ def ensure_prepared(task_id: UUID | str) -> bool:
             return False
         _store(task, worker, heldout)
     return True
+
+
+def _scratch() -> Path | None:
+    """Where a preparation writes before its files are stored: beside them in storage, so
+    storing them is a rename and a dataset of tens of GiB needs no room in /tmp (None, the
+    system's temporary folder, where the storage has no local path)."""
+    try:
+        folder = Path(default_storage.path("prepared"))
+    except NotImplementedError:
+        return None
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
 
 
 def _link(stored: FieldFile, target: Path) -> None:
