@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 import torch
+from django.core.files.storage import default_storage
 from rest_framework.exceptions import ValidationError
 
 from ledger import services as ledger
@@ -200,10 +201,15 @@ def test_a_node_gets_no_shard_but_its_own_assignments_listed_ones(
     # share's files and anything else in storage stay out of reach.
     split = heldout.prepared(task)
     assert split is not None
+    assert split.worker is not None
     listed = {f["name"] for f in split.worker_files}
     unlisted = [f["name"] for f in split.heldout_files if f["name"] not in listed]
     for name in [*unlisted, "manifest.json", "..", "heldout", "shard-99999.zip"]:
         assert alpha.get(assignment, f"dataset/{name}/").status_code == 404, name
+    # A name both shares have is the worker share's file, never the held-out one.
+    served_index = streamed(alpha.get(assignment, "dataset/train.csv/"))
+    assert served_index == (Path(default_storage.path(split.worker)) / "train.csv").read_bytes()
+    assert served_index != (split.heldout_path() / "train.csv").read_bytes()
     # Once the job is over, the dataset is closed.
     assignment.state = assignment.State.EXPIRED
     assignment.save(update_fields=["state"])
