@@ -57,9 +57,9 @@ _STAMP = (2023, 1, 1, 0, 0, 0)
 
 
 def open_upload(path: Path) -> Source:
-    """The uploaded archive; what it expands to is checked by ``check_sizes``."""
-    size = max(1, Path(path).stat().st_size)
-    return Source(Path(path), max_bytes=size, max_uncompressed_bytes=2**63)
+    """The uploaded archive (whatever its size: the platform's upload limit bounds it);
+    what the split would write of it is checked by ``check_sizes``."""
+    return Source(Path(path), max_bytes=max(1, Path(path).stat().st_size))
 
 
 def check_sizes(source: Source, entries: list[Entry]) -> None:
