@@ -101,7 +101,7 @@ Prepare = Callable[[Spec, Path | None, Path, bytes], tuple[Path | None, Path]]
 SHARDED_DATASETS = "dataset:shards"
 # The format a job names for such a folder (its URL serves the folder's manifest).
 SHARDS_FORMAT = "shards"
-# fn(spec, the worker-facing data file prepare wrote (None: synthetic), challenged segments)
+# fn(spec, the worker-facing data prepare wrote, file or folder (None: synthetic), challenged segments)
 # -> per segment, "" when its re-execution lands on its committed end, else the reason a
 # requester reads (``training.replay.check_segments``); keyword ``device`` (default "cpu").
 Replay = Callable[..., list[str]]
@@ -133,7 +133,7 @@ class TrainingPlan:
         return self.steps_per_epoch * epochs
 
 
-# fn(spec, worker-facing data file | None) -> the run's TrainingPlan.
+# fn(spec, worker-facing data file or folder | None) -> the run's TrainingPlan.
 Plan = Callable[[Spec, Path | None], TrainingPlan]
 
 
