@@ -454,6 +454,53 @@ def test_a_dataset_in_shards_lands_in_one_folder_and_resumes_where_it_broke_off(
     assert server.sent == sum(len(body) for body in SHARDS.values())
 
 
+def test_a_download_that_keeps_breaking_off_but_moves_on_finishes(
+    node: Node, platform: Platform, clock: Clock, trained_on: list[dict[str, bytes]]
+) -> None:
+    """A link that drops every 10 kB: far more break-offs than one request's retries, each
+    after progress, so the retries start over each time and the file arrives whole."""
+    server = ShardServer(SHARDS)
+    sharded_job(platform, server, shard_manifest(SHARDS))
+    drops = []
+
+    def flaky(request: httpx.Request) -> httpx.Response:
+        name = request.url.path.rstrip("/").rsplit("/", 1)[-1]
+        body = SHARDS[name]
+        start = int(request.headers.get("Range", "bytes=0-").removeprefix("bytes=").rstrip("-"))
+        if len(body) - start > 10_000:
+            drops.append(start)
+            answered = {"Content-Range": f"bytes {start}-{len(body) - 1}/{len(body)}"} if start else {}
+            return httpx.Response(206 if start else 200, stream=BreaksOffAt(body[start:], 10_000), headers=answered)
+        return server(request)
+
+    platform.answers["/dataset/shard-00000.zip/"] = [flaky]
+    assert node.run_assignment(ASSIGNMENT) == "submitted"
+    assert trained_on == [SHARDS]
+    assert len(drops) > transfer.RETRY_ATTEMPTS
+    assert drops == list(range(0, 10_000 * len(drops), 10_000))
+
+
+def test_a_resumed_download_answered_with_other_bytes_fails_the_job(
+    node: Node, platform: Platform, clock: Clock, trained_on: list[dict[str, bytes]]
+) -> None:
+    """A proxy that answers "the rest" with a range from elsewhere in the file: the node
+    would splice two parts of it together, so it stops instead."""
+    server = ShardServer(SHARDS, break_after={"shard-00000.zip": 5_000})
+    sharded_job(platform, server, shard_manifest(SHARDS))
+
+    def elsewhere(request: httpx.Request) -> httpx.Response:
+        if "Range" not in request.headers:
+            return server(request)
+        body = SHARDS["shard-00000.zip"]
+        return httpx.Response(206, content=body[:100], headers={"Content-Range": f"bytes 0-99/{len(body)}"})
+
+    platform.answers["/dataset/shard-00000.zip/"] = [elsewhere]
+    assert node.run_assignment(ASSIGNMENT) == "failed"
+    assert trained_on == []
+    (fail,) = platform.bodies["fail"]
+    assert "asked for the bytes from 5000, got the range 'bytes 0-99/" in fail["reason"]
+
+
 @pytest.mark.parametrize(
     "name",
     ["../../.bashrc", "/etc/passwd", "sub/shard-00000.zip", "shard-1.zip", ".train.csv", "model.py", "", None, 7],

@@ -214,7 +214,9 @@ class PlatformClient:
         Only from the node's own server (``trust.on_own_server``). Transport errors and 5xx
         (the platform restarting, a proxy's 502) are retried like ``request``; a body that
         broke off is resumed where it stopped (``Range: bytes=N-``, 206), or started again
-        when the server sends the whole file. Any other status fails at once. With ``size``
+        when the server sends the whole file. The retries give up after ``RETRY_ATTEMPTS``
+        failures in a row without a byte received, so a long download over a link that
+        breaks now and then finishes. Any other status fails at once. With ``size``
         and ``sha256`` (the job's dataset entry, a manifest's file) a body that differs
         fails the job, naming both.
         """
@@ -222,10 +224,11 @@ class PlatformClient:
             url = trust.on_own_server(url, self.server)
         except ValueError as exc:
             raise JobError(f"refused to download: {exc}") from None
-        delay = 1.0
+        delay, failures = 1.0, 0
         digest, received = hashlib.sha256(), 0
         with dest.open("wb") as out:
-            for attempt in range(RETRY_ATTEMPTS):
+            while True:
+                before = received
                 headers = {"Range": f"bytes={received}-"} if received else {}
                 try:
                     with self.http.stream("GET", url, headers=headers) as response:
@@ -253,12 +256,14 @@ class PlatformClient:
                         problem = f"HTTP {response.status_code}"
                 except httpx.TransportError as exc:
                     problem = str(exc) or type(exc).__name__
+                if received > before:  # a break-off after progress: the retries start over
+                    delay, failures = 1.0, 0
+                failures += 1
+                if failures >= RETRY_ATTEMPTS:
+                    raise JobError(f"GET {url}: the platform is unreachable")
                 log.warning("GET %s failed (%s); resuming at byte %d", url, problem, received)
-                if attempt < RETRY_ATTEMPTS - 1:
-                    time.sleep(delay)
-                    delay = min(delay * 2, RETRY_MAX_DELAY)
-            else:
-                raise JobError(f"GET {url}: the platform is unreachable")
+                time.sleep(delay)
+                delay = min(delay * 2, RETRY_MAX_DELAY)
         if size is not None and received != size:
             raise JobError(
                 f"{dest.name} is {received} bytes, but the platform said {size}: the download is not the file"
