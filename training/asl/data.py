@@ -93,7 +93,10 @@ def loader_settings(device: torch.device) -> dict[str, Any]:
     """
     if device.type != "cuda":
         return {"num_workers": 0, "pin_memory": False}
-    workers = max(1, min(4, (os.cpu_count() or 2) - 1))
+    # One worker per core this process may use, less the one that drives the GPU: a worker
+    # prepares a batch of 128 in about as long as an H100 trains on 25 (issue 27 measured
+    # 2,300 samples/s with 4 workers, 5,700 with 15, against 2,750 for the model alone).
+    workers = max(1, len(os.sched_getaffinity(0)) - 1)
     return {"num_workers": workers, "pin_memory": pin_memory(device)}
 
 
