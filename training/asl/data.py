@@ -47,7 +47,8 @@ class SequenceDataset(Dataset[dict[str, Any]]):
         self, data: LandmarkDataset, points: list[int], max_len: int, augmenter: Augmenter | None = None
     ) -> None:
         self.data = data
-        self.points = np.asarray(points, dtype=np.int64)
+        # Where the model's points are in the cache: None when the cache holds exactly them.
+        self.columns = data.columns(points)
         self.max_len = max_len
         self.augmenter = augmenter
 
@@ -61,7 +62,8 @@ class SequenceDataset(Dataset[dict[str, Any]]):
         neither thread, worker process nor batch order.
         """
         seed, i = key if isinstance(key, tuple) else (0, key)
-        x = np.asarray(self.data.sequence(i)[:, self.points], dtype=np.float32)
+        seq = self.data.sequence(i)
+        x = np.array(seq if self.columns is None else seq[:, self.columns], dtype=np.float32)
         if self.augmenter is not None:
             rng = np.random.default_rng((seed, i))
             x = self.augmenter(x, rng).astype(np.float32, copy=False)

@@ -28,6 +28,7 @@ from training.asl import export
 from training.asl.augment import Augmenter
 from training.asl.data import SequenceDataset, make_loader, split_by_participant
 from training.asl.dataset import LandmarkDataset, load_dataset
+from training.asl.landmarks import selected_landmarks
 from training.asl.metrics import accuracy_metrics, confusion_summary, predict_logits
 from training.asl.model import ModelConfig, SignModel
 from training.asl.parquet import DatasetError
@@ -77,7 +78,8 @@ def trainer(
     if data is None:
         raise DatasetError("dataset", "asl_training needs an ISLR dataset")
     settings = TrainSpec.from_dict(dict(spec))
-    loaded = load_dataset(Path(data), cache_dir, progress=progress)
+    # The cache holds only the model's points, in its order.
+    loaded = load_dataset(Path(data), cache_dir, points=selected_landmarks(settings.use_pose), progress=progress)
     train_rows, val_rows, held_out = split_by_participant(
         loaded.participants, settings.validation_fraction, settings.seed
     )
@@ -245,7 +247,7 @@ def run(
     export.save(out_dir, model, data.signs)
     if export_onnx:
         path = export.export_onnx(model, out_dir / export.ONNX_FILE)
-        samples = [np.array(data.sequence(int(i))) for i in val_rows[:4]]
+        samples = [data.landmarks(int(i)) for i in val_rows[:4]]
         metrics["onnx_max_abs_diff"] = export.onnx_parity(model, path, samples)
     write_json(out_dir / "metrics.json", metrics)
     return metrics
@@ -260,9 +262,7 @@ def evaluate_dataset(
     if unknown:
         raise DatasetError("train.csv", f"signs the model does not know: {', '.join(unknown[:5])}")
     remap = np.array([index[s] for s in data.signs], dtype=np.int64)
-    mapped = LandmarkDataset(
-        data.frames, data.starts, data.lengths, remap[data.labels], data.participants, data.sequence_ids, signs
-    )
+    mapped = replace(data, labels=remap[data.labels], signs=signs)
     loader = make_loader(
         SequenceDataset(mapped, model.config.points, model.config.max_len),
         batch_size,
@@ -281,7 +281,7 @@ def verify(
     full precision, and a model whose output for a sequence does not depend on its batch.
     """
     model, signs = export.load(model_dir, select_device(device))
-    data = load_dataset(Path(data_dir), cache_dir)
+    data = load_dataset(Path(data_dir), cache_dir, points=model.config.points)
     logits, labels = evaluate_dataset(model, signs, data)
     raw = accuracy_metrics(logits, labels, prefix="")
     return {**raw, "count": int(labels.size), "confusion": confusion_summary(logits, labels, signs)}
