@@ -26,7 +26,7 @@ from training import kinds as node_kinds
 from training.plugin import WEIGHTS, Outcome, sha256_file
 from training.trace import TRACE_FILE
 from workers.agent import verify_job
-from workers.assignments import delegation, scheduler
+from workers.assignments import delegation, nodebroker, scheduler
 from workers.models import Assignment, VerificationJob
 from workers.tasks import verify_assignment
 
@@ -151,6 +151,31 @@ def test_only_nodes_that_take_verification_jobs_of_the_kind_are_chosen(
     chosen = RestNode(dave, "verifier", VERIFY_CAPS)
     assert delegation.eligible_verifiers(assignment) == ([chosen.worker], [])
     assert offered(assignment).verifier_id == chosen.worker.pk
+
+
+def test_the_job_goes_to_the_verifier_s_own_queue_as_its_id_alone(
+    worker: RestNode,
+    bob: Any,
+    carol: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    assignment = submitted(worker, bob, tmp_path / "run")
+    verifier = RestNode(carol, "verifier", VERIFY_CAPS)
+    sent: list[tuple[str, str]] = []
+    monkeypatch.setattr(nodebroker, "publish_verification", lambda address, job: sent.append((address, job)))
+    with django_capture_on_commit_callbacks(execute=True):
+        job = offered(assignment)
+    assert sent == [(verifier.key.address, str(job.pk))]
+    # The canary's end is kept apart from the result's artifacts.
+    canary = next(slot for slot in job.slots if slot["role"] == "canary")
+    assert canary["end"]["file"].startswith(f"verifications/{job.pk}/")
+    assert all(
+        slot[end]["file"].startswith(f"artifacts/{assignment.pk}/") or slot[end]["file"] == canary["end"]["file"]
+        for slot in job.slots
+        for end in ("start", "end")
+    )
 
 
 # --- verdicts -------------------------------------------------------------------------------
