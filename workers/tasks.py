@@ -149,6 +149,10 @@ def verify_assignment(self: Task, assignment_id: str) -> str:
     A retry of a run that raised (a database error: ``autoretry_for``) is the same run
     going on, not a new one: it is not counted, so a busy database (SQLite's "locked")
     cannot use the count up however often it makes the run retry.
+
+    In delegated mode a trained result's first run offers its segments to a verifier node
+    and ends ("delegated", uncounted); the node's answer, or its deadline, asks again
+    (``workers.assignments.delegation``).
     """
     assignment = Assignment.objects.select_related("task", "worker").filter(pk=assignment_id).first()
     if assignment is None or assignment.state != Assignment.State.SUBMITTED:
