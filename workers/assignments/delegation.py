@@ -150,9 +150,11 @@ def offer(assignment: Assignment) -> Job | None:
         return None
     with transaction.atomic():
         locked, _ = lifecycle.lock(assignment.pk)
-        if locked.state != Assignment.State.SUBMITTED or Job.objects.filter(assignment=locked).exists():
+        earlier = Job.objects.filter(assignment=locked).first()
+        if locked.state != Assignment.State.SUBMITTED or earlier is not None:
+            # Settled meanwhile, or another run of its verification offered it first.
             transaction.on_commit(partial(_discard_files, job_id))
-            return None
+            return earlier if locked.state == Assignment.State.SUBMITTED else None
         job = Job.objects.create(
             id=job_id,
             assignment=locked,
