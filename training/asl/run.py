@@ -37,6 +37,7 @@ from training.device import seed_everything, select_device
 from training.loop import LoopConfig, fit
 from training.plugin import TrainingPlan
 from training.replay import Trainer, check_segments, plan_of, total_steps
+from training.replay import measure_segments as measure
 from training.trace import Segment, trace_every
 
 Progress = Callable[[dict[str, Any]], None]
@@ -137,6 +138,14 @@ def trainer(
         "accumulation": accumulation,
     }
     return Trainer(model, train_loader, step_fn, loop, on_epoch, val_loader, eval_fn, extras)
+
+
+def measure_segments(
+    spec: Mapping[str, Any], data: Path | None, segments: Sequence[Segment], *, device: str = "cpu"
+) -> list[float | str]:
+    """``training.replay.measure_segments`` for an asl_training run: per segment, its distance or why not."""
+    with tempfile.TemporaryDirectory(prefix="asl-replay-") as cache:
+        return measure(lambda s, d, dev: trainer(s, d, dev, cache_dir=Path(cache)), spec, data, segments, device=device)
 
 
 def replay_segments(

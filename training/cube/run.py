@@ -35,6 +35,7 @@ from training.device import pin_memory, select_device
 from training.loop import FitResult, LoopConfig, fit
 from training.plugin import TrainingPlan
 from training.replay import Trainer, check_segments, plan_of, total_steps
+from training.replay import measure_segments as measure
 from training.specs import defaults
 from training.trace import Segment, trace_every
 
@@ -191,6 +192,13 @@ def replay_segments(
 ) -> list[str]:
     """``training.replay.check_segments`` for a cube_training run: "" or the reason, per segment."""
     return check_segments(lambda s, d, dev: trainer(s, d, dev), spec, data, segments, device=device)
+
+
+def measure_segments(
+    spec: Mapping[str, Any], data: Path | None, segments: Sequence[Segment], *, device: str = "cpu"
+) -> list[float | str]:
+    """``training.replay.measure_segments`` for a cube_training run: per segment, its distance or why not."""
+    return measure(lambda s, d, dev: trainer(s, d, dev), spec, data, segments, device=device)
 
 
 def untrained_weights(spec: Mapping[str, Any], data: Path | None) -> str:

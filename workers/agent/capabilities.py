@@ -12,8 +12,9 @@ from workers.agent import AGENT_VERSION
 # Only the kinds this agent has a plug-in for: the scheduler offers a worker nothing else.
 SUPPORTED_KINDS = list(KINDS)
 # Protocol features the scheduler matches against a task's needs (marketplace.kinds):
-# the ways this agent can draw the synthetic kind's matrices.
-FEATURES = [feature(generator) for generator in GENERATORS]
+# the ways this agent can draw the synthetic kind's matrices, and that it takes verification
+# jobs (verify_job.py; the platform's workers.assignments.delegation.FEATURE).
+FEATURES = [*(feature(generator) for generator in GENERATORS), "verify_segments"]
 
 
 def detect() -> dict[str, Any]:
