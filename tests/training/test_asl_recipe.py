@@ -16,7 +16,7 @@ from torch import nn
 from tests.factories import TINY_ASL
 from training.artifacts import read_state_file
 from training.asl.landmarks import selected_landmarks
-from training.asl.run import augmenter, late_start_epoch, replay_segments, trainer
+from training.asl.run import augmenter, replay_segments, trainer
 from training.asl.run import run as asl_run
 from training.asl.spec import TrainSpec
 from training.asl.synthetic import generate
@@ -154,7 +154,7 @@ def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_late_dropout_is_off_before_the_late_phase_and_on_from_it(dataset: Path, tmp_path: Path) -> None:
     spec = {**FIRST_PLACE, "epochs": 10, "late_start": 0.5}
-    assert late_start_epoch(TrainSpec.from_dict(spec)) == 6
+    assert TrainSpec.from_dict(spec).late_epoch == 6
     built = trainer(spec, dataset, "cpu", cache_dir=tmp_path)
     assert built.on_epoch is not None
     model: Any = built.model
@@ -234,3 +234,15 @@ def test_a_worker_that_skips_awp_is_caught(dataset: Path, tmp_path: Path) -> Non
     assert late
     verdicts = replay_segments(FIRST_PLACE, dataset, late[:2])
     assert all("does not re-execute" in v for v in verdicts), verdicts
+
+
+def test_awp_epochs_are_priced_as_the_two_passes_they_take() -> None:
+    """AWP doubles a late epoch's work: the estimate the price follows grows with it, so a
+    requester cannot have twice the compute for the price of one pass."""
+    from training.kinds import get
+
+    kind = get("asl_training")
+    spec = {**TrainSpec.from_dict({"epochs": 20}).to_dict()}
+    plain = kind.flops(spec)
+    late = kind.flops({**spec, "awp_lambda": 0.2, "late_start": 0.25})  # AWP in epochs 6..20
+    assert late == pytest.approx(plain * (20 + 15) / 20)

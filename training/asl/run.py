@@ -42,12 +42,6 @@ Progress = Callable[[dict[str, Any]], None]
 CHECKPOINT_DIR = "checkpoints"
 
 
-def late_start_epoch(spec: TrainSpec) -> int:
-    """The first epoch of the late phase (late dropout and AWP on): after ``late_start`` of
-    the epochs (1st-place ISLR: epoch 15 of 300)."""
-    return 1 + math.floor(spec.late_start * spec.epochs + 1e-9)
-
-
 def model_config(spec: TrainSpec, num_classes: int) -> ModelConfig:
     """The model configuration a spec asks for (what config.json of its model must say)."""
     return ModelConfig(
@@ -116,7 +110,7 @@ def trainer(
     val_set = SequenceDataset(loaded.subset(val_rows), points, settings.max_len)
     train_loader = make_loader(train_set, batch, shuffle=True, device=target, drop_last=len(train_set) > batch)
     val_loader = make_loader(val_set, max(batch, 32), shuffle=False, device=target)
-    late_from = late_start_epoch(settings)
+    late_from = settings.late_epoch
 
     def on_epoch(epoch: int) -> None:
         model.late_dropout.active = epoch >= late_from

@@ -8,6 +8,7 @@ field.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
@@ -107,6 +108,17 @@ class AslTrainingSpec:
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready copy."""
         return asdict(self)
+
+    @property
+    def late_epoch(self) -> int:
+        """The first epoch of the late phase (late dropout and AWP on): after ``late_start``
+        of the epochs (1st-place ISLR: epoch 15 of 300)."""
+        return 1 + math.floor(self.late_start * self.epochs + 1e-9)
+
+    @property
+    def awp_epochs(self) -> int:
+        """Epochs trained with AWP, each of whose steps costs two passes."""
+        return max(0, self.epochs - self.late_epoch + 1) if self.awp_lambda > 0 else 0
 
 
 # The trainer's name for it.
