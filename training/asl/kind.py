@@ -19,7 +19,9 @@ MODEL_FILES = (WEIGHTS, "config.json", "labels.json")
 def _training_flops(spec: Spec) -> float:
     dim = int(spec["dim"])
     per_frame = spec["blocks"] * (3 * 2 * 2 * dim * dim * 2 + 12 * dim * dim)
-    return 3.0 * per_frame * spec["max_len"] * 20_000 * spec["epochs"]
+    # An AWP epoch's steps take two forward and backward passes.
+    epochs = spec["epochs"] + AslTrainingSpec.from_dict(dict(spec)).awp_epochs
+    return 3.0 * per_frame * spec["max_len"] * 20_000 * epochs
 
 
 def _training_resources(spec: Spec) -> Resources:

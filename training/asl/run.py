@@ -44,14 +44,9 @@ Progress = Callable[[dict[str, Any]], None]
 CHECKPOINT_DIR = "checkpoints"
 
 
-def late_dropout_start(epochs: int) -> int:
-    """The first epoch with late dropout on: after the first fifth of training."""
-    return 1 + epochs // 5
-
-
-def build_model(spec: TrainSpec, num_classes: int) -> SignModel:
-    """The model a spec asks for."""
-    config = ModelConfig(
+def model_config(spec: TrainSpec, num_classes: int) -> ModelConfig:
+    """The model configuration a spec asks for (what config.json of its model must say)."""
+    return ModelConfig(
         num_classes=num_classes,
         dim=spec.dim,
         blocks=spec.blocks,
@@ -59,8 +54,32 @@ def build_model(spec: TrainSpec, num_classes: int) -> SignModel:
         use_pose=spec.use_pose,
         drop_path=spec.drop_path,
         dropout=spec.dropout,
+        mlp_expand=spec.mlp_expand,
+        normalisation=spec.normalisation,
     )
-    return SignModel(config)
+
+
+def build_model(spec: TrainSpec, num_classes: int) -> SignModel:
+    """The model a spec asks for."""
+    return SignModel(model_config(spec, num_classes))
+
+
+def augmenter(spec: TrainSpec, points: list[int]) -> Augmenter | None:
+    """The training split's augmentation policy a spec asks for (None: augmentations off)."""
+    if not spec.use_augmentations:
+        return None
+    return Augmenter(
+        points,
+        spec.p_temporal,
+        spec.p_spatial,
+        spec.p_noise,
+        spec.p_masking,
+        p_flip=spec.p_flip,
+        rotate_degrees=spec.rotate_degrees,
+        p_spatial_mask=spec.p_spatial_mask,
+        interpolation=spec.resample_interpolation,
+        crop=spec.max_len if spec.random_crop else 0,
+    )
 
 
 def trainer(
@@ -75,7 +94,8 @@ def trainer(
 ) -> Trainer:
     """The untrained model, loaders, step and loop settings a spec and the worker's ISLR
     dataset (folder or zip) give: what ``run`` trains and what a replay of its trace
-    re-executes. Late dropout switches on per epoch (``on_epoch``)."""
+    re-executes. Late dropout switches on per epoch (``on_epoch``), AWP with the loop's
+    ``awp_from_epoch``, both at the late phase's first epoch."""
     if data is None:
         raise DatasetError("dataset", "asl_training needs an ISLR dataset")
     settings = TrainSpec.from_dict(dict(spec))
@@ -87,21 +107,16 @@ def trainer(
     seed_everything(settings.seed)  # the initial weights are part of a replayable run
     model = build_model(settings, len(loaded.signs))
     points = model.config.points
-    augmenter = (
-        Augmenter(points, settings.p_temporal, settings.p_spatial, settings.p_noise, settings.p_masking)
-        if settings.use_augmentations
-        else None
-    )
     target = select_device(device)
     batch, accumulation = preset_batch(settings, capabilities)
-    train_set = SequenceDataset(loaded.subset(train_rows), points, settings.max_len, augmenter)
+    train_set = SequenceDataset(loaded.subset(train_rows), points, settings.max_len, augmenter(settings, points))
     val_set = SequenceDataset(loaded.subset(val_rows), points, settings.max_len)
     train_loader = make_loader(train_set, batch, shuffle=True, device=target, drop_last=len(train_set) > batch)
     val_loader = make_loader(val_set, max(batch, 32), shuffle=False, device=target)
-    dropout_from = late_dropout_start(settings.epochs)
+    late_from = settings.late_epoch
 
     def on_epoch(epoch: int) -> None:
-        model.late_dropout.active = epoch >= dropout_from
+        model.late_dropout.active = epoch >= late_from
 
     def step_fn(runner: nn.Module, batch: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, Any]]:
         logits = runner(batch["x"], batch["lengths"]).float()
@@ -128,6 +143,8 @@ def trainer(
         seed=settings.seed,
         device=str(target),
         max_steps_per_epoch=max_steps_per_epoch,
+        awp_lambda=settings.awp_lambda,
+        awp_from_epoch=late_from,
     )
     extras = {
         "data": loaded,
