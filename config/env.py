@@ -76,6 +76,17 @@ def env_fraction(name: str, default: float, environ: Mapping[str, str] | None = 
     return value
 
 
+def env_choice(name: str, default: str, choices: tuple[str, ...], environ: Mapping[str, str] | None = None) -> str:
+    """Return the variable, which must be one of ``choices`` (``default`` when unset or empty)."""
+    env = os.environ if environ is None else environ
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    if raw not in choices:
+        raise ImproperlyConfigured(f"{name}={raw!r} is not one of {', '.join(choices)}")
+    return raw
+
+
 def env_list(name: str, default: list[str], environ: Mapping[str, str] | None = None) -> list[str]:
     """Return a comma-separated variable as a list of non-empty, stripped items."""
     env = os.environ if environ is None else environ

@@ -23,6 +23,7 @@ from django.core.exceptions import ImproperlyConfigured
 from config.env import (
     check_node_broker,
     env_bool,
+    env_choice,
     env_fraction,
     env_int,
     env_list,
@@ -478,6 +479,14 @@ TRACE_SECRET = _platform_secret("PROOFWORK_TRACE_SECRET", b"proofwork:trace-chal
 # wrong is caught with probability at least TRACE_DETECT (training.trace.segments_needed).
 TRACE_DETECT = env_fraction("PROOFWORK_TRACE_DETECT", 0.99)
 TRACE_BAD_FRACTION = env_fraction("PROOFWORK_TRACE_BAD_FRACTION", 0.10)
+# Where the challenged segments are re-executed: "platform" (its verifier, the default) or
+# "delegated" (offered as a verification job to a node of another provider, with canaries,
+# the platform refereeing disagreements and falling back to itself: workers/assignments/delegation.py).
+SEGMENT_REEXECUTION = env_choice("PROOFWORK_SEGMENT_REEXECUTION", "platform", ("platform", "delegated"))
+# How long a verifier node has to answer before the platform re-executes the segments itself.
+DELEGATE_WAIT = env_int("PROOFWORK_DELEGATE_WAIT", 600, minimum=30)
+# Canary segments mixed into each verification job (each costs the platform one or two segments).
+DELEGATE_CANARIES = env_int("PROOFWORK_DELEGATE_CANARIES", 1, minimum=1, maximum=8)
 # Largest checkpoint a node may upload when challenged (a default cube checkpoint is a few MB).
 CHECKPOINT_MAX_BYTES = env_int("PROOFWORK_CHECKPOINT_MAX_BYTES", 256 * 1024**2, minimum=1)
 # A task whose result fell short of its quality bar (a true claim: see workers/assignments/settlement.py),

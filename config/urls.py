@@ -29,6 +29,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/v1/workers/", include("workers.api.urls")),
     path("api/v1/assignments/", include("workers.api.assignment_urls")),
+    path("api/v1/verifications/", include("workers.api.verification_urls")),
     path("api/v1/ledger/", include("ledger.api.urls")),
     path("api/v1/payments/", include("payments.api_urls")),
     path("api/v1/", include("marketplace.api.urls")),

@@ -21,7 +21,7 @@ import pytest
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
-from config.env import env_bool, env_int, env_list, env_str, env_url, next_redis_database
+from config.env import env_bool, env_choice, env_int, env_list, env_str, env_url, next_redis_database
 
 ROOT = Path(settings.BASE_DIR)
 
@@ -63,6 +63,13 @@ def test_env_str_and_list() -> None:
     assert env_list("L", ["a"], environ={}) == ["a"]
     assert env_list("L", ["a"], environ={"L": " b, ,c "}) == ["b", "c"]
     assert env_list("L", ["a"], environ={"L": ""}) == []
+
+
+def test_env_choice_takes_only_its_choices() -> None:
+    assert env_choice("C", "a", ("a", "b"), environ={}) == "a"
+    assert env_choice("C", "a", ("a", "b"), environ={"C": " b "}) == "b"
+    with pytest.raises(ImproperlyConfigured, match="C='B' is not one of a, b"):
+        env_choice("C", "a", ("a", "b"), environ={"C": "B"})
 
 
 def test_env_url_checks_the_scheme() -> None:
@@ -335,6 +342,12 @@ def test_production_without_its_secrets_fails_loudly(tmp_path: Path, change: dic
         ({"PROOFWORK_DATASET_MAX_BYTES": "lots"}, "PROOFWORK_DATASET_MAX_BYTES='lots' is not an integer"),
         ({"PROOFWORK_DATASET_MAX_BYTES": "0"}, "PROOFWORK_DATASET_MAX_BYTES=0 is below the minimum 1"),
         ({"PROOFWORK_HELDOUT_SECRET": "short"}, "PROOFWORK_HELDOUT_SECRET must be at least 32 characters"),
+        (
+            {"PROOFWORK_SEGMENT_REEXECUTION": "elsewhere"},
+            "PROOFWORK_SEGMENT_REEXECUTION='elsewhere' is not one of platform, delegated",
+        ),
+        ({"PROOFWORK_DELEGATE_WAIT": "5"}, "PROOFWORK_DELEGATE_WAIT=5 is below the minimum 30"),
+        ({"PROOFWORK_DELEGATE_CANARIES": "0"}, "PROOFWORK_DELEGATE_CANARIES=0 is below the minimum 1"),
     ],
 )
 def test_a_bad_variable_stops_start_up_naming_it(tmp_path: Path, env: dict[str, str], words: str) -> None:

@@ -14,7 +14,7 @@ A trainer supplies a model, two DataLoaders and two callables:
 
 ``fit`` owns everything else: the optimizer (AdamW, or RAdam wrapped in Lookahead), the
 schedule (cosine with linear warm-up, one-cycle, or constant), gradient clipping and
-accumulation, mixed precision (bf16 autocast on CPU, fp16 with a GradScaler on CUDA),
+accumulation, adversarial weight perturbation from a given epoch (``awp_lambda``), mixed precision (bf16 autocast on CPU, fp16 with a GradScaler on CUDA),
 optional ``torch.compile``, early stopping with restore of the best weights, deterministic
 seeding, resumable checkpoints (safetensors + JSON, see ``training.artifacts``) and a
 progress callback.
@@ -109,6 +109,12 @@ class LoopConfig:
     max_steps_per_epoch: int | None = None  # cap on optimizer steps per epoch (smoke runs, benchmarks)
     # Optimizer steps between training-trace checkpoints when a trace_dir is given; 0: no trace.
     trace_every: int = 0
+    # Adversarial weight perturbation (Wu et al. 2020, as the 1st-place ISLR solution uses
+    # it): from epoch ``awp_from_epoch`` on, each micro-batch's gradient is taken at the
+    # weights moved by ``awp_lambda`` along that micro-batch's own gradient, per tensor.
+    # 0: off.
+    awp_lambda: float = 0.0
+    awp_from_epoch: int = 1
 
     def __post_init__(self) -> None:
         checks = {
@@ -121,6 +127,8 @@ class LoopConfig:
             "warmup_steps": self.warmup_steps >= 0,
             "checkpoint_every": self.checkpoint_every >= 1,
             "trace_every": self.trace_every >= 0,
+            "awp_lambda": self.awp_lambda >= 0 and math.isfinite(self.awp_lambda),
+            "awp_from_epoch": self.awp_from_epoch >= 1,
             "optimizer": self.optimizer in ("adamw", "radam_lookahead"),
             "schedule": self.schedule in ("cosine", "onecycle", "constant"),
             "monitor_mode": self.monitor_mode in ("min", "max"),
@@ -466,9 +474,14 @@ class _LoopState:
         as floats. Its random draws (dropout, noise) come from RNGs re-seeded from (seed,
         step, micro-batch), so a replay of the step draws the same."""
         seed_everything(_step_seed(self.config.seed, self.global_step + 1, micro))
+        batch = to_device(batch, self.device)
+        awp = self.config.awp_lambda > 0 and epoch >= self.config.awp_from_epoch
+        perturbed = self._perturb(step_fn, batch) if awp else None
         with autocast(self.device, self.config.mixed_precision):
-            loss, metrics = step_fn(self.runner, to_device(batch, self.device))
+            loss, metrics = step_fn(self.runner, batch)
         loss_value = _as_float(loss)
+        if perturbed is not None and math.isfinite(loss_value):
+            loss_value = perturbed[0]  # the step reports the loss at the weights as they are
         if not math.isfinite(loss_value):
             raise NonFiniteLossError(
                 f"Training loss became {loss_value} at epoch {epoch}, step {self.global_step + 1}; "
@@ -476,7 +489,48 @@ class _LoopState:
             )
         scaled = loss / self.config.grad_accumulation
         (self.scaler.scale(scaled) if self.scaler is not None else scaled).backward()
+        if perturbed is not None:
+            self._restore(perturbed[2])
+            metrics = perturbed[1]
         return loss_value, {k: _as_float(v) for k, v in metrics.items()}
+
+    def _perturb(
+        self, step_fn: StepFn, batch: Any
+    ) -> tuple[float, Mapping[str, float | torch.Tensor], list[tuple[nn.Parameter, torch.Tensor, torch.Tensor | None]]]:
+        """AWP's first pass: the micro-batch's loss and gradient at the current weights, then
+        each weight tensor moved by ``awp_lambda`` along its own normalised gradient (a tensor
+        with a zero or non-finite gradient stays). Returns the loss (as a float: what the
+        step reports), the metrics, and per parameter (it, its weights, its gradient
+        accumulated so far) for ``_restore``; the gradients are left empty for the second
+        pass."""
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        kept = [(p, p.detach().clone(), p.grad) for p in params]
+        for p in params:
+            p.grad = None
+        with autocast(self.device, self.config.mixed_precision):
+            loss, metrics = step_fn(self.runner, batch)
+        loss_value = _as_float(loss)
+        if math.isfinite(loss_value):
+            (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
+        with torch.no_grad():
+            for p in params:
+                grad, p.grad = p.grad, None
+                if grad is None:
+                    continue
+                norm = torch.linalg.vector_norm(grad.float())
+                if bool(torch.isfinite(norm)) and float(norm) > 0:
+                    p.add_((grad.float() * (self.config.awp_lambda / norm)).to(p.dtype))
+        return loss_value, metrics, kept
+
+    @staticmethod
+    def _restore(kept: list[tuple[nn.Parameter, torch.Tensor, torch.Tensor | None]]) -> None:
+        """AWP's end: the weights back as they were (exactly), and the perturbed pass's
+        gradient added to what earlier micro-batches accumulated."""
+        with torch.no_grad():
+            for p, weights, grad in kept:
+                p.copy_(weights)
+                if grad is not None:
+                    p.grad = grad if p.grad is None else p.grad.add_(grad)
 
     def _optimizer_step(self, micro: int) -> float:
         """One optimizer step over the ``micro`` micro-batches gathered (fewer at the epoch's

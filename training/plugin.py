@@ -105,6 +105,14 @@ SHARDS_FORMAT = "shards"
 # -> per segment, "" when its re-execution lands on its committed end, else the reason a
 # requester reads (``training.replay.check_segments``); keyword ``device`` (default "cpu").
 Replay = Callable[..., list[str]]
+# fn(spec, worker's data, segments, *, device) -> per segment, how far its committed end lies
+# from its re-execution in steps' updates, or why it cannot be re-executed: what a verifier
+# node reports in delegated re-execution (``training.replay.measure_segments``).
+Measure = Callable[..., list[float | str]]
+# fn(start checkpoint, end checkpoint, out, the segment's steps) -> the sha256 of the weights
+# of the canary written to ``out``: the end moved back along the segment, so that an honest
+# re-execution lands well beyond the tolerance (``training.replay.shifted_state``).
+Canary = Callable[[Path, Path, Path, int], str]
 
 
 @dataclass(frozen=True)
@@ -195,6 +203,10 @@ class Kind:
     # and what its trace must start from and span.
     replay: Replay | None = None
     plan: Plan | None = None
+    # Delegated re-execution (docs/proof-of-training.md): a verifier node's measure, and the
+    # platform's canary. A kind without both is re-executed on the platform only.
+    measure: Measure | None = None
+    canary: Canary | None = None
 
 
 class UnsupportedKind(Exception):
@@ -284,6 +296,8 @@ def training_kind(
     features: Callable[[Spec], tuple[str, ...]] = _no_features,
     replay: Replay | None = None,
     plan: Plan | None = None,
+    measure: Measure | None = None,
+    canary: Canary | None = None,
 ) -> Kind:
     """A kind that trains a model: ``train`` writes ``model_files`` (``WEIGHTS`` among them)
     and metrics.json into ``<workdir>/model`` and its training trace into
@@ -319,6 +333,8 @@ def training_kind(
         features=features,
         replay=replay,
         plan=plan,
+        measure=measure,
+        canary=canary,
         **datasets.kind_fields(),
     )
 

@@ -19,6 +19,7 @@ read, is read as safetensors only, size-bounded, and must fit the spec's model.
 from __future__ import annotations
 
 import copy
+import hashlib
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -28,7 +29,14 @@ from typing import Any
 import torch
 from torch import nn
 
-from training.artifacts import ArtifactError, flatten_tensors, load_model_tensors, read_state_file, weights_sha256
+from training.artifacts import (
+    ArtifactError,
+    flatten_tensors,
+    load_model_tensors,
+    read_state_file,
+    save_state_file,
+    weights_sha256,
+)
 from training.loop import EvalFn, LoopConfig, Progress, StepFn, replay, steps_per_epoch
 from training.plugin import TrainingPlan
 from training.trace import Segment, file_sha256, trace_every
@@ -200,6 +208,80 @@ def check_segments(
         return segment_distance(trainer, segment, device, mixed_precision=mixed_precision)
 
     return [_verdict(distance_in, trainer.config.mixed_precision, segment, tolerance) for segment in segments]
+
+
+def measure_segments(
+    build: Build,
+    spec: Mapping[str, Any],
+    data: Path | None,
+    segments: Sequence[Segment],
+    *,
+    device: str = "cpu",
+    tolerance: float = TOLERANCE,
+) -> list[float | str]:
+    """For each segment, how far its committed end lies from its re-execution, in steps'
+    updates (re-executed as ``check_segments`` does, in fp32 and then, for a run the spec
+    trains in mixed precision and a segment beyond ``tolerance``, again in that precision,
+    the nearer counting), or why it cannot be re-executed. What a verifier node reports
+    (docs/proof-of-training.md#delegated-re-execution)."""
+    trainer = build(spec, data, device)
+    untrained = {k: v.clone() for k, v in trainer.model.state_dict().items()}
+
+    def distance_in(mixed_precision: bool, segment: Segment) -> float:
+        trainer.model.load_state_dict(untrained)
+        return segment_distance(trainer, segment, device, mixed_precision=mixed_precision)
+
+    measured: list[float | str] = []
+    for segment in segments:
+        try:
+            gap = distance_in(False, segment)
+            if not within(gap, tolerance) and trainer.config.mixed_precision:
+                gap = min(gap, distance_in(True, segment))
+        except (ArtifactError, ValueError, OSError) as exc:
+            measured.append(f"cannot be re-executed: {exc}")
+            continue
+        measured.append(gap)
+    return measured
+
+
+# How far a canary's end is moved back along its segment, in the segment's mean steps: an
+# honest re-execution lands about this far from it, four times TOLERANCE.
+CANARY_SHIFT = 2.0
+
+
+def shifted_state(start: Path, end: Path, out: Path, steps: int) -> str:
+    """Write to ``out`` the training state ``end`` moved back ``CANARY_SHIFT`` of the
+    segment's mean steps towards ``start`` (every float tensor of the weights and the
+    optimizer with a dimension, so counters stay as they are): a plausible state that lies
+    that far from where an honest re-execution from ``start`` lands. Returns the sha256 of
+    its weights (``weights_sha256``, as a leaf commits to it). The platform makes its
+    canaries with this (``workers.assignments.delegation``) from checkpoints it took within
+    its upload limit and checked against their leaves."""
+    bound = max(start.stat().st_size, end.stat().st_size)
+    a = flatten_tensors(read_state_file(start, bound))
+    state = read_state_file(end, bound)
+    if not isinstance(state.get("model"), dict):
+        raise ArtifactError(f"{end.name} holds no weights.")
+    factor = CANARY_SHIFT / max(1, steps)
+
+    def shift(obj: Any, prefix: str) -> Any:
+        if isinstance(obj, torch.Tensor):
+            before = a.get(prefix)
+            if obj.is_floating_point() and obj.dim() and isinstance(before, torch.Tensor) and before.shape == obj.shape:
+                return (obj - factor * (obj - before.to(obj.dtype))).contiguous()
+            return obj
+        if isinstance(obj, dict):
+            return {k: shift(v, f"{prefix}.{k}") for k, v in obj.items()}
+        if isinstance(obj, list | tuple):
+            return type(obj)(shift(v, f"{prefix}.{i}") for i, v in enumerate(obj))
+        return obj
+
+    moved = shift(state, "s")
+    save_state_file(out, moved)
+    from safetensors.torch import save
+
+    weights = {name: t.detach().cpu().contiguous() for name, t in moved["model"].items()}
+    return hashlib.sha256(save(weights, metadata={"format": "pt"})).hexdigest()
 
 
 def within(gap: float, tolerance: float = TOLERANCE) -> bool:

@@ -21,7 +21,7 @@ from config.admin_actions import log_reason, reasoned_action
 from ledger.admin import ReadOnlyAdmin
 from workers.assignments.control import LIVE_JOB
 from workers.identity import services
-from workers.models import Assignment, RegistrationToken, Worker
+from workers.models import Assignment, RegistrationToken, VerificationJob, Worker
 from workers.views import ago
 
 
@@ -139,6 +139,16 @@ class AssignmentAdmin(ReadOnlyAdmin):
     search_fields = ["id", "task__id", "task__title", "worker__name", "worker__address"]
     list_select_related = ["task", "worker"]
     date_hierarchy = "created_at"
+
+
+@admin.register(VerificationJob)
+class VerificationJobAdmin(ReadOnlyAdmin):
+    """Delegated re-executions: who verified which result, and how its answer was judged."""
+
+    list_display = ["id", "assignment", "verifier", "state", "outcome", "created_at", "answered_at", "reason"]
+    list_filter = ["state", "outcome"]
+    search_fields = ["id", "assignment__id", "verifier__name", "verifier__address"]
+    list_select_related = ["assignment", "verifier"]
 
 
 @admin.register(RegistrationToken)

@@ -280,3 +280,48 @@ class LogLine(models.Model):
 
     def __str__(self) -> str:
         return f"{self.assignment_id} #{self.number}"
+
+
+class VerificationJob(models.Model):
+    """Challenged segments of a trained result offered to a node of another provider to
+    re-execute (``PROOFWORK_SEGMENT_REEXECUTION=delegated``, workers/assignments/delegation.py).
+
+    Its ``slots`` mix the real segments with canaries whose ends the platform moved back
+    along their segment (files kept under the job's own folder, never in the result's), in
+    an order and under names the verifier cannot map to the trace; which slot is which is
+    known here only. The verifier's signed answer is judged when the result is verified:
+    ``outcome`` says how, ``reason`` why, as an operator reads it. Verifiers are not paid.
+    """
+
+    class State(models.TextChoices):
+        OFFERED = "offered", "Offered"
+        ANSWERED = "answered", "Answered"
+        EXPIRED = "expired", "Expired"
+
+    class Outcome(models.TextChoices):
+        PENDING = "", "—"
+        AGREED = "agreed", "Agreed with the worker; the canaries failed as they must"
+        UPHELD = "upheld", "Said a segment fails; the platform's re-execution agreed"
+        CAUGHT = "caught", "Passed a canary: answer discarded"
+        OVERRULED = "overruled", "Failed a segment the platform's re-execution passed: answer discarded"
+        MOOT = "moot", "Not judged: the worker's result failed on the platform first"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    assignment = models.ForeignKey(Assignment, on_delete=models.CASCADE, related_name="verification_jobs")
+    verifier = models.ForeignKey(Worker, on_delete=models.PROTECT, related_name="verification_jobs")
+    state = models.CharField(max_length=10, choices=State.choices, default=State.OFFERED, db_index=True)
+    slots = models.JSONField(
+        default=list, help_text="Per slot: its id, the segment it stands for, and whether it is real or a canary."
+    )
+    deadline = models.DateTimeField()
+    created_at = models.DateTimeField(default=timezone.now)
+    answered_at = models.DateTimeField(null=True, blank=True)
+    answer = models.JSONField(default=dict, blank=True, help_text="The verifier's signed answer, as sent.")
+    outcome = models.CharField(max_length=10, choices=Outcome.choices, default=Outcome.PENDING, blank=True)
+    reason = models.CharField(max_length=300, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"verification of {self.assignment_id} by {self.verifier_id} ({self.state})"

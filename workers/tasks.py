@@ -23,7 +23,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from workers import verification
-from workers.assignments import jobs, nodebroker, retention, scheduler, settlement, supply
+from workers.assignments import delegation, jobs, nodebroker, retention, scheduler, settlement, supply
 from workers.assignments import market_pass as market
 from workers.models import Assignment
 
@@ -73,7 +73,12 @@ def schedule_waiting() -> int:
     every waiting task again, then fail (with a refund) those that waited too long."""
     # Each step, and each task in the last, is on its own: one failing row must not stop
     # expiry, resends and scheduling for every other task.
-    for step in (scheduler.expire_overdue, jobs.resend_stalled_verifications, settlement.complete_stragglers):
+    for step in (
+        scheduler.expire_overdue,
+        delegation.expire_overdue,
+        jobs.resend_stalled_verifications,
+        settlement.complete_stragglers,
+    ):
         try:
             step()
         except Exception:
@@ -144,10 +149,17 @@ def verify_assignment(self: Task, assignment_id: str) -> str:
     A retry of a run that raised (a database error: ``autoretry_for``) is the same run
     going on, not a new one: it is not counted, so a busy database (SQLite's "locked")
     cannot use the count up however often it makes the run retry.
+
+    In delegated mode a trained result's first run offers its segments to a verifier node
+    and ends ("delegated", uncounted); the node's answer, or its deadline, asks again
+    (``workers.assignments.delegation``).
     """
     assignment = Assignment.objects.select_related("task", "worker").filter(pk=assignment_id).first()
     if assignment is None or assignment.state != Assignment.State.SUBMITTED:
         return "skipped"
+    if delegation.waiting(assignment):
+        # A verifier node has the segments: its answer, or its deadline, asks again.
+        return "delegated"
     counted = not self.request.retries
     attempts = _start_attempt(assignment) if counted else _attempts(assignment)
     if attempts is None:

@@ -65,10 +65,13 @@ def read_checkpoint(path: Path) -> tuple[float, int]:
     return float(tensors["x"][0]), int(tensors["step"][0])
 
 
-def train(spec: Spec, out: Path, *, skip_every: int = 0) -> tuple[Trace, dict[str, Path], float]:
+def train(
+    spec: Spec, out: Path, *, skip_every: int = 0, skip_in: tuple[int, ...] = ()
+) -> tuple[Trace, dict[str, Path], float]:
     """Train into ``out``: the trace, the checkpoint files and the final weight. A dishonest
     run passes ``skip_every``: it does only every other step of each such segment, and
-    claims the full count."""
+    claims the full count; ``skip_in`` (segment indexes) skips every step of those segments:
+    each ends where it started, a segment fabricated by copying its start forward."""
     target, every, steps = int(spec["target"]), int(spec["every"]), int(spec["steps"])
     x, done = 0.0, 0
     leaves: list[Leaf] = []
@@ -94,7 +97,7 @@ def train(spec: Spec, out: Path, *, skip_every: int = 0) -> tuple[Trace, dict[st
     checkpoint(0)
     while done < steps:
         done += 1
-        if not (skip_every and done % 2 == 0):
+        if (done - 1) // every not in skip_in and not (skip_every and done % 2 == 0):
             x = step(x, target)
         since.append(loss(x, target))
         if done % every == 0 or done == steps:
@@ -138,6 +141,36 @@ def replay(spec: Spec, data: Path | None, segments: Sequence[Segment], *, device
     return [_replay_one(spec, segment) for segment in segments]
 
 
+def _measure_one(spec: Spec, segment: Segment) -> float | str:
+    first, last = segment.start_leaf, segment.end_leaf
+    if file_sha256(segment.start) != first.state_sha256 or file_sha256(segment.end) != last.state_sha256:
+        return "a checkpoint does not match the sha256 its leaf commits to."
+    x, _ = read_checkpoint(segment.start)
+    claimed, _ = read_checkpoint(segment.end)
+    if hashlib.sha256(weights_bytes(claimed)).hexdigest() != last.weights_sha256:
+        return "the end's weights do not match the sha256 its leaf commits to."
+    start, steps = x, last.step - first.step
+    for _ in range(steps):
+        x = step(x, int(spec["target"]))
+    moved = abs(x - start) / max(1, steps)
+    gap = abs(claimed - x)
+    return 0.0 if gap <= 1e-9 * max(1.0, abs(x)) else (gap / moved if moved else float("inf"))
+
+
+def measure(spec: Spec, data: Path | None, segments: Sequence[Segment], *, device: str = "cpu") -> list[float | str]:
+    """Each segment's distance in steps' updates, as ``training.replay.measure_segments`` gives it."""
+    return [_measure_one(spec, segment) for segment in segments]
+
+
+def canary(start: Path, end: Path, out: Path, steps: int) -> str:
+    """The end moved back two mean steps towards the start, as ``training.replay.shifted_state`` does."""
+    a, _ = read_checkpoint(start)
+    b, at = read_checkpoint(end)
+    moved = b - 2.0 / max(1, steps) * (b - a)
+    write_checkpoint(out, moved, at)
+    return hashlib.sha256(weights_bytes(moved)).hexdigest()
+
+
 def plan(spec: Spec, data: Path | None) -> TrainingPlan:
     """One epoch of ``steps`` steps from x = 0, a checkpoint every ``every``."""
     return TrainingPlan(
@@ -169,4 +202,6 @@ FIT = Kind(
     model_files=(WEIGHTS,),
     replay=replay,
     plan=plan,
+    measure=measure,
+    canary=canary,
 )

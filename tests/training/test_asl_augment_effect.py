@@ -111,3 +111,72 @@ def test_time_mask_in_training_keeps_each_frame_in_place_and_shows_the_span_as_z
             assert int(hidden.sum()) < int(before_mask.sum())
             assert (before[0, hidden].abs().sum(-1) > 0).all()
     assert spans >= len(data) * len(SEEDS) // 4
+
+
+def test_spatial_mask_hides_exactly_the_points_inside_one_square(data: LandmarkDataset) -> None:
+    """It hides every detected point inside the square its draws give (corner anywhere in the
+    image, side 0.5–1) and nothing else: every point outside keeps its values."""
+    points = np.asarray(POINTS)
+    hid_any = 0
+    for i in range(len(data)):
+        x = np.asarray(data.sequence(i)[:, points], dtype=np.float32)
+        for seed in SEEDS:
+            out = augment.spatial_mask(x, np.random.default_rng((seed, i)))
+            corner = np.random.default_rng((seed, i)).uniform(0.0, 1.0, 2)
+            side = float(np.random.default_rng((seed, i)).uniform(0.0, 1.0, 3)[2] * 0.5 + 0.5)
+            seen = np.isfinite(x).all(-1)
+            inside = seen & ((x[..., :2] > corner) & (x[..., :2] < corner + side)).all(-1)
+            assert np.isnan(out[inside]).all()
+            np.testing.assert_array_equal(out[~inside], x[~inside])
+            hid_any += int(inside.any())
+    assert hid_any >= len(data) * len(SEEDS) // 4
+
+
+def test_linear_resampling_makes_frames_between_their_neighbours(data: LandmarkDataset) -> None:
+    x = np.asarray(data.sequence(0)[:, np.asarray(POINTS)], dtype=np.float32)
+    between = 0
+    for seed in SEEDS:
+        out = augment.resample(x, np.random.default_rng(seed), linear=True)
+        nearest = augment.resample(x, np.random.default_rng(seed))
+        assert out.shape[0] == nearest.shape[0]  # the same speed change, another way to fill it
+        where = np.arange(out.shape[0]) * (x.shape[0] - 1) / (out.shape[0] - 1)
+        for k, t in enumerate(where):
+            lo = min(int(np.floor(t)), x.shape[0] - 2)
+            a, b = x[lo], x[lo + 1]
+            ok = np.isfinite(a) & np.isfinite(b)
+            low, high = np.minimum(a, b)[ok], np.maximum(a, b)[ok]
+            assert ((out[k][ok] >= low - 1e-6) & (out[k][ok] <= high + 1e-6)).all()
+            between += int(((out[k][ok] > low + 1e-6) & (out[k][ok] < high - 1e-6)).any())
+            # A point seen on one side only keeps the nearer frame's value.
+            near = x[int(np.rint(t))]
+            one_side = ~ok
+            np.testing.assert_array_equal(out[k][one_side], near[one_side])
+    assert between > len(SEEDS) * 5  # new positions, not copies of the original frames
+
+
+def test_random_crop_returns_a_window_of_contiguous_frames_from_a_seeded_start(data: LandmarkDataset) -> None:
+    """Through the training dataset: the crop comes from the sample's seeded stream (the
+    same epoch seed gives the same window), different seeds give different windows, and
+    each window is that many consecutive frames of the sequence."""
+    length = 12
+    policy = Augmenter(POINTS, 0.0, 0.0, 0.0, 0.0, frozenset({"crop"}), p_flip=0.0, crop=length)
+    cropped = SequenceDataset(data, POINTS, length, policy)
+    whole = SequenceDataset(data, POINTS, 1000)
+    for i in range(len(data)):
+        full = whole[i]["x"]
+        starts = set()
+        for seed in SEEDS:
+            window = cropped[(seed, i)]["x"]
+            assert window.shape[0] <= length
+            np.testing.assert_array_equal(window, cropped[(seed, i)]["x"])
+            raw = np.asarray(data.sequence(i)[:, np.asarray(POINTS)], dtype=np.float32)
+            matches = [
+                start
+                for start in range(raw.shape[0] - length + 1)
+                if np.array_equal(window, drop_empty_frames(raw[start : start + length], length), equal_nan=True)
+            ]
+            assert matches, "the window is no run of consecutive frames"
+            starts.add(matches[0])
+        assert len(starts) > 3
+        # Without the crop the first max_len frames are the sequence's start.
+        np.testing.assert_array_equal(SequenceDataset(data, POINTS, length)[i]["x"], full[:length])

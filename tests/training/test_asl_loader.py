@@ -9,10 +9,11 @@ import time
 from typing import Any
 
 import numpy as np
+import pytest
 import torch
 
 from training.asl.augment import Augmenter
-from training.asl.data import SequenceDataset, make_loader
+from training.asl.data import SequenceDataset, loader_settings, make_loader
 from training.asl.dataset import LandmarkDataset
 from training.asl.landmarks import selected_landmarks
 
@@ -103,3 +104,14 @@ def test_a_consumer_that_stops_early_frees_the_prefetch_thread_even_once_its_sou
 
     threading.Thread(target=close, daemon=True).start()
     assert done.wait(10), "closing the prefetching iterator never returned"
+
+
+def test_a_gpu_run_gets_a_loader_worker_per_core_but_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Issue 27 §2: with 4 workers on a 16-core host an H100 waited for its batches.
+    import training.asl.data as data
+
+    monkeypatch.setattr(data.os, "sched_getaffinity", lambda pid: set(range(16)))
+    assert loader_settings(torch.device("cuda"))["num_workers"] == 15
+    monkeypatch.setattr(data.os, "sched_getaffinity", lambda pid: {0})
+    assert loader_settings(torch.device("cuda"))["num_workers"] == 1
+    assert loader_settings(torch.device("cpu"))["num_workers"] == 0

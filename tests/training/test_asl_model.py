@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -44,12 +45,51 @@ def test_featurizer_centres_scales_drops_empty_frames_and_masks_padding() -> Non
     assert pos[[0, 1, 2, 4], ref].mean(0).abs().max() < 1e-5
     kept = x[0, [0, 1, 3, 4, 5]]
     expected = kept[..., :2] - kept[[0, 1, 2, 4], ref, :2].mean(0)
-    scale = torch.sqrt(torch.nanmean(expected**2))
+    # Each axis by its own root mean square about that centre.
+    scale = torch.sqrt(torch.nanmean(expected**2, dim=(0, 1)))
     torch.testing.assert_close(pos[1, 50], expected[1, 50] / scale)
     assert (pos[3, :40] == 0).all()  # the missing lips are zero-filled
     lag1 = feats[0, :5, len(POINTS) * 2 : len(POINTS) * 4]
     torch.testing.assert_close(lag1[2, 100], feats[0, 2, 100] - feats[0, 1, 100])
     assert (lag1[0] == 0).all()
+
+
+@pytest.mark.parametrize("per_axis", [True, False])
+def test_per_axis_normalisation_gives_each_axis_unit_spread_and_scalar_one_for_both(per_axis: bool) -> None:
+    """A signer filmed wide (x spread 4× y): per axis, each axis ends with unit root mean
+    square about the reference point; with one figure, only the two together do, and the
+    aspect survives."""
+    gen = torch.Generator().manual_seed(0)
+    x = torch.rand(1, 12, len(POINTS), 3, generator=gen)
+    x[..., 0] *= 4.0
+    x[0, 3, :30] = NAN
+    feats, _mask = Featurizer(POINTS, max_len=12, per_axis=per_axis)(x, torch.tensor([12]))
+    pos = feats[0, :, : len(POINTS) * 2].reshape(12, len(POINTS), 2)
+    seen = ~torch.isnan(x[0, :, :, 0])
+    rms = torch.sqrt((pos[seen] ** 2).mean(0))
+    if per_axis:
+        torch.testing.assert_close(rms, torch.ones(2))
+    else:
+        torch.testing.assert_close((pos[seen] ** 2).mean(), torch.tensor(1.0))
+        assert rms[0] > 3 * rms[1]
+
+
+def test_a_model_config_written_before_the_recipe_fields_loads_as_the_model_it_was(tmp_path: Path) -> None:
+    """config.json without ``mlp_expand`` and ``normalisation`` (written before they
+    existed) means an MLP of 4× and one scale for both axes: its weights load and its
+    outputs are unchanged."""
+    torch.manual_seed(0)
+    old = SignModel(ModelConfig(num_classes=3, dim=32, blocks=1, max_len=16, mlp_expand=4, normalisation="scalar"))
+    export.save(tmp_path, old, ["a", "b", "c"])
+    config = json.loads((tmp_path / "config.json").read_text())
+    del config["mlp_expand"], config["normalisation"]
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    loaded, _ = export.load(tmp_path)
+    assert loaded.config.mlp_expand == 4
+    assert loaded.config.normalisation == "scalar"
+    x = torch.rand(2, 9, len(POINTS), 3)
+    lengths = torch.tensor([9, 6])
+    torch.testing.assert_close(loaded(x, lengths), old.eval()(x, lengths))
 
 
 def test_numpy_frame_dropping_matches_the_featurizer() -> None:

@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file, save_file
 
-from tests.shards import needs_shard_reading
 from training.asl.parquet import DatasetError
 from training.asl.split import heldout_participants
 from training.asl.split import prepare as prepare_asl
@@ -255,7 +254,6 @@ def test_an_oversized_sequence_file_is_refused_naming_it(tmp_path: Path, monkeyp
         prepare_asl({"dim": 192, "blocks": 1, "max_len": 32}, archive, tmp_path / "out", SECRET)
 
 
-@needs_shard_reading
 def test_the_sharded_worker_share_loads_as_the_sequences_it_lists(tmp_path: Path) -> None:
     from training.asl.dataset import load_dataset
 

@@ -16,13 +16,16 @@ from safetensors.torch import save_file
 
 from tests.factories import TINY_ASL, TINY_CUBE
 from training.artifacts import read_state_file, save_state_file, weights_sha256
+from training.asl.run import measure_segments as asl_measure
 from training.asl.run import replay_segments as asl_replay
 from training.asl.run import run as asl_run
 from training.asl.run import trainer as asl_trainer
 from training.asl.synthetic import generate
+from training.cube.run import measure_segments as cube_measure
 from training.cube.run import replay_segments as cube_replay
 from training.cube.run import run as cube_run
 from training.cube.run import trainer as cube_trainer
+from training.replay import CANARY_SHIFT, TOLERANCE, shifted_state
 from training.trace import Leaf, Segment, Trace, checkpoint_name, file_sha256, read_trace, trace_root
 
 CUBE = {**TINY_CUBE, "synthetic_samples": 96, "epochs": 2, "mixed_precision": False}
@@ -232,3 +235,29 @@ def test_the_root_changes_with_any_leaf(cube_fp32: Run) -> None:
     changed = list(leaves)
     changed[-1] = dataclasses.replace(leaves[-1], weights_sha256="0" * 64)
     assert trace_root(changed) != root
+
+
+# --- delegated re-execution: what a verifier node measures, and the platform's canary ------
+
+
+@pytest.mark.parametrize("name", ["cube_fp32", "cube_bf16", "asl_fp32"])
+def test_a_verifier_measures_honest_segments_in_and_a_canary_out(
+    name: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """A canary (the end moved back two mean steps along its segment) looks like a committed
+    checkpoint to the replay, its hashes consistent, and lands about CANARY_SHIFT steps' updates
+    from an honest re-execution: beyond the tolerance, where a node that computes finds it."""
+    run: Run = request.getfixturevalue(name)
+    measure = asl_measure if run.spec is ASL else cube_measure
+    i = run.trace.segments // 2
+    honest = run.segment(i)
+    canary = tmp_path / "canary.safetensors"
+    weights = shifted_state(honest.start, honest.end, canary, honest.end_leaf.step - honest.start_leaf.step)
+    moved = dataclasses.replace(honest.end_leaf, state_sha256=file_sha256(canary), weights_sha256=weights)
+    near, far = measure(run.spec, run.data, [honest, Segment(honest.start, honest.start_leaf, canary, moved)])
+    assert isinstance(near, float)
+    assert near <= TOLERANCE
+    assert isinstance(far, float), far  # re-executed, not refused: its hashes hold
+    assert CANARY_SHIFT - 2 * TOLERANCE < far < CANARY_SHIFT + 2 * TOLERANCE
+    # The counters are the end's: the state is taken at the step its leaf says.
+    assert read_state_file(canary, 1 << 30)["loop"] == read_state_file(honest.end, 1 << 30)["loop"]

@@ -13,7 +13,6 @@ from rest_framework.test import APIClient
 
 from marketplace.models import Task
 from tests import factories
-from tests.shards import needs_shard_reading
 from tests.workers import processes as p
 from tests.workers.live_tasks import accepted, paid_and_sealed, post, run_to_the_end, upload
 from training.asl.synthetic import generate
@@ -22,7 +21,6 @@ pytestmark = [
     pytest.mark.slow,
     pytest.mark.django_db(transaction=True),
     pytest.mark.usefixtures("shared_media"),
-    needs_shard_reading,
 ]
 
 TINY_ASL = {**factories.TINY_ASL, "min_accuracy": 0.5}

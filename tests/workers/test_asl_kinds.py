@@ -11,7 +11,9 @@ import shutil
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
+from uuid import uuid4
 
 import pytest
 import torch
@@ -22,7 +24,6 @@ from ledger import services as ledger
 from ledger.units import UNITS_PER_CREDIT
 from marketplace.models import Task, TaskStatus
 from tests.factories import CAPS, TINY_ASL, assign, make_dataset, post_task
-from tests.shards import source_reads_shards
 from tests.workers.test_cube_kinds import Provider, completed_training, submitted
 from training.asl.infer import predict
 from training.asl.run import run
@@ -52,8 +53,6 @@ def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def trained(dataset: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A model trained on exactly what the platform serves the worker for ``dataset``."""
-    if not source_reads_shards():
-        pytest.skip("training.asl.source.Source does not read sharded folders yet (asl-cache)")
     root = tmp_path_factory.mktemp("asl-model")
     worker_zip, _ = prepare(SPEC, dataset, root / "split", heldout.dataset_seed(runners.sha256_file(dataset)))
     assert worker_zip is not None
@@ -563,3 +562,37 @@ def test_inference_on_one_parquet_file_accepts_the_agents_honest_predictions(
     verdict = verify_asl_inference(submitted(assignment, path, {}), {"predictions.csv": path})
     assert verdict.ok, verdict.reason
     assert verdict.metrics["sequences_checked"] == 1
+
+
+def test_a_verifier_node_is_served_the_worker_share_in_shards_too(bob: Any, alpha: AslProvider, dataset: Path) -> None:
+    """Delegated re-execution reads the worker's data: for a sharded share, the same
+    manifest and listed files the worker got, under the verification job's URLs, and
+    nothing of the held-out share."""
+    from rest_framework.exceptions import NotFound
+
+    from workers.assignments import delegation
+    from workers.assignments.jobs import ServedFile
+
+    task = training_task(bob, dataset)
+    job: Any = SimpleNamespace(pk=uuid4(), assignment=assign(task))
+    base = f"/api/v1/verifications/{job.pk}/dataset/"
+    split = heldout.prepared(task)
+    assert split is not None
+    data = delegation.data_file(task)
+    assert data is not None
+    manifest = delegation.served_data(job, None)
+    assert isinstance(manifest, bytes)
+    entry = delegation.data_entry_of(task, data, base)
+    assert entry["format"] == "shards"
+    assert (entry["sha256"], entry["size_bytes"]) == (hashlib.sha256(manifest).hexdigest(), len(manifest))
+    files = json.loads(manifest)["files"]
+    assert [f["name"] for f in files] == [f["name"] for f in split.worker_files]
+    assert all(f["url"] == f"{base}{f['name']}/" for f in files)
+    for listed in files:
+        served = delegation.served_data(job, listed["name"])
+        assert isinstance(served, ServedFile)
+        with served.open() as handle:
+            assert hashlib.sha256(handle.read()).hexdigest() == listed["sha256"]
+    for name in ("manifest.json", "..", "heldout", "shard-99999.zip"):
+        with pytest.raises(NotFound):
+            delegation.served_data(job, name)

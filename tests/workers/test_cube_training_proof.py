@@ -26,9 +26,10 @@ from training.cube.model import CubeModel
 from training.cube.run import trainer
 from training.plugin import Outcome
 from training.trace import TRACE_FILE, Trace, checkpoint_name, file_sha256, read_trace
+from workers.agent import verify_job
 from workers.agent.jobs import Node
-from workers.assignments import scheduler
-from workers.models import Assignment
+from workers.assignments import delegation, scheduler
+from workers.models import Assignment, VerificationJob
 from workers.tasks import verify_assignment
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db]
@@ -224,3 +225,34 @@ def test_a_chain_committing_to_a_model_other_than_the_untrained_one_is_rejected(
     run_as(monkeypatch, other_start)
     reason = rejected_because(verdict_of(agent, bob))
     assert reason.startswith("training not proven: ")
+
+
+def test_a_cube_run_re_executed_by_a_verifier_node_of_another_provider_is_paid(
+    agent: Node, node: RestNode, bob: Any, carol: Any, settings: Any
+) -> None:
+    """Delegated mode on the real kind: the verifier node downloads the worker-facing data and
+    the slots' checkpoints, re-executes them with the agent's own code, finds the real
+    segments in and the canary (a real checkpoint moved two steps back) out; the platform
+    re-executes only the segment behind the canary, and the honest worker is paid."""
+    settings.SEGMENT_REEXECUTION = "delegated"
+    rows, _ = synthetic_embeddings(320, 32, seed=7)
+    dataset = make_dataset(bob, array_npy(rows), "teacher.npy")
+    task = post_task(bob, "cube_training", TINY_CUBE, dataset=dataset.pk, budget=UNITS_BUDGET, max_attempts=1)
+    (assignment,) = scheduler.schedule(task.pk)
+    assert agent.run_assignment(str(assignment.pk)) == "submitted"
+    verifier = RestNode(carol, "cube-verifier", {**CUBE_CAPS, "features": [*CAPS["features"], delegation.FEATURE]})
+    assert verify_assignment(str(assignment.pk)) == "delegated"
+    job = VerificationJob.objects.get(assignment=assignment, verifier=verifier.worker)
+    with in_process_agent(verifier) as other:
+        assert verify_job.run(other, other.key, str(job.pk)) == "answered"
+    job.refresh_from_db()
+    by_role: dict[str, list[int]] = {}
+    for slot, entry in zip(job.slots, job.answer["answer"]["slots"], strict=True):
+        by_role.setdefault(slot["role"], []).append(entry["distance_micro"])
+    assert max(by_role["real"]) <= 500_000
+    assert all(1_000_000 < d < 3_000_000 for d in by_role["canary"])
+    assert verify_assignment(str(assignment.pk)) == "accepted"
+    job.refresh_from_db()
+    assert job.outcome == VerificationJob.Outcome.AGREED
+    node.worker.refresh_from_db()
+    assert node.worker.earnings > 0

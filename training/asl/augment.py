@@ -1,13 +1,14 @@
 """Augmentations on raw landmarks ([frames, points, 3], NaN where undetected), before features.
 
 Each augmentation is a pure function of (landmarks, rng). Geometric ones move only detected
-points, temporal resampling picks whole frames, and the masking ones hide points: as NaN
-(undetected) or, for ``time_mask``, as ``HIDDEN`` (the featurizer's mark for a frame that
-keeps its place but shows nothing). ``Augmenter`` applies them with the spec's
-probabilities (one draw per group, then each member's own switch).
+points, temporal resampling picks or blends frames, ``crop`` cuts a random window, and the
+masking ones hide points: as NaN (undetected) or, for ``time_mask``, as ``HIDDEN`` (the
+featurizer's mark for a frame that keeps its place but shows nothing). ``Augmenter``
+applies them with the spec's probabilities (one draw per group, then each member's own
+switch); every draw comes from the sample's seeded generator, so a replay augments alike.
 
-The featurizer centres every sequence on its reference point's mean and divides by one
-standard deviation, so a constant shift or a uniform zoom of the whole sequence cannot
+The featurizer centres every sequence on its reference point's mean and divides by its
+standard deviation (per axis or one for all), so a constant shift or a uniform zoom of the whole sequence cannot
 change what the model sees: ``translate`` and ``scale`` therefore vary over the sequence
 (the signer drifts across the image, the camera zooms), which the normalisation keeps.
 """
@@ -23,6 +24,7 @@ from training.asl.preprocess import HIDDEN
 
 ALL = (
     "resample",
+    "crop",
     "time_mask",
     "rotate",
     "scale",
@@ -32,7 +34,9 @@ ALL = (
     "noise",
     "feature_mask",
     "landmark_dropout",
+    "spatial_mask",
 )
+INTERPOLATIONS = ("mixed", "nearest")
 
 
 def _centre(x: np.ndarray) -> np.ndarray:
@@ -63,12 +67,45 @@ def _drift(x: np.ndarray, factors: np.ndarray, shifts: np.ndarray) -> np.ndarray
     return out
 
 
-def resample(x: np.ndarray, rng: np.random.Generator, low: float = 0.5, high: float = 1.5) -> np.ndarray:
-    """Play the sequence 0.5–1.5× as long, picking the nearest original frame for each new one."""
+def resample(
+    x: np.ndarray, rng: np.random.Generator, low: float = 0.5, high: float = 1.5, linear: bool = False
+) -> np.ndarray:
+    """Play the sequence 0.5–1.5× as long. Each new frame is the nearest original one or,
+    with ``linear``, the blend of the two original frames it falls between (a point seen in
+    only one of them keeps the nearer frame's value, NaN if that one is unseen)."""
     frames = x.shape[0]
     target = max(1, round(frames * rng.uniform(low, high)))
-    index = np.minimum((np.arange(target) * frames / target).astype(np.int64), frames - 1)
-    return x[index]
+    if not linear or frames < 2 or target < 2:
+        index = np.minimum((np.arange(target) * frames / target).astype(np.int64), frames - 1)
+        return x[index]
+    where = np.arange(target) * (frames - 1) / (target - 1)
+    below = np.minimum(np.floor(where).astype(np.int64), frames - 2)
+    weight = (where - below)[:, None, None].astype(x.dtype)
+    blend = x[below] * (1 - weight) + x[below + 1] * weight
+    nearest = x[np.rint(where).astype(np.int64)]
+    return np.where(np.isfinite(blend), blend, nearest)
+
+
+def crop(x: np.ndarray, rng: np.random.Generator, length: int) -> np.ndarray:
+    """``length`` consecutive frames from a random start, when the sequence is longer."""
+    frames = x.shape[0]
+    if frames <= length:
+        return x
+    start = int(rng.integers(0, frames - length + 1))
+    return x[start : start + length]
+
+
+def spatial_mask(x: np.ndarray, rng: np.random.Generator, low: float = 0.5, high: float = 1.0) -> np.ndarray:
+    """Hide (as undetected) every point inside a random square of the image: side 0.5–1 of
+    the image, its lower corner anywhere in it, as the 1st-place ISLR solution's spatial
+    mask does. Points outside keep their values."""
+    corner = rng.uniform(0.0, 1.0, 2)
+    side = rng.uniform(low, high)
+    xy = x[..., :2]
+    inside = ((xy > corner) & (xy < corner + side)).all(-1)
+    out = x.copy()
+    out[inside] = np.nan
+    return out
 
 
 def time_mask(x: np.ndarray, rng: np.random.Generator, max_fraction: float = 0.3) -> np.ndarray:
@@ -89,7 +126,7 @@ def time_mask(x: np.ndarray, rng: np.random.Generator, max_fraction: float = 0.3
 
 
 def rotate(x: np.ndarray, rng: np.random.Generator, degrees: float = 15.0) -> np.ndarray:
-    """Rotate in the image plane by up to ±15°."""
+    """Rotate in the image plane by up to ±``degrees``."""
     a = np.deg2rad(rng.uniform(-degrees, degrees))
     return _affine(x, np.array([[np.cos(a), -np.sin(a)], [np.sin(a), np.cos(a)]]))
 
@@ -149,7 +186,10 @@ def landmark_dropout(x: np.ndarray, rng: np.random.Generator, rate: float = 0.05
 
 @dataclass
 class Augmenter:
-    """The train-split augmentation policy: group probabilities and per-augmentation switches."""
+    """The train-split augmentation policy: probabilities, ranges and per-augmentation switches.
+
+    ``crop`` (frames, 0: off) is the random window a longer sequence is cut to.
+    """
 
     points: list[int]
     p_temporal: float = 0.5
@@ -157,33 +197,47 @@ class Augmenter:
     p_noise: float = 0.3
     p_masking: float = 0.2
     enabled: frozenset[str] = field(default_factory=lambda: frozenset(ALL))
+    p_flip: float = 0.35
+    rotate_degrees: float = 15.0
+    p_spatial_mask: float = 0.0
+    interpolation: str = "nearest"
+    crop: int = 0
 
     def __post_init__(self) -> None:
         unknown = set(self.enabled) - set(ALL)
         if unknown:
             raise ValueError(f"unknown augmentation(s): {', '.join(sorted(unknown))}")
+        if self.interpolation not in INTERPOLATIONS:
+            raise ValueError(f"interpolation must be one of {', '.join(INTERPOLATIONS)}, not {self.interpolation!r}")
         self.mirror = mirror_permutation(self.points)
         self.parts = groups(self.points)
 
     def __call__(self, x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        """An augmented copy of ``x`` [frames, points, 3].
-
-        The time mask comes last, so no other augmentation touches the frames it marks.
+        """An augmented copy of ``x`` [frames, points, 3]: resample, flip, crop, the affine
+        parts, noise, the spatial mask, the masks of parts and points, and last the time
+        mask, so no other augmentation touches the frames it marks.
         """
         on = self.enabled
         mask_time = False
         if rng.random() < self.p_temporal:
             if "resample" in on:
-                x = resample(x, rng)
+                linear = self.interpolation == "mixed" and rng.random() < 0.5
+                x = resample(x, rng, linear=linear)
             mask_time = "time_mask" in on and rng.random() < 0.5
+        if "flip" in on and rng.random() < self.p_flip:
+            x = flip(x, self.mirror)
+        if "crop" in on and self.crop:
+            x = crop(x, rng, self.crop)
         if rng.random() < self.p_spatial:
-            if "flip" in on and rng.random() < 0.5:
-                x = flip(x, self.mirror)
-            for name, fn in (("rotate", rotate), ("scale", scale), ("shear", shear), ("translate", translate)):
+            if "rotate" in on and rng.random() < 0.5:
+                x = rotate(x, rng, self.rotate_degrees)
+            for name, fn in (("scale", scale), ("shear", shear), ("translate", translate)):
                 if name in on and rng.random() < 0.5:
                     x = fn(x, rng)
         if "noise" in on and rng.random() < self.p_noise:
             x = noise(x, rng)
+        if "spatial_mask" in on and rng.random() < self.p_spatial_mask:
+            x = spatial_mask(x, rng)
         if rng.random() < self.p_masking:
             if "feature_mask" in on and rng.random() < 0.5:
                 x = feature_mask(x, rng, self.parts)

@@ -47,7 +47,8 @@ class SequenceDataset(Dataset[dict[str, Any]]):
         self, data: LandmarkDataset, points: list[int], max_len: int, augmenter: Augmenter | None = None
     ) -> None:
         self.data = data
-        self.points = np.asarray(points, dtype=np.int64)
+        # Where the model's points are in the cache: None when the cache holds exactly them.
+        self.columns = data.columns(points)
         self.max_len = max_len
         self.augmenter = augmenter
 
@@ -61,7 +62,8 @@ class SequenceDataset(Dataset[dict[str, Any]]):
         neither thread, worker process nor batch order.
         """
         seed, i = key if isinstance(key, tuple) else (0, key)
-        x = np.asarray(self.data.sequence(i)[:, self.points], dtype=np.float32)
+        seq = self.data.sequence(i)
+        x = np.array(seq if self.columns is None else seq[:, self.columns], dtype=np.float32)
         if self.augmenter is not None:
             rng = np.random.default_rng((seed, i))
             x = self.augmenter(x, rng).astype(np.float32, copy=False)
@@ -93,7 +95,10 @@ def loader_settings(device: torch.device) -> dict[str, Any]:
     """
     if device.type != "cuda":
         return {"num_workers": 0, "pin_memory": False}
-    workers = max(1, min(4, (os.cpu_count() or 2) - 1))
+    # One worker per core this process may use, less the one that drives the GPU: a worker
+    # prepares a batch of 128 in about as long as an H100 trains on 25 (issue 27 measured
+    # 2,300 samples/s with 4 workers, 5,700 with 15, against 2,750 for the model alone).
+    workers = max(1, len(os.sched_getaffinity(0)) - 1)
     return {"num_workers": workers, "pin_memory": pin_memory(device)}
 
 

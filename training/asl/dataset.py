@@ -1,23 +1,29 @@
 """An ISLR dataset read once into a compact cache and memory-mapped afterwards.
 
-The cache is one raw float32 file holding every frame of every sequence back to back
-([total_frames, 543, 3]) plus an index (offsets, labels, participants, sequence ids) and
-the label map. It is keyed by a digest of train.csv, the label map and every parquet
-file's stamp, so a changed dataset is re-read and an unchanged one never is.
+The cache is one raw float32 file holding every frame of every sequence back to back,
+only the points asked for (the model's, in its order: [total_frames, points, 3]), plus an
+index (offsets, labels, participants, sequence ids, the points) and the label map. It is
+keyed by a digest of the points, train.csv, the label map and every parquet file's stamp,
+so a changed dataset is re-read and an unchanged one never is.
+
+Building it streams: sequences are decoded by a bounded pool of threads and appended to
+the file one by one, so memory does not grow with the dataset, only the cache on disk does
+(checked against the free space before and while it is written).
 """
 
 from __future__ import annotations
 
 import csv
+import errno
 import io
 import json
 import os
 import shutil
 import tempfile
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
 
@@ -26,8 +32,7 @@ import numpy as np
 from training.asl.landmarks import N_LANDMARKS
 from training.asl.parquet import DatasetError, read_sequence
 from training.asl.source import (
-    DEFAULT_MAX_BYTES,
-    DEFAULT_MAX_UNCOMPRESSED_BYTES,
+    DEFAULT_MAX_MEMBER_BYTES,
     INDEX_FILE,
     SIGN_MAP_FILE,
     Source,
@@ -35,7 +40,15 @@ from training.asl.source import (
     safe_relative,
 )
 
-CACHE_VERSION = "islr-cache-1"
+CACHE_VERSION = "islr-cache-2"
+ALL_POINTS = np.arange(N_LANDMARKS, dtype=np.int64)
+# Parquet bytes a frame (543 rows) is taken to hold when the cache's size is estimated
+# before it is built: the competition's files and the generator's hold about 15,000, so
+# the estimate is generous; the build re-checks from what it has written.
+PARQUET_BYTES_PER_FRAME = 8 * 1024
+# Free space left on the cache's disk after the cache, and how often the build re-checks.
+DISK_RESERVE_BYTES = 256 * 1024**2
+DISK_CHECK_EVERY = 1024
 INDEX_COLUMNS = ("path", "participant_id", "sequence_id", "sign")
 # train.csv is read whole, in the web process when a task is posted: its size is bounded
 # (64 MiB holds about a million rows; the Kaggle ASL index is 5 MB for 94,477).
@@ -54,9 +67,14 @@ class Entry:
     sign: str
 
 
+class CacheSpaceError(OSError):
+    """The cache does not fit on the node's disk; the message says how much it needs."""
+
+
 @dataclass
 class LandmarkDataset:
-    """Every sequence of a dataset: ``sequence(i)`` is a [frames, 543, 3] float32 view."""
+    """Every sequence of a dataset: ``sequence(i)`` is a [frames, P, 3] float32 view of the
+    P landmarks ``points`` names (indices into the 543 of a frame, in column order)."""
 
     frames: np.ndarray
     starts: np.ndarray
@@ -65,6 +83,7 @@ class LandmarkDataset:
     participants: np.ndarray
     sequence_ids: np.ndarray
     signs: list[str]
+    points: np.ndarray = field(default_factory=lambda: ALL_POINTS)
 
     def __len__(self) -> int:
         return int(self.labels.shape[0])
@@ -73,6 +92,25 @@ class LandmarkDataset:
         """Landmarks of sequence ``i``, NaN where undetected."""
         start = int(self.starts[i])
         return self.frames[start : start + int(self.lengths[i])]
+
+    def landmarks(self, i: int) -> np.ndarray:
+        """Sequence ``i`` as the competition's [frames, 543, 3], NaN at the points not held."""
+        seq = self.sequence(i)
+        out = np.full((seq.shape[0], N_LANDMARKS, 3), np.nan, dtype=np.float32)
+        out[:, self.points] = seq
+        return out
+
+    def columns(self, points: Sequence[int]) -> np.ndarray | None:
+        """Where each of ``points`` is in ``sequence(i)``'s second axis; None when they are all
+        of it in order (no gather needed). ValueError when one is not held."""
+        wanted = np.asarray(points, dtype=np.int64)
+        if np.array_equal(wanted, self.points):
+            return None
+        position = {int(p): i for i, p in enumerate(self.points)}
+        missing = [int(p) for p in wanted if int(p) not in position]
+        if missing:
+            raise ValueError(f"landmarks {missing[:5]} are not in this dataset's cache")
+        return np.array([position[int(p)] for p in wanted], dtype=np.int64)
 
     def subset(self, rows: np.ndarray) -> LandmarkDataset:
         """The sequences at ``rows``, sharing the frames (no copy)."""
@@ -84,6 +122,7 @@ class LandmarkDataset:
             participants=self.participants[rows],
             sequence_ids=self.sequence_ids[rows],
             signs=self.signs,
+            points=self.points,
         )
 
 
@@ -167,57 +206,92 @@ def _labels(source: Source, entries: list[Entry]) -> list[str]:
     return [sign for sign, _ in sorted(mapping.items(), key=lambda kv: kv[1])]
 
 
-def iter_sequences(source: Source, paths: list[str], workers: int) -> Iterator[np.ndarray]:
-    """Sequences in ``paths`` order, decoded by ``workers`` threads when there are many.
+def iter_sequences(
+    source: Source, paths: list[str], workers: int, points: np.ndarray | None = None
+) -> Iterator[np.ndarray]:
+    """Sequences in ``paths`` order (only ``points`` of each frame when given), decoded by
+    ``workers`` threads when there are many.
 
     Threads, not processes: pyarrow decodes parquet without holding the GIL, and threads
     need neither pickling of the arrays nor a fresh interpreter per worker.
     """
     if workers <= 1 or len(paths) < POOL_THRESHOLD:
         for p in paths:
-            yield read_sequence(source.read(p), p)
+            yield _read_one(source, p, points)
         return
     with ThreadPoolExecutor(workers) as pool:
         # A bounded look-ahead keeps memory flat on large datasets.
         queue: deque[Future[np.ndarray]] = deque()
         ahead = iter(paths)
         for p in islice(ahead, workers * 8):
-            queue.append(pool.submit(_read_one, source, p))
+            queue.append(pool.submit(_read_one, source, p, points))
         while queue:
             future = queue.popleft()
             for p in islice(ahead, 1):
-                queue.append(pool.submit(_read_one, source, p))
+                queue.append(pool.submit(_read_one, source, p, points))
             yield future.result()
 
 
-def _read_one(source: Source, path: str) -> np.ndarray:
-    return read_sequence(source.read(path), path)
+def _read_one(source: Source, path: str, points: np.ndarray | None) -> np.ndarray:
+    return read_sequence(source.read(path), path, points)
 
 
 def load_dataset(
     location: Path,
     cache_dir: Path | None = None,
     *,
-    max_bytes: int = DEFAULT_MAX_BYTES,
-    max_uncompressed_bytes: int = DEFAULT_MAX_UNCOMPRESSED_BYTES,
+    points: Sequence[int] | None = None,
+    max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES,
     workers: int | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> LandmarkDataset:
-    """Read (or reuse the cache of) the ISLR dataset at ``location``, a folder or a zip.
+    """Read (or reuse the cache of) the ISLR dataset at ``location``: a folder, a zip, or a
+    folder of zip shards. The cache holds ``points`` of each frame (indices into the 543,
+    in that order; all of them by default).
 
-    Raises DatasetError, naming the file, for anything malformed.
+    Raises DatasetError, naming the file, for anything malformed, and CacheSpaceError when
+    the cache would not fit on its disk. The dataset's size is not limited here.
     """
-    with Source(location, max_bytes, max_uncompressed_bytes) as source:
+    kept = ALL_POINTS if points is None else np.asarray(points, dtype=np.int64)
+    if kept.ndim != 1 or kept.size == 0 or kept.min() < 0 or kept.max() >= N_LANDMARKS:
+        raise ValueError(f"points must be indices into the {N_LANDMARKS} landmarks of a frame")
+    with Source(location, max_member_bytes=max_member_bytes) as source:
         entries, signs = read_index(source)
         paths = [e.path for e in entries]
-        total = sum(source.size(p) for p in paths)
-        if not source.is_zip and total > max_uncompressed_bytes:
-            raise DatasetError(str(location), f"sequence files total {total} bytes, over the limit")
-        key = source.fingerprint(paths, CACHE_VERSION)[:24]
+        version = f"{CACHE_VERSION}:{','.join(map(str, kept.tolist()))}"
+        key = source.fingerprint(paths, version)[:24]
         folder = Path(cache_dir or default_cache_dir(location)) / key
         if not (folder / "index.npz").is_file():
-            _build_cache(source, entries, signs, folder, workers or min(2, os.cpu_count() or 1), progress)
+            parquet_bytes = sum(source.size(p) for p in paths)
+            estimate = parquet_bytes // PARQUET_BYTES_PER_FRAME * frame_bytes(kept.size)
+            _build_cache(
+                source,
+                entries,
+                signs,
+                folder,
+                None if points is None else kept,
+                estimate,
+                workers or min(2, os.cpu_count() or 1),
+                progress,
+            )
     return open_cache(folder)
+
+
+def frame_bytes(points: int) -> int:
+    """Bytes one frame takes in the cache."""
+    return points * 3 * np.dtype(np.float32).itemsize
+
+
+def check_free_space(folder: Path, needed: int) -> None:
+    """CacheSpaceError unless ``folder``'s disk has ``needed`` bytes free beyond the reserve."""
+    free = shutil.disk_usage(folder).free
+    if free < needed + DISK_RESERVE_BYTES:
+        raise CacheSpaceError(
+            errno.ENOSPC,
+            f"the dataset's cache needs about {needed:,} more bytes and {folder} has {free:,} free"
+            f" (with {DISK_RESERVE_BYTES:,} kept spare); free some space or point PROOFWORK_ASL_CACHE"
+            " at a larger disk",
+        )
 
 
 def _build_cache(
@@ -225,17 +299,29 @@ def _build_cache(
     entries: list[Entry],
     signs: list[str],
     folder: Path,
+    points: np.ndarray | None,
+    estimate: int,
     workers: int,
     progress: Callable[[int, int], None] | None,
 ) -> None:
+    """Write the cache of ``entries`` to ``folder``: into a temporary folder beside it,
+    renamed into place once complete, so no reader ever sees half a cache."""
     folder.parent.mkdir(parents=True, exist_ok=True)
+    check_free_space(folder.parent, estimate)
     tmp = Path(tempfile.mkdtemp(prefix=".building-", dir=folder.parent))
     try:
         lengths = np.zeros(len(entries), dtype=np.int64)
+        written = 0
         with open(tmp / "frames.f32", "wb") as out:
-            for i, seq in enumerate(iter_sequences(source, [e.path for e in entries], workers)):
+            for i, seq in enumerate(iter_sequences(source, [e.path for e in entries], workers, points)):
                 lengths[i] = seq.shape[0]
-                out.write(np.ascontiguousarray(seq, dtype=np.float32).data)
+                data = np.ascontiguousarray(seq, dtype=np.float32)
+                out.write(data.data)
+                written += data.nbytes
+                if (i + 1) % DISK_CHECK_EVERY == 0:
+                    # The estimate is only an estimate: project from what the cache holds so far.
+                    out.flush()
+                    check_free_space(tmp, written * (len(entries) - i - 1) // (i + 1))
                 if progress is not None and (i % 256 == 0 or i + 1 == len(entries)):
                     progress(i + 1, len(entries))
         label_of = {s: i for i, s in enumerate(signs)}
@@ -245,6 +331,7 @@ def _build_cache(
             labels=np.array([label_of[e.sign] for e in entries], dtype=np.int64),
             participants=np.array([e.participant_id for e in entries], dtype=np.int64),
             sequence_ids=np.array([e.sequence_id for e in entries], dtype=np.int64),
+            points=ALL_POINTS if points is None else points,
         )
         (tmp / "signs.json").write_text(json.dumps(signs))
         try:
@@ -252,6 +339,12 @@ def _build_cache(
         except OSError:
             if not (folder / "index.npz").is_file():  # not merely a concurrent builder winning
                 raise
+    except OSError as exc:
+        if exc.errno == errno.ENOSPC and not isinstance(exc, CacheSpaceError):
+            raise CacheSpaceError(
+                errno.ENOSPC, f"the disk of {folder.parent} filled up while the cache was written"
+            ) from None
+        raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -260,12 +353,16 @@ def open_cache(folder: Path) -> LandmarkDataset:
     """Memory-map a cache folder written by ``load_dataset``."""
     with np.load(folder / "index.npz") as index:
         offsets = index["offsets"]
+        points = index["points"]
         arrays = {k: index[k] for k in ("labels", "participants", "sequence_ids")}
     total = int(offsets[-1])
+    shape = (total, points.size, 3)
     frames = (
-        np.memmap(folder / "frames.f32", dtype=np.float32, mode="r", shape=(total, N_LANDMARKS, 3))
+        np.memmap(folder / "frames.f32", dtype=np.float32, mode="r", shape=shape)
         if total
-        else np.zeros((0, N_LANDMARKS, 3), np.float32)
+        else np.zeros(shape, np.float32)
     )
     signs = json.loads((folder / "signs.json").read_text())
-    return LandmarkDataset(frames=frames, starts=offsets[:-1], lengths=np.diff(offsets), signs=signs, **arrays)
+    return LandmarkDataset(
+        frames=frames, starts=offsets[:-1], lengths=np.diff(offsets), signs=signs, points=points, **arrays
+    )

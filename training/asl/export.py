@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from training.artifacts import ArtifactError, load_model_weights, read_json, save_model, write_json
-from training.asl.model import CompetitionModel, ModelConfig, SignModel
+from training.asl.model import LEGACY_CONFIG, CompetitionModel, ModelConfig, SignModel
 
 LABELS_FILE = "labels.json"
 ONNX_FILE = "model.onnx"
@@ -35,7 +35,7 @@ def load(model_dir: Path, device: str | torch.device = "cpu") -> tuple[SignModel
     model_dir = Path(model_dir)
     raw: Any = read_json(model_dir / "config.json")
     try:
-        config = ModelConfig(**raw)
+        config = ModelConfig(**({**LEGACY_CONFIG, **raw} if isinstance(raw, dict) else raw))
     except (TypeError, ValueError) as exc:
         raise ArtifactError(f"{model_dir / 'config.json'}: not an ASL model config ({exc}).") from exc
     labels: Any = read_json(model_dir / LABELS_FILE)

@@ -23,7 +23,7 @@ from training.asl.dataset import read_index
 from training.asl.model import SignModel
 from training.asl.parquet import DatasetError, read_sequence
 from training.asl.preprocess import drop_empty_frames
-from training.asl.source import DEFAULT_MAX_BYTES, INDEX_FILE, Source
+from training.asl.source import INDEX_FILE, Source
 
 PREDICTIONS_FILE = "predictions.csv"
 SCORE_TOLERANCE = 1e-4
@@ -35,11 +35,12 @@ class PredictionsError(ValueError):
     """A predictions CSV refused while it was being read; the message says why."""
 
 
-def _inputs(location: Path, max_bytes: int) -> list[tuple[str, int | None, np.ndarray]]:
-    """(path, sequence id or None, landmarks) for every input sequence."""
+def _inputs(location: Path, max_bytes: int | None) -> list[tuple[str, int | None, np.ndarray]]:
+    """(path, sequence id or None, landmarks) for every input sequence; ``max_bytes`` caps
+    the input's size when given (the platform limits uploads, the node does not)."""
     location = Path(location)
     if location.is_file() and location.suffix == ".parquet":
-        if location.stat().st_size > max_bytes:
+        if max_bytes is not None and location.stat().st_size > max_bytes:
             raise DatasetError(location.name, f"file is over the {max_bytes}-byte limit")
         return [(location.name, None, read_sequence(location.read_bytes(), location.name))]
     with Source(location, max_bytes, require_index=False) as source:
@@ -59,7 +60,7 @@ def _listed(source: Source, name: str) -> list[tuple[str, int | None]]:
     return listed
 
 
-def count_inputs(archive: Path, *, max_bytes: int = DEFAULT_MAX_BYTES) -> int:
+def count_inputs(archive: Path, *, max_bytes: int | None = None) -> int:
     """How many sequences a zip of inputs lists, or the DatasetError ``predict`` would raise
     before reading one (the archive, its train.csv and the files it names). Cheap: the
     sequences themselves are not read, so the platform can check a dataset when it is posted."""
@@ -165,7 +166,7 @@ def predict(
     top_k: int = 5,
     progress: Callable[[dict[str, Any]], None] | None = None,
     *,
-    max_bytes: int = DEFAULT_MAX_BYTES,
+    max_bytes: int | None = None,
 ) -> dict[str, Any]:
     """Write ``out_dir``/predictions.csv for every sequence in ``inputs``; returns a summary."""
     model, signs = export.load(model_dir)
@@ -186,7 +187,7 @@ def predict(
 
 
 def verify_predictions(
-    model_dir: Path, inputs: Path, predictions: Path, samples: int, seed: int, *, max_bytes: int = DEFAULT_MAX_BYTES
+    model_dir: Path, inputs: Path, predictions: Path, samples: int, seed: int, *, max_bytes: int | None = None
 ) -> dict[str, Any]:
     """Recompute ``samples`` random rows of a predictions CSV; ``ok`` when all of them match.
 

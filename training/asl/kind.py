@@ -19,7 +19,9 @@ MODEL_FILES = (WEIGHTS, "config.json", "labels.json")
 def _training_flops(spec: Spec) -> float:
     dim = int(spec["dim"])
     per_frame = spec["blocks"] * (3 * 2 * 2 * dim * dim * 2 + 12 * dim * dim)
-    return 3.0 * per_frame * spec["max_len"] * 20_000 * spec["epochs"]
+    # An AWP epoch's steps take two forward and backward passes.
+    epochs = spec["epochs"] + AslTrainingSpec.from_dict(dict(spec)).awp_epochs
+    return 3.0 * per_frame * spec["max_len"] * 20_000 * epochs
 
 
 def _training_resources(spec: Spec) -> Resources:
@@ -135,6 +137,20 @@ def replay(spec: Spec, data: Path | None, segments: Any, *, device: str = "cpu")
     return replay_segments(spec, data, segments, device=device)
 
 
+def measure(spec: Spec, data: Path | None, segments: Any, *, device: str = "cpu") -> list[float | str]:
+    """How far each segment's end lies from its re-execution (training.asl.run.measure_segments)."""
+    from training.asl.run import measure_segments
+
+    return measure_segments(spec, data, segments, device=device)
+
+
+def canary(start: Path, end: Path, out: Path, steps: int) -> str:
+    """A canary end for a segment (training.replay.shifted_state)."""
+    from training.replay import shifted_state
+
+    return shifted_state(start, end, out, steps)
+
+
 def plan(spec: Spec, data: Path | None) -> plugin.TrainingPlan:
     """What a run must start from and span (training.asl.run.training_plan)."""
     from training.asl.run import training_plan
@@ -156,6 +172,8 @@ ASL_TRAINING = plugin.training_kind(
     flops=_training_flops,
     replay=replay,
     plan=plan,
+    measure=measure,
+    canary=canary,
 )
 
 

@@ -18,6 +18,10 @@ from torch import nn
 from training.asl.landmarks import selected_landmarks
 from training.asl.preprocess import Featurizer
 
+NORMALISATIONS = ("per_axis", "scalar")
+# What a config.json written before a field existed meant by its absence.
+LEGACY_CONFIG = {"mlp_expand": 4, "normalisation": "scalar"}
+
 
 @dataclass
 class ModelConfig:
@@ -31,13 +35,17 @@ class ModelConfig:
     coords: int = 2
     kernel_size: int = 17
     expand: int = 2
+    mlp_expand: int = 2
     heads: int = 4
     attn_dropout: float = 0.2
     drop_path: float = 0.2
     dropout: float = 0.2
+    normalisation: str = "per_axis"
     points: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
+        if self.normalisation not in NORMALISATIONS:
+            raise ValueError(f"normalisation must be one of {', '.join(NORMALISATIONS)}, not {self.normalisation!r}")
         if not self.points:
             self.points = selected_landmarks(self.use_pose)
         if self.dim % self.heads:
@@ -139,7 +147,7 @@ class Conv1DBlock(nn.Module):
 class TransformerBlock(nn.Module):
     """Pre-norm (masked BatchNorm) self-attention and MLP, each with drop path and residual."""
 
-    def __init__(self, dim: int, heads: int, attn_dropout: float, drop_path: float, expand: int = 4) -> None:
+    def __init__(self, dim: int, heads: int, attn_dropout: float, drop_path: float, expand: int = 2) -> None:
         super().__init__()
         self.heads = heads
         self.norm1 = MaskedBatchNorm(dim)
@@ -190,13 +198,17 @@ class SignModel(nn.Module):
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         self.config = config
-        self.featurizer = Featurizer(config.points, config.max_len, config.coords)
+        self.featurizer = Featurizer(
+            config.points, config.max_len, config.coords, per_axis=config.normalisation == "per_axis"
+        )
         self.stem = nn.Linear(self.featurizer.features, config.dim, bias=False)
         self.stem_norm = MaskedBatchNorm(config.dim)
         layers: list[nn.Module] = []
         for _ in range(config.blocks):
             layers += [Conv1DBlock(config.dim, config.kernel_size, config.expand, config.drop_path) for _ in range(3)]
-            layers.append(TransformerBlock(config.dim, config.heads, config.attn_dropout, config.drop_path))
+            layers.append(
+                TransformerBlock(config.dim, config.heads, config.attn_dropout, config.drop_path, config.mlp_expand)
+            )
         self.layers = nn.ModuleList(layers)
         self.top = nn.Linear(config.dim, 2 * config.dim)
         self.late_dropout = LateDropout(config.dropout)

@@ -1,4 +1,5 @@
-"""One ISLR sequence file (parquet) → a [frames, 543, 3] float32 array, vectorized.
+"""One ISLR sequence file (parquet) → a [frames, 543, 3] float32 array (or a subset of the
+points), vectorized.
 
 No per-row Python: the columns come out of pyarrow as numpy arrays and the common case
 (rows already in the canonical frame-major order) is a reshape. Any other order is
@@ -78,10 +79,12 @@ def _type_ids(column: pa.ChunkedArray, name: str) -> np.ndarray:
     return lut[array.indices.to_numpy(zero_copy_only=False)]
 
 
-def read_sequence(source: str | bytes | BinaryIO, name: str) -> np.ndarray:
-    """Landmarks of one sequence as [frames, 543, 3] float32, NaN where undetected.
+def read_sequence(source: str | bytes | BinaryIO, name: str, points: np.ndarray | None = None) -> np.ndarray:
+    """Landmarks of one sequence as [frames, 543, 3] float32, NaN where undetected; with
+    ``points`` (indices into the 543) only those, in that order: [frames, len(points), 3].
 
-    ``name`` is how errors refer to the file (its path inside the dataset).
+    ``name`` is how errors refer to the file (its path inside the dataset). Every row is
+    checked whichever points are kept.
     """
     if isinstance(source, bytes):
         source = pa.BufferReader(source)
@@ -97,9 +100,6 @@ def read_sequence(source: str | bytes | BinaryIO, name: str) -> np.ndarray:
     if rows == 0 or rows % N_LANDMARKS:
         raise DatasetError(name, f"{rows} rows is not a positive multiple of {N_LANDMARKS} (landmarks per frame)")
     frames = rows // N_LANDMARKS
-    xyz = np.empty((rows, 3), dtype=np.float32)
-    for i, col in enumerate(("x", "y", "z")):
-        xyz[:, i] = _numpy(table.column(col))
     index = _numpy(table.column("landmark_index"))
     frame = _numpy(table.column("frame"))
     type_id = _type_ids(table.column("type"), name)
@@ -111,13 +111,22 @@ def read_sequence(source: str | bytes | BinaryIO, name: str) -> np.ndarray:
         and bool(np.all(per_frame == per_frame[:, :1]))
         and bool(np.all(per_frame[1:, 0] > per_frame[:-1, 0]))
     ):
-        return xyz.reshape(frames, N_LANDMARKS, 3)
+        # Only the kept points are converted: the rows of point p are p, p + 543, ….
+        keep = slice(None) if points is None else points
+        out = np.empty((frames, N_LANDMARKS if points is None else len(points), 3), dtype=np.float32)
+        for i, col in enumerate(("x", "y", "z")):
+            out[:, :, i] = _numpy(table.column(col)).reshape(frames, N_LANDMARKS)[:, keep]
+        return out
+    xyz = np.empty((rows, 3), dtype=np.float32)
+    for i, col in enumerate(("x", "y", "z")):
+        xyz[:, i] = _numpy(table.column(col))
     index = index.astype(np.int64)
     size = _TYPE_SIZES[type_id]
     if np.any((index < 0) | (index >= size)):
         bad = int(np.argmax((index < 0) | (index >= size)))
         raise DatasetError(name, f"row {bad}: landmark_index {int(index[bad])} out of range for its type")
-    return _scatter(frame.astype(np.int64), _TYPE_STARTS[type_id] + index, xyz, name)
+    full = _scatter(frame.astype(np.int64), _TYPE_STARTS[type_id] + index, xyz, name)
+    return full if points is None else np.ascontiguousarray(full[:, points])
 
 
 def _scatter(frame: np.ndarray, position: np.ndarray, xyz: np.ndarray, name: str) -> np.ndarray:

@@ -1,5 +1,8 @@
 """NaN-aware preprocessing, in torch so it runs in training and inside the exported ONNX graph.
 
+Scaling: each axis by its own standard deviation over the sequence's detected points
+(``per_axis``, the 1st-place ISLR solution's choice), or all axes by one.
+
 Input: raw landmarks of the selected points, NaN where undetected, padded with NaN to a
 batch ([B, T, P, 3] plus each sequence's length). Output: features [B, L, 3·P·C] (positions,
 lag-1 and lag-2 motion of C coordinates) and a padding mask [B, L], L = min(T, max_len).
@@ -34,9 +37,9 @@ def _nan_mean(values: torch.Tensor, ok: torch.Tensor, dims: tuple[int, ...]) -> 
 
 
 class Featurizer(nn.Module):
-    """Centre, scale, drop empty frames, truncate, add motion; see the module docstring."""
+    """Centre, scale (per axis or by one figure), drop empty frames, truncate, add motion; see the module docstring."""
 
-    def __init__(self, points: list[int], max_len: int, coords: int = 2) -> None:
+    def __init__(self, points: list[int], max_len: int, coords: int = 2, per_axis: bool = True) -> None:
         super().__init__()
         if REFERENCE_POINT not in points:
             raise ValueError("the landmark subset must include the reference point")
@@ -44,6 +47,7 @@ class Featurizer(nn.Module):
         self.reference = self.points.index(REFERENCE_POINT)
         self.max_len = int(max_len)
         self.coords = int(coords)
+        self.per_axis = bool(per_axis)
         self.features = 3 * len(self.points) * self.coords
 
     def forward(self, x: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -63,7 +67,8 @@ class Featurizer(nn.Module):
         all_mean = torch.where(all_count > 0, all_mean, torch.full_like(all_mean, 0.5))
         centre = torch.where(ref_count[:, :, None] > 0, ref[:, :, None], all_mean)  # [B, 1, 1, C]
         centred = x - centre
-        var, _ = _nan_mean(centred * centred, ok[..., None].expand_as(centred), (1, 2, 3))
+        # One standard deviation per axis (over frames and points), or one for all axes.
+        var, _ = _nan_mean(centred * centred, ok[..., None].expand_as(centred), (1, 2) if self.per_axis else (1, 2, 3))
         std = torch.sqrt(var)
         std = torch.where(std > 1e-6, std, torch.ones_like(std))
         normed = torch.where(ok[..., None], centred / std, torch.full_like(centred, float("nan")))

@@ -28,6 +28,7 @@ from training.asl import export
 from training.asl.augment import Augmenter
 from training.asl.data import SequenceDataset, make_loader, split_by_participant
 from training.asl.dataset import LandmarkDataset, load_dataset
+from training.asl.landmarks import selected_landmarks
 from training.asl.metrics import accuracy_metrics, confusion_summary, predict_logits
 from training.asl.model import ModelConfig, SignModel
 from training.asl.parquet import DatasetError
@@ -36,20 +37,16 @@ from training.device import seed_everything, select_device
 from training.loop import LoopConfig, fit
 from training.plugin import TrainingPlan
 from training.replay import Trainer, check_segments, plan_of, total_steps
+from training.replay import measure_segments as measure
 from training.trace import Segment, trace_every
 
 Progress = Callable[[dict[str, Any]], None]
 CHECKPOINT_DIR = "checkpoints"
 
 
-def late_dropout_start(epochs: int) -> int:
-    """The first epoch with late dropout on: after the first fifth of training."""
-    return 1 + epochs // 5
-
-
-def build_model(spec: TrainSpec, num_classes: int) -> SignModel:
-    """The model a spec asks for."""
-    config = ModelConfig(
+def model_config(spec: TrainSpec, num_classes: int) -> ModelConfig:
+    """The model configuration a spec asks for (what config.json of its model must say)."""
+    return ModelConfig(
         num_classes=num_classes,
         dim=spec.dim,
         blocks=spec.blocks,
@@ -57,8 +54,32 @@ def build_model(spec: TrainSpec, num_classes: int) -> SignModel:
         use_pose=spec.use_pose,
         drop_path=spec.drop_path,
         dropout=spec.dropout,
+        mlp_expand=spec.mlp_expand,
+        normalisation=spec.normalisation,
     )
-    return SignModel(config)
+
+
+def build_model(spec: TrainSpec, num_classes: int) -> SignModel:
+    """The model a spec asks for."""
+    return SignModel(model_config(spec, num_classes))
+
+
+def augmenter(spec: TrainSpec, points: list[int]) -> Augmenter | None:
+    """The training split's augmentation policy a spec asks for (None: augmentations off)."""
+    if not spec.use_augmentations:
+        return None
+    return Augmenter(
+        points,
+        spec.p_temporal,
+        spec.p_spatial,
+        spec.p_noise,
+        spec.p_masking,
+        p_flip=spec.p_flip,
+        rotate_degrees=spec.rotate_degrees,
+        p_spatial_mask=spec.p_spatial_mask,
+        interpolation=spec.resample_interpolation,
+        crop=spec.max_len if spec.random_crop else 0,
+    )
 
 
 def trainer(
@@ -73,32 +94,29 @@ def trainer(
 ) -> Trainer:
     """The untrained model, loaders, step and loop settings a spec and the worker's ISLR
     dataset (folder or zip) give: what ``run`` trains and what a replay of its trace
-    re-executes. Late dropout switches on per epoch (``on_epoch``)."""
+    re-executes. Late dropout switches on per epoch (``on_epoch``), AWP with the loop's
+    ``awp_from_epoch``, both at the late phase's first epoch."""
     if data is None:
         raise DatasetError("dataset", "asl_training needs an ISLR dataset")
     settings = TrainSpec.from_dict(dict(spec))
-    loaded = load_dataset(Path(data), cache_dir, progress=progress)
+    # The cache holds only the model's points, in its order.
+    loaded = load_dataset(Path(data), cache_dir, points=selected_landmarks(settings.use_pose), progress=progress)
     train_rows, val_rows, held_out = split_by_participant(
         loaded.participants, settings.validation_fraction, settings.seed
     )
     seed_everything(settings.seed)  # the initial weights are part of a replayable run
     model = build_model(settings, len(loaded.signs))
     points = model.config.points
-    augmenter = (
-        Augmenter(points, settings.p_temporal, settings.p_spatial, settings.p_noise, settings.p_masking)
-        if settings.use_augmentations
-        else None
-    )
     target = select_device(device)
     batch, accumulation = preset_batch(settings, capabilities)
-    train_set = SequenceDataset(loaded.subset(train_rows), points, settings.max_len, augmenter)
+    train_set = SequenceDataset(loaded.subset(train_rows), points, settings.max_len, augmenter(settings, points))
     val_set = SequenceDataset(loaded.subset(val_rows), points, settings.max_len)
     train_loader = make_loader(train_set, batch, shuffle=True, device=target, drop_last=len(train_set) > batch)
     val_loader = make_loader(val_set, max(batch, 32), shuffle=False, device=target)
-    dropout_from = late_dropout_start(settings.epochs)
+    late_from = settings.late_epoch
 
     def on_epoch(epoch: int) -> None:
-        model.late_dropout.active = epoch >= dropout_from
+        model.late_dropout.active = epoch >= late_from
 
     def step_fn(runner: nn.Module, batch: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, Any]]:
         logits = runner(batch["x"], batch["lengths"]).float()
@@ -125,6 +143,8 @@ def trainer(
         seed=settings.seed,
         device=str(target),
         max_steps_per_epoch=max_steps_per_epoch,
+        awp_lambda=settings.awp_lambda,
+        awp_from_epoch=late_from,
     )
     extras = {
         "data": loaded,
@@ -135,6 +155,14 @@ def trainer(
         "accumulation": accumulation,
     }
     return Trainer(model, train_loader, step_fn, loop, on_epoch, val_loader, eval_fn, extras)
+
+
+def measure_segments(
+    spec: Mapping[str, Any], data: Path | None, segments: Sequence[Segment], *, device: str = "cpu"
+) -> list[float | str]:
+    """``training.replay.measure_segments`` for an asl_training run: per segment, its distance or why not."""
+    with tempfile.TemporaryDirectory(prefix="asl-replay-") as cache:
+        return measure(lambda s, d, dev: trainer(s, d, dev, cache_dir=Path(cache)), spec, data, segments, device=device)
 
 
 def replay_segments(
@@ -245,7 +273,7 @@ def run(
     export.save(out_dir, model, data.signs)
     if export_onnx:
         path = export.export_onnx(model, out_dir / export.ONNX_FILE)
-        samples = [np.array(data.sequence(int(i))) for i in val_rows[:4]]
+        samples = [data.landmarks(int(i)) for i in val_rows[:4]]
         metrics["onnx_max_abs_diff"] = export.onnx_parity(model, path, samples)
     write_json(out_dir / "metrics.json", metrics)
     return metrics
@@ -260,9 +288,7 @@ def evaluate_dataset(
     if unknown:
         raise DatasetError("train.csv", f"signs the model does not know: {', '.join(unknown[:5])}")
     remap = np.array([index[s] for s in data.signs], dtype=np.int64)
-    mapped = LandmarkDataset(
-        data.frames, data.starts, data.lengths, remap[data.labels], data.participants, data.sequence_ids, signs
-    )
+    mapped = replace(data, labels=remap[data.labels], signs=signs)
     loader = make_loader(
         SequenceDataset(mapped, model.config.points, model.config.max_len),
         batch_size,
@@ -281,7 +307,7 @@ def verify(
     full precision, and a model whose output for a sequence does not depend on its batch.
     """
     model, signs = export.load(model_dir, select_device(device))
-    data = load_dataset(Path(data_dir), cache_dir)
+    data = load_dataset(Path(data_dir), cache_dir, points=model.config.points)
     logits, labels = evaluate_dataset(model, signs, data)
     raw = accuracy_metrics(logits, labels, prefix="")
     return {**raw, "count": int(labels.size), "confusion": confusion_summary(logits, labels, signs)}

@@ -8,6 +8,7 @@ field.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
@@ -18,12 +19,23 @@ P = "Probability of "
 
 @dataclass(frozen=True)
 class AslTrainingSpec:
-    """Isolated sign recognition on landmark sequences (ISLR format)."""
+    """Isolated sign recognition on landmark sequences (ISLR format).
+
+    Where a field's default differs from the 1st-place ISLR recipe, docs/asl-recipe.md has
+    the ablation that chose it.
+    """
 
     dim: int = param(192, "Model width (channels).", choices=(192, 384), common=True)
     blocks: int = param(2, "Stacks of [3 × Conv1D block + Transformer block].", lo=1, hi=8, common=True)
     max_len: int = param(384, "Frames kept per sequence.", lo=16, hi=1024)
     use_pose: bool = param(False, "Include the pose landmarks in the features.")
+    normalisation: str = param(
+        "per_axis",
+        "Scale the centred landmarks by one standard deviation per axis (per_axis) or one for both (scalar).",
+        choices=("per_axis", "scalar"),
+    )
+    random_crop: bool = param(False, "Train on a random window of max_len frames of a longer sequence, not its start.")
+    mlp_expand: int = param(2, "Width of the Transformer blocks' MLP, in multiples of dim.", choices=(2, 4))
     epochs: int = param(30, "Training epochs.", lo=1, hi=1000, common=True)
     batch_size: int = param(12, "Samples per micro-batch (0 presets by GPU memory).", lo=0, hi=1024)
     grad_accumulation: int = param(4, "Micro-batches per optimiser step.", lo=1, hi=64)
@@ -33,10 +45,22 @@ class AslTrainingSpec:
     weight_decay: float = param(0.05, "Weight decay.", lo=0.0, hi=1.0)
     label_smoothing: float = param(0.1, "Label smoothing.", lo=0.0, hi=0.5)
     dropout: float = param(0.2, "Late dropout before the classifier.", lo=0.0, hi=0.9)
+    late_start: float = param(0.2, "Share of the epochs trained before late dropout and AWP switch on.", lo=0.0, hi=1.0)
+    awp_lambda: float = param(
+        0.0, "Adversarial weight perturbation (AWP) size from the late phase on; 0: off.", lo=0.0, hi=1.0
+    )
     drop_path: float = param(0.2, "Stochastic depth rate.", lo=0.0, hi=0.9)
     use_augmentations: bool = param(True, "Master switch for every augmentation.")
-    p_temporal: float = param(0.5, P + "temporal resampling and masking.", lo=0.0, hi=1.0)
-    p_spatial: float = param(0.7, P + "rotation, scale, shear, translation and flip.", lo=0.0, hi=1.0)
+    p_temporal: float = param(0.5, P + "temporal resampling (then a time mask, half the time).", lo=0.0, hi=1.0)
+    resample_interpolation: str = param(
+        "nearest",
+        "How resampling makes new frames: the nearest frame, or per sequence nearest or linear (mixed).",
+        choices=("mixed", "nearest"),
+    )
+    p_flip: float = param(0.35, P + "a horizontal mirror with left and right swapped.", lo=0.0, hi=1.0)
+    p_spatial: float = param(0.7, P + "rotation, scale, shear and translation.", lo=0.0, hi=1.0)
+    rotate_degrees: float = param(15.0, "Largest rotation in the image plane, in degrees.", lo=0.0, hi=90.0)
+    p_spatial_mask: float = param(0.0, P + "hiding the points inside a random square of the image.", lo=0.0, hi=1.0)
     p_noise: float = param(0.3, P + "gaussian noise.", lo=0.0, hi=1.0)
     p_masking: float = param(0.2, P + "feature masking and landmark dropout.", lo=0.0, hi=1.0)
     validation_fraction: float = param(0.2, "Share of participants held out for validation.", lo=0.05, hi=0.5)
@@ -84,6 +108,17 @@ class AslTrainingSpec:
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready copy."""
         return asdict(self)
+
+    @property
+    def late_epoch(self) -> int:
+        """The first epoch of the late phase (late dropout and AWP on): after ``late_start``
+        of the epochs (1st-place ISLR: epoch 15 of 300)."""
+        return 1 + math.floor(self.late_start * self.epochs + 1e-9)
+
+    @property
+    def awp_epochs(self) -> int:
+        """Epochs trained with AWP, each of whose steps costs two passes."""
+        return max(0, self.epochs - self.late_epoch + 1) if self.awp_lambda > 0 else 0
 
 
 # The trainer's name for it.

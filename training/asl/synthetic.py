@@ -113,11 +113,15 @@ def generate(
     max_frames: int = 40,
     seed: int = 0,
     as_zip: bool = False,
+    shards: int = 0,
 ) -> Path:
-    """Write an ISLR-format dataset to ``target`` (a folder, or a .zip when ``as_zip``).
+    """Write an ISLR-format dataset to ``target``: a folder, a .zip when ``as_zip``, or with
+    ``shards`` a folder of train.csv, the sign map and that many ``shard-NNNNN.zip`` holding
+    the sequences (consecutive runs of them, in train.csv's order).
 
     ``per_participant`` is how many sequences each participant signs of each sign. The same
-    arguments always produce byte-identical files.
+    arguments always produce byte-identical files. Each file is written as it is made, so
+    memory does not grow with the dataset.
     """
     rng = np.random.default_rng(seed)
     templates = _templates(rng)
@@ -134,31 +138,73 @@ def generate(
         }
         for p in range(n_participants)
     ]
-    files: dict[str, bytes] = {}
-    rows = ["path,participant_id,sequence_id,sign"]
-    sequence_id = 1_000_000
-    for person in people:
-        for k in range(n_signs):
-            for _ in range(per_participant):
-                sequence_id += int(rng.integers(1, 1000))
-                frames = int(rng.integers(min_frames, max_frames + 1))
-                landmarks = make_sequence(params[k], templates, person, rng, frames)
-                path = f"train_landmark_files/{person['id']}/{sequence_id}.parquet"
-                buffer = io.BytesIO()
-                write_sequence(landmarks, buffer, first_frame=int(rng.integers(0, 50)))
-                files[path] = buffer.getvalue()
-                rows.append(f"{path},{person['id']},{sequence_id},{names[k]}")
-    files["train.csv"] = ("\n".join(rows) + "\n").encode()
-    files["sign_to_prediction_index_map.json"] = json.dumps({n: i for i, n in enumerate(names)}).encode()
     target = Path(target)
-    if as_zip:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        with zipfile.ZipFile(target, "w", zipfile.ZIP_STORED) as archive:
-            for name, data in files.items():
-                info = zipfile.ZipInfo(name, date_time=(2023, 1, 1, 0, 0, 0))
-                archive.writestr(info, data)
-    else:
-        for name, data in files.items():
-            (target / name).parent.mkdir(parents=True, exist_ok=True)
-            (target / name).write_bytes(data)
+    total = n_participants * n_signs * per_participant
+    with _Writer(target, as_zip, shards, total) as out:
+        rows = ["path,participant_id,sequence_id,sign"]
+        sequence_id = 1_000_000
+        for person in people:
+            for k in range(n_signs):
+                for _ in range(per_participant):
+                    sequence_id += int(rng.integers(1, 1000))
+                    frames = int(rng.integers(min_frames, max_frames + 1))
+                    landmarks = make_sequence(params[k], templates, person, rng, frames)
+                    path = f"train_landmark_files/{person['id']}/{sequence_id}.parquet"
+                    buffer = io.BytesIO()
+                    write_sequence(landmarks, buffer, first_frame=int(rng.integers(0, 50)))
+                    out.sequence(path, buffer.getvalue())
+                    rows.append(f"{path},{person['id']},{sequence_id},{names[k]}")
+        out.index("train.csv", ("\n".join(rows) + "\n").encode())
+        out.index("sign_to_prediction_index_map.json", json.dumps({n: i for i, n in enumerate(names)}).encode())
     return target
+
+
+class _Writer:
+    """Where ``generate`` puts each file: a folder, one zip, or a folder of shards."""
+
+    def __init__(self, target: Path, as_zip: bool, shards: int, total: int) -> None:
+        self.target, self.shards, self.total, self.written = target, shards, total, 0
+        self.archive: zipfile.ZipFile | None = None
+        self.shard = -1
+        if as_zip:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            self.archive = zipfile.ZipFile(target, "w", zipfile.ZIP_STORED)
+        else:
+            target.mkdir(parents=True, exist_ok=True)
+
+    def __enter__(self) -> _Writer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.archive is not None:
+            self.archive.close()
+
+    @staticmethod
+    def _put(archive: zipfile.ZipFile, name: str, data: bytes) -> None:
+        archive.writestr(zipfile.ZipInfo(name, date_time=(2023, 1, 1, 0, 0, 0)), data)
+
+    def sequence(self, name: str, data: bytes) -> None:
+        """One sequence file: into the zip, the current shard, or the folder."""
+        if self.shards:
+            shard = self.written * self.shards // max(self.total, 1)
+            if shard != self.shard:
+                if self.archive is not None:
+                    self.archive.close()
+                self.archive = zipfile.ZipFile(self.target / f"shard-{shard:05d}.zip", "w", zipfile.ZIP_STORED)
+                self.shard = shard
+        self.written += 1
+        if self.archive is not None:
+            self._put(self.archive, name, data)
+        else:
+            self._file(name, data)
+
+    def index(self, name: str, data: bytes) -> None:
+        """train.csv or the sign map: into the zip, or the folder (a sharded one too)."""
+        if self.archive is not None and not self.shards:
+            self._put(self.archive, name, data)
+        else:
+            self._file(name, data)
+
+    def _file(self, name: str, data: bytes) -> None:
+        (self.target / name).parent.mkdir(parents=True, exist_ok=True)
+        (self.target / name).write_bytes(data)

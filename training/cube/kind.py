@@ -182,6 +182,20 @@ def replay(spec: Spec, data: Path | None, segments: Any, *, device: str = "cpu")
     return replay_segments(spec, data, segments, device=device)
 
 
+def measure(spec: Spec, data: Path | None, segments: Any, *, device: str = "cpu") -> list[float | str]:
+    """How far each segment's end lies from its re-execution (training.cube.run.measure_segments)."""
+    from training.cube.run import measure_segments
+
+    return measure_segments(spec, data, segments, device=device)
+
+
+def canary(start: Path, end: Path, out: Path, steps: int) -> str:
+    """A canary end for a segment (training.replay.shifted_state)."""
+    from training.replay import shifted_state
+
+    return shifted_state(start, end, out, steps)
+
+
 def plan(spec: Spec, data: Path | None) -> plugin.TrainingPlan:
     """What a run must start from and span (training.cube.run.training_plan)."""
     from training.cube.run import training_plan
@@ -202,6 +216,8 @@ CUBE_TRAINING = plugin.training_kind(
     check_spec=check_training_spec,
     replay=replay,
     plan=plan,
+    measure=measure,
+    canary=canary,
 )
 
 

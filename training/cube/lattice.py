@@ -290,4 +290,6 @@ class Lattice3D(nn.Module):
         return torch.sigmoid(margin).mean()
 
     def _checkpointed_step(self, h: torch.Tensor) -> Any:
-        return checkpoint(self.step, h, use_reentrant=False)
+        # A step draws nothing at random, so there is no RNG state to save and restore for
+        # the recomputation (saving it is a host read, which a CUDA graph capture refuses).
+        return checkpoint(self.step, h, use_reentrant=False, preserve_rng_state=False)

@@ -76,15 +76,28 @@ def total_loss(
     terms = loss_terms(output, target)
     weighted = {name: weights[name] * value for name, value in terms.items()}
     total = sum(weighted.values(), start=output.prediction.new_zeros(()).float())
-    metrics = {name: float(value.detach()) for name, value in terms.items()}
-    whole = float(total.detach())
-    for name, value in weighted.items():
-        metrics[f"share_{name}"] = float(value.detach()) / whole if whole > 0 else 0.0
-    changes = output.lattice.step_changes
-    metrics["step_change"] = float(torch.stack(changes).detach().mean()) if changes else 0.0
-    metrics["cosine"] = float(F.cosine_similarity(output.prediction.float(), target.float(), dim=-1).mean().detach())
-    if output.lattice.gate_mean is not None:
-        # How much each expert is used, averaged over cells, batch and steps.
-        for name, share in zip(("local", "functional", "distant"), output.lattice.gate_mean.tolist(), strict=True):
-            metrics[f"gate_{name}"] = share
+    # Every figure is read back in one transfer: on a GPU each read is a wait for the device.
+    with torch.no_grad():
+        names = [*terms, *(f"weighted_{n}" for n in weighted), "total"]
+        figures = [*terms.values(), *weighted.values(), total]
+        changes = output.lattice.step_changes
+        if changes:
+            names.append("step_change")
+            figures.append(torch.stack(changes).mean())
+        names.append("cosine")
+        figures.append(F.cosine_similarity(output.prediction.float(), target.float(), dim=-1).mean())
+        if output.lattice.gate_mean is not None:
+            # How much each expert is used, averaged over cells, batch and steps.
+            names.extend(f"gate_{name}" for name in ("local", "functional", "distant"))
+            figures.extend(output.lattice.gate_mean.float().unbind(0))
+        read = dict(zip(names, torch.stack([f.detach().float() for f in figures]).tolist(), strict=True))
+    metrics = {name: read[name] for name in terms}
+    whole = read["total"]
+    for name in weighted:
+        metrics[f"share_{name}"] = read[f"weighted_{name}"] / whole if whole > 0 else 0.0
+    metrics["step_change"] = read.get("step_change", 0.0)
+    metrics["cosine"] = read["cosine"]
+    for name in ("local", "functional", "distant"):
+        if f"gate_{name}" in read:
+            metrics[f"gate_{name}"] = read[f"gate_{name}"]
     return total, metrics

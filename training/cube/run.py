@@ -26,6 +26,7 @@ from training import stop
 from training.artifacts import ArtifactError, export_hf, load_model_weights, read_json, weights_sha256, write_json
 from training.cube.config import CubeConfig, CubeConfigError, check_capacity
 from training.cube.data import CubeDataError, load_dataset, split_indices, synthetic_embeddings, validate_embeddings
+from training.cube.graphed import CapturedCube, cuda_graphs_allowed
 from training.cube.lattice import LatticeOutput
 from training.cube.losses import total_loss, weights_from_spec
 from training.cube.model import CubeModel, CubeOutput
@@ -34,6 +35,7 @@ from training.device import pin_memory, select_device
 from training.loop import FitResult, LoopConfig, fit
 from training.plugin import TrainingPlan
 from training.replay import Trainer, check_segments, plan_of, total_steps
+from training.replay import measure_segments as measure
 from training.specs import defaults
 from training.trace import Segment, trace_every
 
@@ -154,9 +156,13 @@ def trainer(
     weights = weights_from_spec(spec)
     train_loader = _loader(inputs[train_idx], _rows(targets, train_idx), batch_size, True, dev)
 
+    # On CUDA the forward and backward passes replay as CUDA graphs (not under torch.compile,
+    # which makes its own).
+    captured = CapturedCube(model, enabled=dev.type == "cuda" and not spec["compile"] and cuda_graphs_allowed())
+
     def step_fn(m: torch.nn.Module, batch: Any) -> tuple[torch.Tensor, dict[str, float]]:
         x, y = batch
-        return total_loss(m(x), y, weights)
+        return total_loss(captured(m, x), y, weights)
 
     loop_config = LoopConfig(
         epochs=spec["epochs"],
@@ -186,6 +192,13 @@ def replay_segments(
 ) -> list[str]:
     """``training.replay.check_segments`` for a cube_training run: "" or the reason, per segment."""
     return check_segments(lambda s, d, dev: trainer(s, d, dev), spec, data, segments, device=device)
+
+
+def measure_segments(
+    spec: Mapping[str, Any], data: Path | None, segments: Sequence[Segment], *, device: str = "cpu"
+) -> list[float | str]:
+    """``training.replay.measure_segments`` for a cube_training run: per segment, its distance or why not."""
+    return measure(lambda s, d, dev: trainer(s, d, dev), spec, data, segments, device=device)
 
 
 def untrained_weights(spec: Mapping[str, Any], data: Path | None) -> str:

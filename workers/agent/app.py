@@ -37,7 +37,7 @@ from kombu import Queue
 from kombu.transport import resolve_transport
 
 from workers.agent import asks as node_asks
-from workers.agent import capabilities, fsbroker, runners, trust
+from workers.agent import capabilities, fsbroker, runners, trust, verify_job
 from workers.agent.identity import Credentials, credentials_path, load_key
 from workers.agent.jobs import Node
 from workers.agent.reporter import Reporter
@@ -272,6 +272,16 @@ def run_node(
         except runners.UnsupportedKind as exc:
             log.error("%s", exc)
             return "unsupported"
+
+    @app.task(name="agent.verify_segments", bind=True, acks_late=True)
+    def verify_segments(self: Any, job_id: str) -> str:
+        # Another provider's training segments to re-execute (verify_job.py); a job this
+        # node cannot do is left to expire, and the platform re-executes it itself.
+        try:
+            return verify_job.run(node, node.key, str(job_id))
+        except Exception:
+            log.exception("verification job %s failed", job_id)
+            return "failed"
 
     where = urlsplit(broker)
     shown = f"{where.scheme}://{where.hostname or ''}{f':{where.port}' if where.port else ''}{where.path}"

@@ -55,10 +55,11 @@ class AssignmentView(WorkerAPIView):
         return Response(jobs.describe(self.assignment(assignment_id)))
 
 
-def _served(request: Request, served: jobs.ServedFile | bytes) -> HttpResponseBase:
-    if isinstance(served, bytes):  # a folder's manifest
-        return HttpResponse(served, content_type="application/json")
-    return ranged_download(request, served.open(), served.filename, served.size)
+def served(request: Request, what: jobs.ServedFile | bytes) -> HttpResponseBase:
+    """The response for a dataset a node downloads: a folder's manifest, or the file by ranges."""
+    if isinstance(what, bytes):  # a folder's manifest
+        return HttpResponse(what, content_type="application/json")
+    return ranged_download(request, what.open(), what.filename, what.size)
 
 
 class AssignmentDatasetView(WorkerAPIView):
@@ -67,7 +68,7 @@ class AssignmentDatasetView(WorkerAPIView):
 
     @extend_schema(responses={200: bytes, 206: bytes, 416: None})
     def get(self, request: Request, assignment_id: str) -> HttpResponseBase:
-        return _served(request, jobs.served_dataset(self.assignment(assignment_id)))
+        return served(request, jobs.served_dataset(self.assignment(assignment_id)))
 
 
 class AssignmentDatasetFileView(WorkerAPIView):
@@ -76,7 +77,7 @@ class AssignmentDatasetFileView(WorkerAPIView):
 
     @extend_schema(operation_id="assignments_dataset_file_retrieve", responses={200: bytes, 206: bytes, 416: None})
     def get(self, request: Request, assignment_id: str, name: str) -> HttpResponseBase:
-        return _served(request, jobs.served_dataset(self.assignment(assignment_id), name))
+        return served(request, jobs.served_dataset(self.assignment(assignment_id), name))
 
 
 class AssignmentModelView(WorkerAPIView):

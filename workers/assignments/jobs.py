@@ -71,17 +71,31 @@ def worker_spec(spec: dict[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in spec.items() if key not in PLATFORM_SPEC_FIELDS}
 
 
-def dataset_url(assignment: Assignment, name: str | None = None) -> str:
-    """The path, on this server, of the assignment's dataset (or of one file of its folder)."""
-    base = f"/api/v1/assignments/{assignment.pk}/dataset/"
-    return base if name is None else f"{base}{name}/"
+def dataset_url(assignment: Assignment) -> str:
+    """The path, on this server, of the assignment's dataset (a folder's file: ``<name>/`` after it)."""
+    return f"/api/v1/assignments/{assignment.pk}/dataset/"
 
 
-def folder_manifest(assignment: Assignment, split: heldout.Prepared) -> bytes:
-    """What the dataset URL serves for a worker-facing folder: each file's name, size,
-    sha256 and URL, as canonical JSON (the same bytes every time: the job names their sha256)."""
-    files = [{**f, "url": dataset_url(assignment, f["name"])} for f in split.worker_files]
+def folder_manifest(split: heldout.Prepared, url_of: Callable[[str], str]) -> bytes:
+    """What a node is served for a worker-facing folder: each file's name, size, sha256 and
+    URL (``url_of(name)``), as canonical JSON (the same bytes every time: the job names
+    their sha256)."""
+    files = [{**f, "url": url_of(f["name"])} for f in split.worker_files]
     return json.dumps({"format": SHARDS_FORMAT, "files": files}, sort_keys=True, separators=(",", ":")).encode()
+
+
+def data_entry(split: heldout.Prepared, url: str, fmt: str) -> dict[str, Any]:
+    """The job's ``dataset`` entry for a split's worker part served at ``url``: a file's
+    sha256 and size, or for a folder its manifest's (format ``shards``)."""
+    if not split.worker_files:
+        return {"url": url, "sha256": split.worker_sha256, "size_bytes": split.worker_size, "format": fmt}
+    manifest = folder_manifest(split, lambda name: f"{url}{name}/")
+    return {
+        "url": url,
+        "sha256": hashlib.sha256(manifest).hexdigest(),
+        "size_bytes": len(manifest),
+        "format": SHARDS_FORMAT,
+    }
 
 
 @dataclass(frozen=True)
@@ -116,9 +130,17 @@ def served_dataset(assignment: Assignment, name: str | None = None) -> ServedFil
     split = heldout.prepared(task)
     if split is None or split.worker is None:
         raise NotFound("This task's data is not prepared yet.")
+    return served_part(split, name, filename, dataset_url(assignment))
+
+
+def served_part(split: heldout.Prepared, name: str | None, filename: str, url: str) -> ServedFile | bytes:
+    """A split's worker-facing part as a node downloads it from ``url``: the file (as
+    ``filename``), a folder's manifest, or with ``name`` one file the folder lists; NotFound
+    for any other name. The held-out part is never among them."""
+    assert split.worker is not None
     if name is None:
         if split.worker_files:
-            return folder_manifest(assignment, split)
+            return folder_manifest(split, lambda listed: f"{url}{listed}/")
         return ServedFile(partial(default_storage.open, split.worker, "rb"), split.worker_size, filename)
     listed = split.worker_file(name)
     if listed is None:
@@ -131,21 +153,20 @@ def describe(assignment: Assignment) -> dict[str, Any]:
 
     For a kind with a held-out split the dataset is the prepared worker-facing part, never
     the upload (see workers.assignments.heldout); a folder's is format ``shards``, whose URL
-    serves the folder's manifest (``folder_manifest``) with the sha256 and size named here.
+    serves the folder's manifest (``data_entry``, ``folder_manifest``).
     The ``url`` is a path on this server: the node asks the server it registered with,
     whatever Host or scheme a proxy in between saw."""
     task = assignment.task
     dataset = task.dataset
-    sha256, size = (dataset.sha256, dataset.size_bytes) if dataset is not None else ("", 0)
-    fmt = dataset.format if dataset is not None else ""
-    if dataset is not None and heldout.needs_preparation(task):
-        split = heldout.prepared(task)
-        if split is None or split.worker is None:
-            raise Conflict({"dataset": ["This task's data is not prepared yet."]})
-        sha256, size = split.worker_sha256, split.worker_size
-        if split.worker_files:
-            manifest = folder_manifest(assignment, split)
-            sha256, size, fmt = hashlib.sha256(manifest).hexdigest(), len(manifest), SHARDS_FORMAT
+    entry: dict[str, Any] | None = None
+    if dataset is not None:
+        url = dataset_url(assignment)
+        entry = {"url": url, "sha256": dataset.sha256, "size_bytes": dataset.size_bytes, "format": dataset.format}
+        if heldout.needs_preparation(task):
+            split = heldout.prepared(task)
+            if split is None or split.worker is None:
+                raise Conflict({"dataset": ["This task's data is not prepared yet."]})
+            entry = data_entry(split, url, dataset.format)
     return {
         "id": str(assignment.pk),
         "task_id": str(task.pk),
@@ -159,14 +180,7 @@ def describe(assignment: Assignment) -> dict[str, Any]:
             "worker_address": assignment.worker.address,
             "task_id": str(task.pk),
         },
-        "dataset": None
-        if dataset is None
-        else {
-            "url": dataset_url(assignment),
-            "sha256": sha256,
-            "size_bytes": size,
-            "format": fmt,
-        },
+        "dataset": entry,
         "artifacts": list(KINDS[task.kind].artifacts),
         "submit": submit_template(assignment.worker),
     }

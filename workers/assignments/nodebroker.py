@@ -296,3 +296,14 @@ def publish_job(address: str, assignment_id: str) -> None:
     queue = Queue(name, Exchange(""), routing_key=name, no_declare=True)
     # Celery takes a Queue here as well as a name (its stubs say a name only).
     publisher().send_task(JOB_TASK, args=[assignment_id], queue=queue, serializer="json")  # type: ignore[arg-type]
+
+
+VERIFY_TASK = "agent.verify_segments"
+
+
+def publish_verification(address: str, job_id: str) -> None:
+    """Send a verification job (workers.assignments.delegation) to the node's queue, as
+    ``publish_job`` sends a job: JSON, the verification job's id only."""
+    name = queue_name(address)
+    queue = Queue(name, Exchange(""), routing_key=name, no_declare=True)
+    publisher().send_task(VERIFY_TASK, args=[job_id], queue=queue, serializer="json")  # type: ignore[arg-type]

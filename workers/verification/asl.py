@@ -28,19 +28,10 @@ from workers.verification.base import Verdict, copy_dataset, heldout_path, read_
 
 def expected_config(spec: dict[str, Any], num_classes: int) -> dict[str, Any]:
     """What config.json must say for a model trained on ``spec`` over ``num_classes`` signs."""
-    from training.asl.model import ModelConfig
+    from training.asl.run import model_config
     from training.asl.spec import TrainSpec
 
-    settings = TrainSpec.from_dict(dict(spec))
-    config = ModelConfig(
-        num_classes=num_classes,
-        dim=settings.dim,
-        blocks=settings.blocks,
-        max_len=settings.max_len,
-        use_pose=settings.use_pose,
-        drop_path=settings.drop_path,
-        dropout=settings.dropout,
-    )
+    config = model_config(TrainSpec.from_dict(dict(spec)), num_classes)
     result: dict[str, Any] = json.loads(json.dumps(config.to_dict()))
     return result
 

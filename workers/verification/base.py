@@ -27,7 +27,7 @@ from training import kinds as plugin_kinds
 from training.plugin import WEIGHTS, TrainingPlan, sha256_file
 from training.specs import default
 from training.trace import Segment, Trace, TraceError, checkpoint_name, file_sha256
-from workers.assignments import heldout, proof
+from workers.assignments import delegation, heldout, proof
 from workers.assignments.jobs import artifact_path
 from workers.models import Assignment
 
@@ -287,7 +287,9 @@ def training_proof_problem(assignment: Assignment) -> str:
     the spec asks (every epoch, or as many as early stopping allows); the submitted weights
     must be one of its checkpoints' (the run hands back its best epoch's end); and each
     challenged segment, re-executed from its first checkpoint by the kind's ``replay``, must
-    land on its second (``docs/proof-of-training.md``)."""
+    land on its second, re-executed here or, in delegated mode, by a verifier node whose
+    answer the platform judges (``workers.assignments.delegation.referee``;
+    ``docs/proof-of-training.md``)."""
     try:
         trace = proof.committed_trace(assignment)
     except TraceError as exc:
@@ -308,18 +310,25 @@ def training_proof_problem(assignment: Assignment) -> str:
     segments = list(assignment.challenge)
     if not segments:
         return "no segment of the trace was challenged."
-    picked = []
+    picked = {}
     for i in segments:
         start, end = trace.leaves[i], trace.leaves[i + 1]
         files = [Path(default_storage.path(artifact_path(assignment, checkpoint_name(j)))) for j in (i, i + 1)]
         for leaf, path in zip((start, end), files, strict=True):
             if not path.is_file() or file_sha256(path) != leaf.state_sha256:
                 return f"{path.name} is missing or does not hash to its leaf."
-        picked.append(Segment(start=files[0], start_leaf=start, end=files[1], end_leaf=end))
-    for why in replay(task.spec, data, picked):
-        if why:
-            return str(why)
-    return ""
+        picked[i] = Segment(start=files[0], start_leaf=start, end=files[1], end_leaf=end)
+
+    def on_the_platform(chosen: list[int]) -> str:
+        if not chosen:
+            return ""
+        for why in replay(task.spec, data, [picked[i] for i in chosen]):
+            if why:
+                return str(why)
+        return ""
+
+    # Every segment here, or those a verifier node's answer leaves to the platform.
+    return delegation.referee(assignment, on_the_platform)
 
 
 def _span_problem(trace: Trace, plan: TrainingPlan) -> str:
