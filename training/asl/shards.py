@@ -1,5 +1,5 @@
-"""The file names of a sharded ISLR dataset folder, which the platform's split writes and
-the node downloads file by file.
+"""The file names of a sharded ISLR dataset folder, which the platform's split writes, the
+node downloads file by file and ``training.asl.source.Source`` reads (its ``SHARD_NAME``).
 
 A sharded folder holds ``train.csv`` and ``sign_to_prediction_index_map.json`` at its root
 and ``shard-00000.zip``, ``shard-00001.zip``, … each holding sequence files under the
@@ -8,11 +8,9 @@ relative paths train.csv names (no train.csv inside a shard).
 
 from __future__ import annotations
 
-import re
+from training.asl.source import INDEX_FILE, SHARD_NAME, SIGN_MAP_FILE
 
-from training.asl.source import INDEX_FILE, SIGN_MAP_FILE
-
-SHARD_NAME = re.compile(r"shard-\d{5}\.zip")
+__all__ = ["SHARD_NAME", "is_sharded_file", "shard_name"]
 
 
 def shard_name(index: int) -> str:
