@@ -10,18 +10,25 @@ FileResponse streams already.
 Daphne applies no backpressure to a response body: what a slow client has not taken yet
 waits in its send buffer. A deployment serving large files to slow clients puts a
 buffering proxy (nginx's default) in front of the web processes.
+
+``ranged_download`` also answers one ``Range: bytes=…`` request with that part of the file
+(206 Partial Content), which Django's FileResponse does not do: a client whose download
+broke off asks for the rest instead of starting again.
 """
 
 from __future__ import annotations
 
 import asyncio
 import io
+import mimetypes
+import re
 import zipfile
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import IO, Any
 
 from django.core.handlers.asgi import ASGIRequest
-from django.http import FileResponse, StreamingHttpResponse
+from django.http import FileResponse, HttpResponse, StreamingHttpResponse
+from django.http.response import HttpResponseBase
 
 CHUNK_BYTES = 1 << 20
 
@@ -35,6 +42,76 @@ def download(request: Any, handle: IO[bytes], filename: str) -> FileResponse:
     if isinstance(getattr(request, "_request", request), ASGIRequest):
         response.streaming_content = _chunks(handle)
     return response
+
+
+_RANGE = re.compile(r"bytes=(\d*)-(\d*)")
+
+
+class RangeNotSatisfiable(Exception):
+    """A ``Range`` header in bytes that names no part of the file, or more than one."""
+
+
+def byte_range(header: str | None, size: int) -> tuple[int, int] | None:
+    """The first and last byte (inclusive) a ``Range`` header asks of a ``size``-byte file;
+    None for the whole file (no header, or a unit other than bytes, which a server ignores).
+
+    One range only (``a-b``, ``a-``, or the last ``n`` bytes as ``-n``); a malformed one,
+    several, or one that starts past the end raises RangeNotSatisfiable."""
+    if header is None or not header.strip().lower().startswith("bytes="):
+        return None
+    found = _RANGE.fullmatch(header.strip().replace(" ", "").lower())
+    if found is None:
+        raise RangeNotSatisfiable(header)
+    first, last = found.groups()
+    if not first:
+        if not last or int(last) == 0 or size == 0:
+            raise RangeNotSatisfiable(header)
+        return max(0, size - int(last)), size - 1
+    start = int(first)
+    end = size - 1 if not last else min(int(last), size - 1)
+    if start >= size or (last and int(last) < start):
+        raise RangeNotSatisfiable(header)
+    return start, end
+
+
+def ranged_download(request: Any, handle: IO[bytes], filename: str, size: int) -> HttpResponseBase:
+    """``download`` of a ``size``-byte seekable ``handle`` that honours one byte range: 206
+    with ``Content-Range`` for a satisfiable one, 416 with ``Content-Range: bytes */size``
+    otherwise (the handle closed either way). Every answer says ``Accept-Ranges: bytes``."""
+    headers = getattr(request, "headers", {})
+    try:
+        span = byte_range(headers.get("Range"), size)
+    except RangeNotSatisfiable:
+        handle.close()
+        refused = HttpResponse(status=416)
+        refused["Content-Range"] = f"bytes */{size}"
+        refused["Accept-Ranges"] = "bytes"
+        return refused
+    if span is None:
+        whole = download(request, handle, filename)
+        whole["Accept-Ranges"] = "bytes"
+        return whole
+    start, end = span
+    handle.seek(start)
+    chunks = _part(handle, end - start + 1)
+    asgi = isinstance(getattr(request, "_request", request), ASGIRequest)
+    kind = mimetypes.guess_type(filename)[0] or "application/octet-stream"
+    response = StreamingHttpResponse(_in_threads(chunks) if asgi else chunks, status=206, content_type=kind)
+    response["Content-Range"] = f"bytes {start}-{end}/{size}"
+    response["Content-Length"] = str(end - start + 1)
+    response["Accept-Ranges"] = "bytes"
+    response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    return response
+
+
+def _part(handle: IO[bytes], length: int) -> Iterator[bytes]:
+    """``length`` bytes of ``handle`` from where it stands, in chunks; closes it at the end."""
+    try:
+        while length > 0 and (chunk := handle.read(min(CHUNK_BYTES, length))):
+            length -= len(chunk)
+            yield chunk
+    finally:
+        handle.close()
 
 
 async def _chunks(handle: IO[bytes]) -> AsyncIterator[bytes]:

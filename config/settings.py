@@ -238,7 +238,9 @@ STORAGES = {
 }
 
 # Uploads: datasets are streamed to disk past 2.5 MB; the cap is checked before saving.
-DATASET_MAX_BYTES = env_int("PROOFWORK_DATASET_MAX_BYTES", 512 * 1024 * 1024, minimum=1)
+# Every later stage streams too (the posting checks, the held-out split into shards, the
+# node's download by ranges), so the cap is the platform's disk, not its memory.
+DATASET_MAX_BYTES = env_int("PROOFWORK_DATASET_MAX_BYTES", 64 * 1024**3, minimum=1)
 # Larger datasets go up in ordered parts of at most this size (marketplace/dataset_uploads.py):
 # daphne holds a request's whole body in memory, so one request must stay small.
 DATASET_UPLOAD_PART_BYTES = env_int("PROOFWORK_DATASET_UPLOAD_PART_BYTES", 32 * 1024 * 1024, minimum=64 * 1024)

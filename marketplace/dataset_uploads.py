@@ -52,7 +52,7 @@ from marketplace.datasets import SNIFF_BYTES, check_size, clean_name, sniff_form
 from marketplace.models import Dataset, DatasetUpload, User
 
 UPLOADS_DIR = "dataset-uploads"
-# Unfinished uploads one user may hold at a time: each may reserve DATASET_MAX_BYTES of disk.
+# Unfinished uploads one user may hold at a time: each may grow to DATASET_MAX_BYTES of disk.
 MAX_OPEN_UPLOADS = 10
 _COPY_CHUNK = 1024 * 1024
 

@@ -256,7 +256,7 @@ def test_no_environment_runs_embedded() -> None:
     assert got["secret_len"] >= 50
     assert got["session_secure"] is False
     assert "testserver" in got["allowed_hosts"]
-    assert got["max_bytes"] == 512 * 1024 * 1024
+    assert got["max_bytes"] == 64 * 2**30
     assert "rest_framework.renderers.BrowsableAPIRenderer" in got["renderers"]
 
 
@@ -359,6 +359,11 @@ def test_a_bad_variable_stops_start_up_naming_it(tmp_path: Path, env: dict[str, 
 def test_dataset_limit_comes_from_the_environment(tmp_path: Path) -> None:
     got = probe({"PROOFWORK_VAR_DIR": str(tmp_path), "PROOFWORK_DATASET_MAX_BYTES": "1_048_576"})
     assert got["max_bytes"] == 1_048_576
+    # Tens of GiB: the full-scale ISLR set fits the default, and a larger limit can be set.
+    assert probe({"PROOFWORK_VAR_DIR": str(tmp_path)})["max_bytes"] == 64 * 2**30
+    assert probe({"PROOFWORK_VAR_DIR": str(tmp_path), "PROOFWORK_DATASET_MAX_BYTES": str(200 * 2**30)})[
+        "max_bytes"
+    ] == (200 * 2**30)
 
 
 def test_the_held_out_secret_is_derived_from_the_secret_key_unless_set(tmp_path: Path) -> None:

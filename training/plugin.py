@@ -87,14 +87,21 @@ class Upload:
 CheckDataset = Callable[[Spec, Upload, Spec | None], None]
 
 Runner = Callable[[dict[str, Any], Path, Progress], Outcome]
-# fn(spec, upload path | None, out_dir, secret seed) -> (worker-facing file | None, held-out
-# file): run on the platform once per task before scheduling; the worker then gets only the
-# first file and the verifier scores on the second. The secret seed (32 bytes) is the
+# fn(spec, upload path | None, out_dir, secret seed) -> (worker-facing file or folder | None,
+# held-out file or folder): run on the platform once per task before scheduling; the worker
+# then gets only the first (a folder file by file: ``SHARDED_DATASETS``) and the verifier
+# scores on the second. The secret seed (32 bytes) is the
 # platform's, keyed on the dataset's content (or, without one, on the task's spec) and never
 # sent: the held-out draw follows from it alone, so every task on one dataset holds out the
 # same rows and no worker can compute them. A ValueError names what is wrong with the data.
 Prepare = Callable[[Spec, Path | None, Path, bytes], tuple[Path | None, Path]]
-# fn(spec, the worker-facing data file prepare wrote (None: synthetic), challenged segments)
+# The protocol feature of a node that downloads a folder of files (a manifest, then each
+# file resumably by ranges; docs/provider-node.md): what a kind whose ``prepare`` writes
+# folders needs, so an agent that only downloads single files is never offered its tasks.
+SHARDED_DATASETS = "dataset:shards"
+# The format a job names for such a folder (its URL serves the folder's manifest).
+SHARDS_FORMAT = "shards"
+# fn(spec, the worker-facing data prepare wrote, file or folder (None: synthetic), challenged segments)
 # -> per segment, "" when its re-execution lands on its committed end, else the reason a
 # requester reads (``training.replay.check_segments``); keyword ``device`` (default "cpu").
 Replay = Callable[..., list[str]]
@@ -134,7 +141,7 @@ class TrainingPlan:
         return self.steps_per_epoch * epochs
 
 
-# fn(spec, worker-facing data file | None) -> the run's TrainingPlan.
+# fn(spec, worker-facing data file or folder | None) -> the run's TrainingPlan.
 Plan = Callable[[Spec, Path | None], TrainingPlan]
 
 
@@ -286,6 +293,7 @@ def training_kind(
     resources: Callable[[Spec], Resources],
     flops: Callable[[Spec], float],
     check_spec: Callable[[Spec], dict[str, str]] = _no_problems,
+    features: Callable[[Spec], tuple[str, ...]] = _no_features,
     replay: Replay | None = None,
     plan: Plan | None = None,
     measure: Measure | None = None,
@@ -322,6 +330,7 @@ def training_kind(
         run=run,
         artifacts=artifacts,
         check_spec=check_spec,
+        features=features,
         replay=replay,
         plan=plan,
         measure=measure,

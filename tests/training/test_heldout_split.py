@@ -5,7 +5,7 @@ reach of anything a worker can compute from its spec."""
 from __future__ import annotations
 
 import csv
-import io
+import json
 import zipfile
 from pathlib import Path
 
@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file, save_file
 
+from training.asl.parquet import DatasetError
 from training.asl.split import heldout_participants
 from training.asl.split import prepare as prepare_asl
 from training.asl.synthetic import generate
@@ -144,8 +145,8 @@ def test_synthetic_held_out_rows_are_out_of_the_workers_reach(tmp_path: Path) ->
 
 
 def held_people(path: Path) -> set[str]:
-    with zipfile.ZipFile(path) as archive:
-        return {row["participant_id"] for row in csv.DictReader(io.StringIO(archive.read("train.csv").decode()))}
+    with (path / "train.csv").open(encoding="utf-8") as index:
+        return {row["participant_id"] for row in csv.DictReader(index)}
 
 
 def test_every_task_on_one_archive_holds_out_the_same_participants(tmp_path: Path) -> None:
@@ -168,3 +169,101 @@ def test_the_held_out_participants_follow_the_platform_secret_alone() -> None:
     assert chosen == heldout_participants(list(reversed(people)), SECRET)
     assert len(chosen) == 4
     assert heldout_participants(people, OTHER_SECRET) != chosen
+
+
+# --- asl_training: the sharded shares --------------------------------------------------
+
+
+def share_index(folder: Path) -> list[dict[str, str]]:
+    with (folder / "train.csv").open(encoding="utf-8") as index:
+        return list(csv.DictReader(index))
+
+
+def share_members(folder: Path) -> dict[str, str]:
+    """Every sequence file in a share's shards, by path: the shard it is in."""
+    members: dict[str, str] = {}
+    for shard in sorted(folder.glob("shard-*.zip")):
+        with zipfile.ZipFile(shard) as archive:
+            for info in archive.infolist():
+                assert info.compress_type == zipfile.ZIP_STORED  # parquet is not deflated again
+                assert info.filename not in members, f"{info.filename} is in two shards"
+                members[info.filename] = shard.name
+    return members
+
+
+def test_the_split_writes_each_share_as_bounded_shards_and_loses_nothing(tmp_path: Path) -> None:
+    archive = generate(
+        tmp_path / "signs.zip", n_signs=3, n_participants=12, per_participant=2, max_frames=16, as_zip=True
+    )
+    with zipfile.ZipFile(archive) as original:
+        sizes = {i.filename: i.file_size for i in original.infolist() if i.filename.endswith(".parquet")}
+        sign_map = original.read("sign_to_prediction_index_map.json")
+    shard_bytes = 4 * max(sizes.values())
+    worker, held = prepare_asl(
+        {"dim": 192, "blocks": 1, "max_len": 32}, archive, tmp_path / "out", SECRET, shard_bytes=shard_bytes
+    )
+    assert worker is not None
+    assert worker.is_dir()
+    assert held.is_dir()
+
+    worker_rows, held_rows = share_index(worker), share_index(held)
+    worker_members, held_members = share_members(worker), share_members(held)
+    # Several shards, named in order from 00000, each within the bound (one member may overrun it).
+    assert sorted(p.name for p in worker.iterdir()) == [
+        "shard-00000.zip",
+        *(f"shard-{i:05d}.zip" for i in range(1, len(list(worker.glob("shard-*"))))),
+        "sign_to_prediction_index_map.json",
+        "train.csv",
+    ]
+    assert len(list(worker.glob("shard-*.zip"))) >= 3
+    for shard_path in worker.glob("shard-*.zip"):
+        with zipfile.ZipFile(shard_path) as part:
+            assert sum(i.file_size for i in part.infolist()) <= shard_bytes + max(sizes.values())
+    # Each share's shards hold exactly the sequences its train.csv lists, and no train.csv.
+    assert set(worker_members) == {row["path"] for row in worker_rows}
+    assert set(held_members) == {row["path"] for row in held_rows}
+    # Every sequence of the upload lands in exactly one share, byte for byte.
+    assert set(worker_members).isdisjoint(held_members)
+    assert set(worker_members) | set(held_members) == set(sizes)
+    with zipfile.ZipFile(archive) as original:
+        for path, shard in {**worker_members, **held_members}.items():
+            share = worker if path in worker_members else held
+            with zipfile.ZipFile(share / shard) as part:
+                assert part.read(path) == original.read(path)
+    # No held-out participant's sequence is in a worker shard.
+    held_people = {row["participant_id"] for row in held_rows}
+    assert held_people
+    assert held_people.isdisjoint({row["participant_id"] for row in worker_rows})
+    # Both shares carry the whole sign map.
+    assert json.loads((worker / "sign_to_prediction_index_map.json").read_text()) == json.loads(sign_map)
+    assert (held / "sign_to_prediction_index_map.json").read_bytes() == (
+        worker / "sign_to_prediction_index_map.json"
+    ).read_bytes()
+
+
+def test_an_oversized_sequence_file_is_refused_naming_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import training.asl.split as split
+
+    archive = generate(
+        tmp_path / "signs.zip", n_signs=2, n_participants=4, per_participant=1, max_frames=12, as_zip=True
+    )
+    monkeypatch.setattr(split, "SEQUENCE_MAX_BYTES", 100)
+    with pytest.raises(
+        DatasetError, match=r"train.csv line 2: sequence file '.+\.parquet' is [\d,]+ bytes; at most 100"
+    ):
+        prepare_asl({"dim": 192, "blocks": 1, "max_len": 32}, archive, tmp_path / "out", SECRET)
+
+
+def test_the_sharded_worker_share_loads_as_the_sequences_it_lists(tmp_path: Path) -> None:
+    from training.asl.dataset import load_dataset
+
+    archive = generate(
+        tmp_path / "signs.zip", n_signs=3, n_participants=6, per_participant=2, max_frames=16, as_zip=True
+    )
+    worker, held = prepare_asl(
+        {"dim": 192, "blocks": 1, "max_len": 32}, archive, tmp_path / "out", SECRET, shard_bytes=1
+    )
+    assert worker is not None
+    for share in (worker, held):
+        loaded = load_dataset(share, tmp_path / "cache")
+        assert len(loaded) == len(share_index(share))

@@ -349,6 +349,201 @@ def test_a_dataset_format_that_is_no_plain_extension_is_refused(
     assert "dataset format this node will not use" in fail["reason"]
 
 
+# --- a dataset in shards: a manifest, then each file by ranges ---------------------------
+
+SHARDS = {
+    "train.csv": b"path,participant_id,sequence_id,sign\n" + b"a/1.parquet,1,1,x\n" * 300,
+    "sign_to_prediction_index_map.json": b'{"x": 0}',
+    "shard-00000.zip": bytes(range(256)) * 400,
+    "shard-00001.zip": b"PK" + bytes(reversed(range(256))) * 300,
+}
+
+
+def shard_manifest(files: dict[str, bytes]) -> list[dict[str, Any]]:
+    """The files workers.assignments.jobs.folder_manifest lists for ``files``."""
+    return [
+        {
+            "name": name,
+            "size_bytes": len(body),
+            "sha256": hashlib.sha256(body).hexdigest(),
+            "url": f"/api/v1/assignments/{ASSIGNMENT}/dataset/{name}/",
+        }
+        for name, body in files.items()
+    ]
+
+
+@dataclass
+class ShardServer:
+    """Serves a manifest and its files as the real dataset endpoints do, honouring one
+    ``Range: bytes=N-``; counts the bytes it sends and can break a body off once."""
+
+    files: dict[str, bytes]
+    manifest: bytes = b""
+    sent: int = 0
+    ranges: list[str] = field(default_factory=list)
+    break_after: dict[str, int] = field(default_factory=dict)
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        name = request.url.path.rstrip("/").rsplit("/", 1)[-1]
+        if name == "dataset":
+            return httpx.Response(200, content=self.manifest)
+        body = self.files[name]
+        start = 0
+        if "Range" in request.headers:
+            self.ranges.append(f"{name} {request.headers['Range']}")
+            start = int(request.headers["Range"].removeprefix("bytes=").rstrip("-"))
+        part = body[start:]
+        cut = self.break_after.pop(name, None)
+        if cut is not None:
+            self.sent += cut
+            return httpx.Response(200 if not start else 206, stream=BreaksOffAt(part, cut))
+        self.sent += len(part)
+        if start:
+            return httpx.Response(
+                206, content=part, headers={"Content-Range": f"bytes {start}-{len(body) - 1}/{len(body)}"}
+            )
+        return httpx.Response(200, content=part)
+
+
+class BreaksOffAt(httpx.SyncByteStream):
+    def __init__(self, body: bytes, cut: int) -> None:
+        self.body, self.cut = body, cut
+
+    def __iter__(self) -> Iterator[bytes]:
+        yield self.body[: self.cut]
+        raise httpx.ReadError("connection reset")
+
+
+def sharded_job(platform: Platform, server: ShardServer, listed: list[dict[str, Any]]) -> None:
+    server.manifest = json.dumps({"format": "shards", "files": listed}).encode()
+    platform.job = a_job(platform.key.address, dataset=True)
+    platform.job["dataset"].update(
+        format="shards", size_bytes=len(server.manifest), sha256=hashlib.sha256(server.manifest).hexdigest()
+    )
+    platform.answers["/dataset/"] = [server]
+    for entry in listed:
+        platform.answers[f"/dataset/{entry['name']}/"] = [server]
+
+
+@pytest.fixture
+def trained_on(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[dict[str, bytes]]:
+    """Replaces the kind's runner: records the dataset folder it was given, file by file."""
+    seen: list[dict[str, bytes]] = []
+
+    def run(job: dict[str, Any], workdir: Path, progress: runners.Progress) -> runners.Outcome:
+        folder = workdir / f"dataset.{job['dataset']['format']}"
+        seen.append({p.name: p.read_bytes() for p in folder.iterdir()})
+        artifact = tmp_path / "model.safetensors"
+        artifact.write_bytes(b"weights")
+        return runners.Outcome(result_hash="ab" * 32, proof={"steps": 1}, artifacts={"model.safetensors": artifact})
+
+    monkeypatch.setattr(runners, "run", run)
+    return seen
+
+
+def test_a_dataset_in_shards_lands_in_one_folder_and_resumes_where_it_broke_off(
+    node: Node, platform: Platform, clock: Clock, trained_on: list[dict[str, bytes]]
+) -> None:
+    server = ShardServer(SHARDS, break_after={"shard-00000.zip": 30_000, "shard-00001.zip": 1})
+    sharded_job(platform, server, shard_manifest(SHARDS))
+    assert node.run_assignment(ASSIGNMENT) == "submitted"
+    assert trained_on == [SHARDS]  # every file, whole, in the folder the runner reads
+    # Each broken-off file was asked for from the byte it stopped at, not from its start:
+    # the platform sent every byte once (plus the manifest).
+    assert server.ranges == ["shard-00000.zip bytes=30000-", "shard-00001.zip bytes=1-"]
+    assert server.sent == sum(len(body) for body in SHARDS.values())
+
+
+def test_a_download_that_keeps_breaking_off_but_moves_on_finishes(
+    node: Node, platform: Platform, clock: Clock, trained_on: list[dict[str, bytes]]
+) -> None:
+    """A link that drops every 10 kB: far more break-offs than one request's retries, each
+    after progress, so the retries start over each time and the file arrives whole."""
+    server = ShardServer(SHARDS)
+    sharded_job(platform, server, shard_manifest(SHARDS))
+    drops = []
+
+    def flaky(request: httpx.Request) -> httpx.Response:
+        name = request.url.path.rstrip("/").rsplit("/", 1)[-1]
+        body = SHARDS[name]
+        start = int(request.headers.get("Range", "bytes=0-").removeprefix("bytes=").rstrip("-"))
+        if len(body) - start > 10_000:
+            drops.append(start)
+            answered = {"Content-Range": f"bytes {start}-{len(body) - 1}/{len(body)}"} if start else {}
+            return httpx.Response(206 if start else 200, stream=BreaksOffAt(body[start:], 10_000), headers=answered)
+        return server(request)
+
+    platform.answers["/dataset/shard-00000.zip/"] = [flaky]
+    assert node.run_assignment(ASSIGNMENT) == "submitted"
+    assert trained_on == [SHARDS]
+    assert len(drops) > transfer.RETRY_ATTEMPTS
+    assert drops == list(range(0, 10_000 * len(drops), 10_000))
+
+
+def test_a_resumed_download_answered_with_other_bytes_fails_the_job(
+    node: Node, platform: Platform, clock: Clock, trained_on: list[dict[str, bytes]]
+) -> None:
+    """A proxy that answers "the rest" with a range from elsewhere in the file: the node
+    would splice two parts of it together, so it stops instead."""
+    server = ShardServer(SHARDS, break_after={"shard-00000.zip": 5_000})
+    sharded_job(platform, server, shard_manifest(SHARDS))
+
+    def elsewhere(request: httpx.Request) -> httpx.Response:
+        if "Range" not in request.headers:
+            return server(request)
+        body = SHARDS["shard-00000.zip"]
+        return httpx.Response(206, content=body[:100], headers={"Content-Range": f"bytes 0-99/{len(body)}"})
+
+    platform.answers["/dataset/shard-00000.zip/"] = [elsewhere]
+    assert node.run_assignment(ASSIGNMENT) == "failed"
+    assert trained_on == []
+    (fail,) = platform.bodies["fail"]
+    assert "asked for the bytes from 5000, got the range 'bytes 0-99/" in fail["reason"]
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["../../.bashrc", "/etc/passwd", "sub/shard-00000.zip", "shard-1.zip", ".train.csv", "model.py", "", None, 7],
+)
+def test_a_manifest_naming_anything_but_shard_files_is_refused(
+    name: Any, node: Node, platform: Platform, clock: Clock, trained_on: list[dict[str, bytes]], tmp_path: Path
+) -> None:
+    server = ShardServer({**SHARDS, "x": b"payload"})
+    listed = [*shard_manifest(SHARDS), {**shard_manifest({"x": b"payload"})[0], "name": name}]
+    sharded_job(platform, server, listed)
+    assert node.run_assignment(ASSIGNMENT) == "failed"
+    assert trained_on == []
+    assert server.sent == 0  # not one file was fetched
+    (fail,) = platform.bodies["fail"]
+    assert "is not a file name of a dataset in shards" in fail["reason"]
+
+
+def test_a_shard_that_is_not_what_the_manifest_says_fails_the_job(
+    node: Node, platform: Platform, clock: Clock, trained_on: list[dict[str, bytes]]
+) -> None:
+    forged = {**SHARDS, "shard-00001.zip": SHARDS["shard-00001.zip"][:-1] + b"!"}
+    server = ShardServer(forged)
+    sharded_job(platform, server, shard_manifest(SHARDS))
+    assert node.run_assignment(ASSIGNMENT) == "failed"
+    assert trained_on == []  # nothing was trained on it
+    (fail,) = platform.bodies["fail"]
+    assert "shard-00001.zip has sha256" in fail["reason"]
+    assert f"but the platform said {hashlib.sha256(SHARDS['shard-00001.zip']).hexdigest()}" in fail["reason"]
+
+
+def test_a_manifest_other_than_the_job_names_is_refused(
+    node: Node, platform: Platform, clock: Clock, trained_on: list[dict[str, bytes]]
+) -> None:
+    server = ShardServer(SHARDS)
+    sharded_job(platform, server, shard_manifest(SHARDS))
+    server.manifest = json.dumps({"format": "shards", "files": shard_manifest({"train.csv": b"other"})}).encode()
+    assert node.run_assignment(ASSIGNMENT) == "failed"
+    assert trained_on == []
+    assert server.sent == 0
+    (fail,) = platform.bodies["fail"]
+    assert "dataset.shards.manifest.json is" in fail["reason"]
+
+
 # --- #7: the SUBMIT_RESULT template -------------------------------------------------------
 
 

@@ -17,7 +17,11 @@ from tests.workers import processes as p
 from tests.workers.live_tasks import accepted, paid_and_sealed, post, run_to_the_end, upload
 from training.asl.synthetic import generate
 
-pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("shared_media")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("shared_media"),
+]
 
 TINY_ASL = {**factories.TINY_ASL, "min_accuracy": 0.5}
 

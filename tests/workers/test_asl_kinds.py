@@ -4,16 +4,20 @@ worker never gets, and the verifiers refusing wrong claims and tampered work."""
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import json
 import shutil
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
+from uuid import uuid4
 
 import pytest
 import torch
+from django.core.files.storage import default_storage
 from rest_framework.exceptions import ValidationError
 
 from ledger import services as ledger
@@ -86,31 +90,129 @@ def index(archive: zipfile.ZipFile) -> list[dict[str, str]]:
 # --- The held-out split ----------------------------------------------------------------
 
 
-def test_the_worker_never_receives_a_held_out_participant(bob: Any, alpha: AslProvider, dataset: Path) -> None:
+def streamed(response: Any) -> bytes:
+    return b"".join(response.streaming_content)
+
+
+def served_folder(provider: AslProvider, assignment: Any, target: Path) -> Path:
+    """Download the assignment's dataset in shards as a node does: the manifest the job
+    names, then every file it lists, each checked against the manifest."""
+    job = provider.get(assignment).json()
+    assert job["dataset"]["format"] == "shards"
+    response = provider.get(assignment, "dataset/")
+    assert response.status_code == 200
+    assert response["Content-Type"] == "application/json"
+    manifest = response.content
+    assert (len(manifest), hashlib.sha256(manifest).hexdigest()) == (
+        job["dataset"]["size_bytes"],
+        job["dataset"]["sha256"],
+    )
+    target.mkdir()
+    for entry in json.loads(manifest)["files"]:
+        got = provider.client.get(entry["url"])
+        assert got.status_code == 200
+        body = streamed(got)
+        assert (len(body), hashlib.sha256(body).hexdigest()) == (entry["size_bytes"], entry["sha256"])
+        (target / entry["name"]).write_bytes(body)
+    return target
+
+
+def members(folder: Path) -> set[str]:
+    names: set[str] = set()
+    for shard in folder.glob("shard-*.zip"):
+        with zipfile.ZipFile(shard) as archive:
+            names |= set(archive.namelist())
+    return names
+
+
+def folder_index(folder: Path) -> list[dict[str, str]]:
+    return list(csv.DictReader(io.StringIO((folder / "train.csv").read_text())))
+
+
+def test_the_worker_never_receives_a_held_out_participant(
+    bob: Any, alpha: AslProvider, dataset: Path, tmp_path: Path
+) -> None:
     task = training_task(bob, dataset)
     assignment = assign(task)
-    job = alpha.get(assignment).json()
-    response = alpha.get(assignment, "dataset/")
-    assert response.status_code == 200
-    body = b"".join(response.streaming_content)
-    assert job["dataset"]["size_bytes"] == len(body)
-    assert job["dataset"]["format"] == "zip"
-
-    served = zipfile.ZipFile(io.BytesIO(body))
-    held = zipfile.ZipFile(heldout.prepared(task).heldout_path())  # type: ignore[union-attr]
+    served = served_folder(alpha, assignment, tmp_path / "served")
+    held = heldout.prepared(task).heldout_path()  # type: ignore[union-attr]
     original = zipfile.ZipFile(dataset)
-    served_people = {row["participant_id"] for row in index(served)}
-    held_people = {row["participant_id"] for row in index(held)}
+    served_people = {row["participant_id"] for row in folder_index(served)}
+    held_people = {row["participant_id"] for row in folder_index(held)}
     assert len(held_people) == 1
     assert len(served_people) == 4
     assert served_people.isdisjoint(held_people)
-    # Not one sequence file of a held-out participant rides along in the worker's archive.
-    data_files = {n for n in served.namelist() if n.endswith(".parquet")}
-    assert data_files.isdisjoint({n for n in held.namelist() if n.endswith(".parquet")})
-    assert data_files == {row["path"] for row in index(served)}
-    assert len(index(served)) + len(index(held)) == len(index(original))
+    # Not one sequence file of a held-out participant rides along in the worker's shards.
+    data_files = members(served)
+    assert data_files.isdisjoint(members(held))
+    assert data_files == {row["path"] for row in folder_index(served)}
+    assert len(folder_index(served)) + len(folder_index(held)) == len(index(original))
     # Both carry the whole label map, so the worker's model has a class for every sign.
-    assert served.read("sign_to_prediction_index_map.json") == held.read("sign_to_prediction_index_map.json")
+    sign_map = "sign_to_prediction_index_map.json"
+    assert (served / sign_map).read_bytes() == (held / sign_map).read_bytes()
+
+
+def first_shard(provider: AslProvider, assignment: Any) -> dict[str, Any]:
+    files = json.loads(provider.get(assignment, "dataset/").content)["files"]
+    return next(f for f in files if f["name"].startswith("shard-"))
+
+
+def test_a_shard_is_served_by_byte_ranges(bob: Any, alpha: AslProvider, dataset: Path) -> None:
+    assignment = assign(training_task(bob, dataset))
+    shard = first_shard(alpha, assignment)
+    whole = alpha.client.get(shard["url"])
+    assert whole["Accept-Ranges"] == "bytes"
+    body = streamed(whole)
+    size = len(body)
+    for asked, start, end in [
+        ("bytes=10-99", 10, 99),
+        ("bytes=100-", 100, size - 1),
+        ("bytes=-50", size - 50, size - 1),
+    ]:
+        part = alpha.client.get(shard["url"], HTTP_RANGE=asked)
+        assert part.status_code == 206, asked
+        assert part["Content-Range"] == f"bytes {start}-{end}/{size}"
+        assert part["Content-Length"] == str(end - start + 1)
+        assert streamed(part) == body[start : end + 1]
+    # Past the end clipped to the end; a start past the end, backwards or several ranges: 416.
+    assert alpha.client.get(shard["url"], HTTP_RANGE=f"bytes={size - 5}-{size + 100}")["Content-Range"] == (
+        f"bytes {size - 5}-{size - 1}/{size}"
+    )
+    for bad in (f"bytes={size}-", "bytes=20-10", "bytes=0-1,5-6", "bytes=-0", "bytes=x-"):
+        refused = alpha.client.get(shard["url"], HTTP_RANGE=bad)
+        assert refused.status_code == 416, bad
+        assert refused["Content-Range"] == f"bytes */{size}"
+    # Another unit is ignored, as HTTP says: the whole file.
+    assert alpha.client.get(shard["url"], HTTP_RANGE="items=0-1").status_code == 200
+
+
+def test_a_node_gets_no_shard_but_its_own_assignments_listed_ones(
+    bob: Any, alpha: AslProvider, dataset: Path, tmp_path: Path
+) -> None:
+    task = training_task(bob, dataset)
+    assignment = assign(task)
+    shard = first_shard(alpha, assignment)
+    # Another node, with a valid token, asking for this assignment's shard: as if it did not exist.
+    beta = AslProvider(bob, "beta")
+    assert beta.client.get(shard["url"]).status_code == 404
+    assert beta.get(assignment, "dataset/").status_code == 404
+    # Its own assignment, but a file the worker's manifest does not list: the held-out
+    # share's files and anything else in storage stay out of reach.
+    split = heldout.prepared(task)
+    assert split is not None
+    assert split.worker is not None
+    listed = {f["name"] for f in split.worker_files}
+    unlisted = [f["name"] for f in split.heldout_files if f["name"] not in listed]
+    for name in [*unlisted, "manifest.json", "..", "heldout", "shard-99999.zip"]:
+        assert alpha.get(assignment, f"dataset/{name}/").status_code == 404, name
+    # A name both shares have is the worker share's file, never the held-out one.
+    served_index = streamed(alpha.get(assignment, "dataset/train.csv/"))
+    assert served_index == (Path(default_storage.path(split.worker)) / "train.csv").read_bytes()
+    assert served_index != (split.heldout_path() / "train.csv").read_bytes()
+    # Once the job is over, the dataset is closed.
+    assignment.state = assignment.State.EXPIRED
+    assignment.save(update_fields=["state"])
+    assert alpha.client.get(shard["url"]).status_code == 409
 
 
 def refused_at_posting(owner: Any, content: bytes) -> str:
@@ -128,6 +230,35 @@ def refused_at_posting(owner: Any, content: bytes) -> str:
 def test_too_few_participants_are_refused_at_posting(bob: Any, tmp_path: Path) -> None:
     archive = generate(tmp_path / "two.zip", n_signs=3, n_participants=2, per_participant=1, max_frames=12, as_zip=True)
     assert "has 2 participant(s); at least 3 are needed" in refused_at_posting(bob, archive.read_bytes())
+
+
+def test_an_oversized_sequence_file_is_refused_at_posting(
+    bob: Any, dataset: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The split holds one sequence file in memory at a time: one larger than it reads is
+    refused from the archive's directory, before the task is funded."""
+    import training.asl.split as split
+
+    monkeypatch.setattr(split, "SEQUENCE_MAX_BYTES", 1000)
+    assert "sequence file" in (words := refused_at_posting(bob, dataset.read_bytes()))
+    assert "bytes; at most 1,000 are read" in words
+
+
+def test_an_archive_expanding_far_past_its_size_is_refused_at_posting(
+    bob: Any, dataset: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the split may write is bounded by the upload's size: a zip bomb is refused
+    from its directory."""
+    import training.asl.split as split
+
+    monkeypatch.setattr(split, "EXPANSION_FLOOR", 1)
+    bomb = io.BytesIO()
+    with zipfile.ZipFile(dataset) as source, zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as target:
+        for info in source.infolist():
+            body = source.read(info)
+            # Zeros after a sequence's bytes: deflated to almost nothing, five times the data.
+            target.writestr(info.filename, body + bytes(5 * len(body)) if info.filename.endswith(".parquet") else body)
+    assert "bytes of sequence files, over 4 times its" in refused_at_posting(bob, bomb.getvalue())
 
 
 def test_an_index_naming_a_missing_file_is_refused_at_posting(bob: Any) -> None:
@@ -431,3 +562,37 @@ def test_inference_on_one_parquet_file_accepts_the_agents_honest_predictions(
     verdict = verify_asl_inference(submitted(assignment, path, {}), {"predictions.csv": path})
     assert verdict.ok, verdict.reason
     assert verdict.metrics["sequences_checked"] == 1
+
+
+def test_a_verifier_node_is_served_the_worker_share_in_shards_too(bob: Any, alpha: AslProvider, dataset: Path) -> None:
+    """Delegated re-execution reads the worker's data: for a sharded share, the same
+    manifest and listed files the worker got, under the verification job's URLs, and
+    nothing of the held-out share."""
+    from rest_framework.exceptions import NotFound
+
+    from workers.assignments import delegation
+    from workers.assignments.jobs import ServedFile
+
+    task = training_task(bob, dataset)
+    job: Any = SimpleNamespace(pk=uuid4(), assignment=assign(task))
+    base = f"/api/v1/verifications/{job.pk}/dataset/"
+    split = heldout.prepared(task)
+    assert split is not None
+    data = delegation.data_file(task)
+    assert data is not None
+    manifest = delegation.served_data(job, None)
+    assert isinstance(manifest, bytes)
+    entry = delegation.data_entry_of(task, data, base)
+    assert entry["format"] == "shards"
+    assert (entry["sha256"], entry["size_bytes"]) == (hashlib.sha256(manifest).hexdigest(), len(manifest))
+    files = json.loads(manifest)["files"]
+    assert [f["name"] for f in files] == [f["name"] for f in split.worker_files]
+    assert all(f["url"] == f"{base}{f['name']}/" for f in files)
+    for listed in files:
+        served = delegation.served_data(job, listed["name"])
+        assert isinstance(served, ServedFile)
+        with served.open() as handle:
+            assert hashlib.sha256(handle.read()).hexdigest() == listed["sha256"]
+    for name in ("manifest.json", "..", "heldout", "shard-99999.zip"):
+        with pytest.raises(NotFound):
+            delegation.served_data(job, name)

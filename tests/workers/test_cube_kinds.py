@@ -351,7 +351,14 @@ def test_only_the_assigned_worker_downloads_only_the_model_files(
 
     response = alpha.get(assignment, "model/model.safetensors/")
     assert response.status_code == 200
-    assert b"".join(response.streaming_content) == (trained / "model.safetensors").read_bytes()
+    weights = (trained / "model.safetensors").read_bytes()
+    assert b"".join(response.streaming_content) == weights
+    # A download that broke off asks for the rest.
+    rest: Any = alpha.client.get(
+        f"/api/v1/assignments/{assignment.pk}/model/model.safetensors/", HTTP_RANGE="bytes=100-"
+    )
+    assert rest.status_code == 206
+    assert b"".join(rest.streaming_content) == weights[100:]
     assert alpha.get(assignment, "model/config.json/").status_code == 200
     for name in ("metrics.json", "outputs.npy", "..", "model.safetensors.bak"):
         assert alpha.get(assignment, f"model/{name}/").status_code == 404, name

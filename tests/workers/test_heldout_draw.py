@@ -6,8 +6,8 @@ reach of anything a worker can compute from its spec."""
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
-import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -97,8 +97,8 @@ def test_synthetic_held_out_rows_are_none_a_worker_can_generate(bob: Any, settin
 def held_people(task: Task) -> set[str]:
     files = heldout.prepared(task)
     assert files is not None
-    with zipfile.ZipFile(files.heldout_path()) as archive:
-        return {row["participant_id"] for row in csv.DictReader(io.StringIO(archive.read("train.csv").decode()))}
+    with (files.heldout_path() / "train.csv").open(encoding="utf-8") as index:
+        return {row["participant_id"] for row in csv.DictReader(index)}
 
 
 def test_every_asl_task_on_one_archive_holds_out_the_same_participants(bob: Any, settings: Any, tmp_path: Path) -> None:
@@ -112,3 +112,24 @@ def test_every_asl_task_on_one_archive_holds_out_the_same_participants(bob: Any,
     assert held[2] == held[0]
     settings.HELDOUT_SECRET = OTHER_SECRET
     assert held_people(prepared_task(bob, "asl_training", TINY_ASL, dataset)) != held[0]
+
+
+def test_an_asl_split_is_stored_as_two_folders_the_manifest_lists(bob: Any, tmp_path: Path) -> None:
+    archive = generate(
+        tmp_path / "signs.zip", n_signs=2, n_participants=8, per_participant=1, max_frames=12, as_zip=True
+    )
+    split = heldout.prepared(
+        prepared_task(bob, "asl_training", TINY_ASL, make_dataset(bob, archive.read_bytes(), "s.zip"))
+    )
+    assert split is not None
+    assert split.worker is not None
+    for folder, listed in ((split.worker, split.worker_files), (split.heldout, split.heldout_files)):
+        stored = sorted(default_storage.listdir(folder)[1])
+        assert stored == sorted(f["name"] for f in listed)
+        assert {"train.csv", "sign_to_prediction_index_map.json", "shard-00000.zip"} <= set(stored)
+        for entry in listed:
+            with default_storage.open(f"{folder}/{entry['name']}", "rb") as handle:
+                body = handle.read()
+            assert (len(body), hashlib.sha256(body).hexdigest()) == (entry["size_bytes"], entry["sha256"])
+    assert split.worker_size == sum(f["size_bytes"] for f in split.worker_files)
+    assert split.heldout_path().is_dir()

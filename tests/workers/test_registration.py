@@ -238,9 +238,9 @@ def test_the_cli_registers_against_a_live_server(live_server, alice, tmp_path: P
     worker = Worker.objects.get(name="rig-1")
     assert worker.owner == alice
     assert worker.capabilities["cpu_cores"] >= 1
-    # The agent lists the generators it draws the synthetic matrices with, and that it
-    # takes verification jobs.
-    assert worker.capabilities["features"] == ["poc:aes256ctr", "poc:shake128", "verify_segments"]
+    # The agent lists the generators it draws the synthetic matrices with, that it takes
+    # verification jobs, and its download in shards.
+    assert worker.capabilities["features"] == ["dataset:shards", "poc:aes256ctr", "poc:shake128", "verify_segments"]
     creds = tmp_path / "worker.json"
     assert stat.S_IMODE(creds.stat().st_mode) == 0o600
     # A spent token gives a clear message, not a traceback.

@@ -31,7 +31,7 @@ def _training_resources(spec: Spec) -> Resources:
 
 
 def prepare(spec: Spec, source: Path | None, out_dir: Path, secret_seed: bytes) -> tuple[Path | None, Path]:
-    """The platform's held-out split (training.asl.split.prepare)."""
+    """The platform's held-out split (training.asl.split.prepare): two sharded folders."""
     from training.asl.split import prepare as split
 
     return split(spec, source, out_dir, secret_seed)
@@ -59,16 +59,18 @@ def _archive(upload: Upload, check: str, read: Callable[[Path], object]) -> None
 
 def check_training_dataset(spec: Spec, upload: Upload, source: Spec | None) -> None:
     """Refuse an ISLR training archive the platform's held-out split would refuse before any
-    worker saw it: not a zip, a train.csv that is missing, malformed or names missing files,
-    fewer participants than the split needs (the archive's directory and train.csv only; a
-    damaged sequence file still shows at the split, as a failure with a full refund)."""
+    worker saw it: not a zip, one that expands too far, a train.csv that is missing,
+    malformed or names missing or oversized files, fewer participants than the split needs
+    (the archive's directory and train.csv only, so a dataset of any size is checked in the
+    time train.csv takes; a damaged sequence file still shows at the split, as a failure
+    with a full refund)."""
     from training.asl.dataset import read_index
-    from training.asl.source import Source
-    from training.asl.split import heldout_participants
+    from training.asl.split import check_sizes, heldout_participants, open_upload
 
     def split_would_take(path: Path) -> None:
-        with Source(path, max_bytes=max(1, path.stat().st_size)) as archive:
+        with open_upload(path) as archive:
             entries, _signs = read_index(archive)
+            check_sizes(archive, entries)
         heldout_participants([entry.participant_id for entry in entries], bytes(32))
 
     _archive(upload, "islr-index", split_would_take)
@@ -84,7 +86,8 @@ def _gpu_capabilities() -> dict[str, Any]:
 
 
 def train(job: dict[str, Any], workdir: Path, out_dir: Path, progress: Progress) -> dict[str, Any]:
-    """Train with training.asl.run on the downloaded (held-out-free) zip; claim val_top1."""
+    """Train with training.asl.run on the downloaded (held-out-free) data, the sharded folder
+    ``dataset.shards`` or a zip; claim val_top1."""
     from training.asl.run import run as train_asl
 
     if not job.get("dataset"):
@@ -161,6 +164,8 @@ ASL_TRAINING = plugin.training_kind(
     description="Train an isolated sign recogniser on ISLR-format landmark sequences.",
     spec=AslTrainingSpec,
     datasets=plugin.Datasets(("zip",), check=check_training_dataset, prepare=prepare),
+    # The worker downloads the split's sharded folder file by file.
+    features=lambda spec: (plugin.SHARDED_DATASETS,),
     model_files=MODEL_FILES,
     train=train,
     resources=_training_resources,

@@ -3,12 +3,18 @@
 ``prepare`` runs on the platform once per task, before any worker sees it. It reads the
 uploaded ISLR archive's ``train.csv``, holds out whole participants (drawn by the
 platform's secret seed for the dataset, never by the spec, so every task on one dataset
-holds out the same participants), and writes two zips
-in the same format: ``worker.zip`` (every other participant's sequences: what the worker
-downloads) and ``heldout.zip`` (the held-out participants': what ``run.verify`` scores).
-Only sequence files listed in train.csv are copied, so nothing of a held-out participant
-can ride along in the worker's archive. Both carry the full sign map, so the worker's
-model has a class for every sign even when a sign's only examples are held out.
+holds out the same participants), and writes two sharded folders:
+``worker/`` (every other participant's sequences: what the worker downloads) and
+``heldout/`` (the held-out participants': what ``run.verify`` scores).
+
+A sharded folder (``training.asl.shards``; ``training.asl.source.Source`` reads one) holds
+train.csv and the sign map at its root and the sequence files in shard zips. Members are copied
+one at a time into stored (not deflated: parquet is compressed already) shards of at most
+about ``SHARD_BYTES``, so the split's memory holds one sequence file and train.csv whatever
+the dataset's size, and nothing is inflated and deflated again. Only sequence files listed
+in train.csv are copied, so nothing of a held-out participant can ride along in the
+worker's share. Both carry the full sign map, so the worker's model has a class for every
+sign even when a sign's only examples are held out.
 """
 
 from __future__ import annotations
@@ -17,7 +23,6 @@ import csv
 import io
 import json
 import math
-import tempfile
 import zipfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -25,16 +30,55 @@ from typing import Any
 
 import numpy as np
 
-from training.asl.dataset import Entry, load_dataset, read_index
-from training.asl.parquet import DatasetError
+from training.asl.dataset import Entry, read_index
+from training.asl.parquet import DatasetError, read_sequence
+from training.asl.shards import shard_name
 from training.asl.source import INDEX_FILE, SIGN_MAP_FILE, Source
 from training.asl.spec import TrainSpec
 
-WORKER_FILE = "worker.zip"
-HELDOUT_FILE = "heldout.zip"
+WORKER_DIR = "worker"
+HELDOUT_DIR = "heldout"
 HELDOUT_FRACTION = 0.1
 # One participant held out here, and the worker needs two for its own disjoint split.
 MIN_PARTICIPANTS = 3
+# A shard closes once the next member would take it past this size (one larger member is a
+# shard of its own): big enough that a full-scale set is a few hundred files, small enough
+# that a download resumed or checked again costs little.
+SHARD_BYTES = 256 * 1024**2
+# One ISLR sequence is at most a few MB (a few hundred frames of 543 landmarks); the split
+# holds one in memory at a time, so a member larger than this is refused, naming it.
+SEQUENCE_MAX_BYTES = 64 * 1024**2
+# The sequence files train.csv lists may total this many times the archive's size (and
+# EXPANSION_FLOOR): parquet barely compresses, and what the split writes to disk is
+# bounded by the upload's size, not by what a deflated archive expands to.
+EXPANSION = 4
+EXPANSION_FLOOR = 8 * 1024**3
+_STAMP = (2023, 1, 1, 0, 0, 0)
+
+
+def open_upload(path: Path) -> Source:
+    """The uploaded archive (whatever its size: the platform's upload limit bounds it);
+    what the split would write of it is checked by ``check_sizes``."""
+    return Source(Path(path), max_bytes=max(1, Path(path).stat().st_size))
+
+
+def check_sizes(source: Source, entries: list[Entry]) -> None:
+    """DatasetError naming the first listed sequence file over ``SEQUENCE_MAX_BYTES``, or
+    the archive when its listed files total more than ``EXPANSION`` times its size."""
+    total = 0
+    for line, entry in enumerate(entries, start=2):
+        if (size := source.size(entry.path)) > SEQUENCE_MAX_BYTES:
+            raise DatasetError(
+                f"{INDEX_FILE} line {line}",
+                f"sequence file {entry.path!r} is {size:,} bytes; at most {SEQUENCE_MAX_BYTES:,} are read",
+            )
+        total += size
+    archive = max(1, source.location.stat().st_size)
+    if total > max(EXPANSION_FLOOR, EXPANSION * archive):
+        raise DatasetError(
+            source.location.name,
+            f"expands to {total:,} bytes of sequence files, over {EXPANSION} times its {archive:,} bytes",
+        )
 
 
 def heldout_participants(participants: list[int], secret_seed: bytes) -> list[int]:
@@ -50,24 +94,42 @@ def heldout_participants(participants: list[int], secret_seed: bytes) -> list[in
     return sorted(int(i) for i in order[:count])
 
 
-def _write(target: Path, source: Source, entries: list[Entry], signs: list[str]) -> None:
+def _write_share(
+    target: Path, source: Source, entries: list[Entry], signs: list[str], shard_bytes: int, check: bool
+) -> None:
+    """One sharded folder of ``entries``; ``check`` decodes each sequence on the way (the
+    held-out share, which no worker ever reads and reports on)."""
+    target.mkdir(parents=True)
     index = io.StringIO()
     writer = csv.writer(index, lineterminator="\n")
     writer.writerow(["path", "participant_id", "sequence_id", "sign"])
     writer.writerows([e.path, e.participant_id, e.sequence_id, e.sign] for e in entries)
-    stamp = (2023, 1, 1, 0, 0, 0)
-    with zipfile.ZipFile(target, "w", zipfile.ZIP_STORED) as archive:
-        archive.writestr(zipfile.ZipInfo(INDEX_FILE, stamp), index.getvalue())
-        archive.writestr(zipfile.ZipInfo(SIGN_MAP_FILE, stamp), json.dumps({s: i for i, s in enumerate(signs)}))
-        for path in dict.fromkeys(e.path for e in entries):
-            archive.writestr(zipfile.ZipInfo(path, stamp), source.read(path))
+    (target / INDEX_FILE).write_text(index.getvalue(), encoding="utf-8")
+    (target / SIGN_MAP_FILE).write_text(json.dumps({s: i for i, s in enumerate(signs)}), encoding="utf-8")
+    shard: zipfile.ZipFile | None = None
+    count, filled = 0, 0
+    try:
+        for entry in entries:
+            data = source.read(entry.path)
+            if check:
+                read_sequence(data, entry.path)
+            if shard is None or (filled and filled + len(data) > shard_bytes):
+                if shard is not None:
+                    shard.close()
+                shard = zipfile.ZipFile(target / shard_name(count), "w", zipfile.ZIP_STORED)
+                count, filled = count + 1, 0
+            shard.writestr(zipfile.ZipInfo(entry.path, _STAMP), data)
+            filled += len(data) + 30 + len(entry.path.encode())  # the member's local header
+    finally:
+        if shard is not None:
+            shard.close()
 
 
 def prepare(
-    spec: Mapping[str, Any], source: Path | None, out_dir: Path, secret_seed: bytes
+    spec: Mapping[str, Any], source: Path | None, out_dir: Path, secret_seed: bytes, *, shard_bytes: int = SHARD_BYTES
 ) -> tuple[Path | None, Path]:
-    """Write ``worker.zip`` and ``heldout.zip`` into ``out_dir``, the held-out participants
-    drawn by the platform's ``secret_seed``; returns their paths.
+    """Write the sharded folders ``worker/`` and ``heldout/`` into ``out_dir``, the held-out
+    participants drawn by the platform's ``secret_seed``; returns their paths.
 
     Raises DatasetError naming the file for a malformed archive, including a malformed
     held-out sequence (those are read here, since no worker ever checks them).
@@ -75,20 +137,25 @@ def prepare(
     if source is None:
         raise DatasetError("dataset", "asl_training needs an uploaded ISLR zip")
     TrainSpec.from_dict(dict(spec))  # ValueError naming the field for a spec no worker could run
-    source = Path(source)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    with Source(source, max_bytes=max(1, source.stat().st_size)) as archive:
+    with open_upload(Path(source)) as archive:
         entries, signs = read_index(archive)
+        check_sizes(archive, entries)
         held = set(heldout_participants([e.participant_id for e in entries], secret_seed))
-        _write(out_dir / WORKER_FILE, archive, [e for e in entries if e.participant_id not in held], signs)
-        _write(out_dir / HELDOUT_FILE, archive, [e for e in entries if e.participant_id in held], signs)
-    with tempfile.TemporaryDirectory(prefix="asl-heldout-") as cache:
-        load_dataset(out_dir / HELDOUT_FILE, Path(cache))
-    return out_dir / WORKER_FILE, out_dir / HELDOUT_FILE
+        worker = [e for e in entries if e.participant_id not in held]
+        kept = [e for e in entries if e.participant_id in held]
+        _write_share(out_dir / HELDOUT_DIR, archive, kept, signs, shard_bytes, check=True)
+        _write_share(out_dir / WORKER_DIR, archive, worker, signs, shard_bytes, check=False)
+    return out_dir / WORKER_DIR, out_dir / HELDOUT_DIR
 
 
 def dataset_signs(heldout: Path) -> list[str]:
-    """The label list of a prepared archive (the full dataset's, in its order)."""
-    with Source(Path(heldout), max_bytes=max(1, Path(heldout).stat().st_size)) as archive:
+    """The label list of a prepared share (the full dataset's, in its order): a sharded
+    folder's sign map, which the split wrote, or a prepared archive's."""
+    heldout = Path(heldout)
+    if heldout.is_dir():
+        mapping = json.loads((heldout / SIGN_MAP_FILE).read_text(encoding="utf-8"))
+        return [sign for sign, _ in sorted(mapping.items(), key=lambda kv: kv[1])]
+    with Source(heldout, max_bytes=max(1, heldout.stat().st_size)) as archive:
         return read_index(archive)[1]

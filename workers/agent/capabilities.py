@@ -6,15 +6,17 @@ import os
 from typing import Any
 
 from training.kinds import KINDS
+from training.plugin import SHARDED_DATASETS
 from training.poc.spec import GENERATORS, feature
 from workers.agent import AGENT_VERSION
 
 # Only the kinds this agent has a plug-in for: the scheduler offers a worker nothing else.
 SUPPORTED_KINDS = list(KINDS)
 # Protocol features the scheduler matches against a task's needs (marketplace.kinds):
-# the ways this agent can draw the synthetic kind's matrices, and that it takes verification
-# jobs (verify_job.py; the platform's workers.assignments.delegation.FEATURE).
-FEATURES = [*(feature(generator) for generator in GENERATORS), "verify_segments"]
+# the ways this agent can draw the synthetic kind's matrices, that it takes verification
+# jobs (verify_job.py; the platform's workers.assignments.delegation.FEATURE), and its
+# download of a dataset in shards (``transfer.PlatformClient.download_folder``).
+FEATURES = [*(feature(generator) for generator in GENERATORS), "verify_segments", SHARDED_DATASETS]
 
 
 def detect() -> dict[str, Any]:

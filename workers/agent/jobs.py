@@ -35,6 +35,7 @@ from protocol.encoding import ComputeResult, Tx
 from protocol.keys import KeyPair
 from protocol.signing import sign_compute_result, sign_tx
 from training import stop
+from training.plugin import SHARDS_FORMAT
 from workers.agent import joblog, runners, trust
 from workers.agent.bar import Bar
 from workers.agent.identity import Credentials
@@ -337,14 +338,18 @@ class Node(PlatformClient):
     def _compute(
         self, assignment_id: str, job: dict[str, Any], progress: runners.Progress, workdir: Path
     ) -> runners.Outcome:
-        """Download, run, upload the artifacts (in ``workdir``): the run's outcome. Raises on any failure."""
+        """Download, run, upload the artifacts (in ``workdir``): the run's outcome. Raises on any failure.
+
+        The dataset lands at ``workdir/dataset.<format>``: a file, or for a dataset in
+        shards the folder of its files, which the kind's runner reads as it would a zip."""
         dataset = job["dataset"]
         if dataset:
             fmt = dataset.get("format")
             if not isinstance(fmt, str) or not DATASET_FORMAT.fullmatch(fmt):
                 raise JobError(f"the platform sent a dataset format this node will not use: {fmt!r}")
             size = dataset.get("size_bytes")
-            self.download(
+            fetch = self.download_folder if fmt == SHARDS_FORMAT else self.download
+            fetch(
                 dataset["url"],
                 workdir / f"dataset.{fmt}",
                 sha256=str(dataset.get("sha256") or ""),

@@ -3,14 +3,17 @@
 Every call goes to the node's own server with its worker token. Connection errors and 5xx
 (the platform restarting, a proxy's 502) are retried with capped exponential backoff for
 about a minute and a half; an upload streams the file from disk, in parts when it is
-larger than one request may be (``workers/assignments/uploads.py``); a download is checked against
-the size and sha256 the platform announced.
+larger than one request may be (``workers/assignments/uploads.py``); a download resumes by
+byte ranges where it broke off and is checked against the size and sha256 the platform
+announced; a dataset in shards is a manifest and then its files, each downloaded so.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
+import re
 import time
 from collections.abc import Callable, Iterator
 from functools import partial
@@ -20,6 +23,7 @@ from typing import Any
 import httpx
 
 from training import stop
+from training.asl.shards import is_sharded_file
 from workers.agent import trust
 
 log = logging.getLogger("workers.agent")
@@ -27,6 +31,9 @@ UPLOAD_CHUNK = 1 << 20  # bytes a streamed request body reads from disk at a tim
 UPLOAD_PART = 32 << 20  # the largest single request; larger artifacts go in parts of this size
 RETRY_ATTEMPTS = 8  # requests and downloads: 1+2+4+8+16+30+30 s of waiting, about 91 s, then give up
 RETRY_MAX_DELAY = 30.0
+MANIFEST_MAX_BYTES = 16 << 20  # a dataset's manifest: about 100,000 files' entries
+MANIFEST_FILES = 100_000
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 class JobError(RuntimeError):
@@ -57,6 +64,39 @@ def _read(path: Path, start: int, stop: int) -> Iterator[bytes]:
         while left > 0 and (chunk := handle.read(min(UPLOAD_CHUNK, left))):
             left -= len(chunk)
             yield chunk
+
+
+def _check_resumed(url: str, response: httpx.Response, received: int) -> None:
+    """JobError unless a 206 answer continues at byte ``received``."""
+    answered = response.headers.get("Content-Range", "")
+    if not answered.startswith(f"bytes {received}-"):
+        response.read()
+        raise JobError(f"GET {url}: asked for the bytes from {received}, got the range {answered[:80]!r}")
+
+
+def _manifest_files(raw: bytes) -> dict[str, dict[str, Any]]:
+    """The files a dataset manifest lists, by name; JobError naming what is wrong with it."""
+    try:
+        body = json.loads(raw)
+    except (ValueError, RecursionError):
+        raise JobError("refused the dataset's manifest: it is not JSON") from None
+    listed = body.get("files") if isinstance(body, dict) else None
+    if not isinstance(listed, list) or not listed or len(listed) > MANIFEST_FILES:
+        raise JobError(f"refused the dataset's manifest: it must list 1 to {MANIFEST_FILES} files")
+    files: dict[str, dict[str, Any]] = {}
+    for entry in listed:
+        name = entry.get("name") if isinstance(entry, dict) else None
+        if not isinstance(name, str) or not is_sharded_file(name):
+            raise JobError(f"refused the dataset's manifest: {name!r:.80} is not a file name of a dataset in shards")
+        if name in files:
+            raise JobError(f"refused the dataset's manifest: it lists {name} twice")
+        size, digest, url = entry.get("size_bytes"), entry.get("sha256"), entry.get("url")
+        if type(size) is not int or size < 0 or not isinstance(digest, str) or not _SHA256.fullmatch(digest):
+            raise JobError(f"refused the dataset's manifest: {name} has no size and sha256")
+        if not isinstance(url, str):
+            raise JobError(f"refused the dataset's manifest: {name} has no URL")
+        files[name] = {"size_bytes": size, "sha256": digest, "url": url}
+    return files
 
 
 def reasons(response: httpx.Response) -> str:
@@ -172,42 +212,80 @@ class PlatformClient:
         """GET a file the platform serves this worker into ``dest``, checked against what it said.
 
         Only from the node's own server (``trust.on_own_server``). Transport errors and 5xx
-        (the platform restarting, a proxy's 502) are retried like ``request``, starting
-        the file again; any other status fails at once. With ``size`` and ``sha256`` (the
-        job's dataset entry) a body that differs fails the job, naming both.
+        (the platform restarting, a proxy's 502) are retried like ``request``; a body that
+        broke off is resumed where it stopped (``Range: bytes=N-``, 206), or started again
+        when the server sends the whole file. The retries give up after ``RETRY_ATTEMPTS``
+        failures in a row without a byte received, so a long download over a link that
+        breaks now and then finishes. Any other status fails at once. With ``size``
+        and ``sha256`` (the job's dataset entry, a manifest's file) a body that differs
+        fails the job, naming both.
         """
         try:
             url = trust.on_own_server(url, self.server)
         except ValueError as exc:
             raise JobError(f"refused to download: {exc}") from None
-        delay = 1.0
-        for attempt in range(RETRY_ATTEMPTS):
-            digest, received = hashlib.sha256(), 0
-            try:
-                with self.http.stream("GET", url) as response:
-                    if response.status_code < 500:
-                        if response.status_code != 200:
-                            response.read()
-                            raise JobError(f"GET {url}: HTTP {response.status_code} {response.text[:200]}")
-                        with dest.open("wb") as out:
-                            for chunk in response.iter_bytes(1 << 20):
+        delay, failures = 1.0, 0
+        digest, received = hashlib.sha256(), 0
+        with dest.open("wb") as out:
+            while True:
+                before = received
+                headers = {"Range": f"bytes={received}-"} if received else {}
+                try:
+                    with self.http.stream("GET", url, headers=headers) as response:
+                        if response.status_code < 500:
+                            if received and response.status_code == 416 and received == size:
+                                break  # every byte had arrived before the connection broke
+                            if received and response.status_code == 206:
+                                _check_resumed(url, response, received)
+                            elif response.status_code == 200:  # the whole file: from its start
+                                out.seek(0)
+                                out.truncate()
+                                digest, received = hashlib.sha256(), 0
+                            else:
+                                response.read()
+                                raise JobError(f"GET {url}: HTTP {response.status_code} {response.text[:200]}")
+                            # As they arrive: what came before a break-off is kept, and resumed after.
+                            for chunk in response.iter_bytes():
                                 stop.check()
                                 out.write(chunk)
                                 digest.update(chunk)
                                 received += len(chunk)
-                        break
-                    problem = f"HTTP {response.status_code}"
-            except httpx.TransportError as exc:
-                problem = str(exc) or type(exc).__name__
-            log.warning("GET %s failed (%s); starting the file again", url, problem)
-            if attempt < RETRY_ATTEMPTS - 1:
+                                if size is not None and received > size:
+                                    break  # longer than announced: checked below, not stored on
+                            break
+                        problem = f"HTTP {response.status_code}"
+                except httpx.TransportError as exc:
+                    problem = str(exc) or type(exc).__name__
+                if received > before:  # a break-off after progress: the retries start over
+                    delay, failures = 1.0, 0
+                failures += 1
+                if failures >= RETRY_ATTEMPTS:
+                    raise JobError(f"GET {url}: the platform is unreachable")
+                log.warning("GET %s failed (%s); resuming at byte %d", url, problem, received)
                 time.sleep(delay)
                 delay = min(delay * 2, RETRY_MAX_DELAY)
-        else:
-            raise JobError(f"GET {url}: the platform is unreachable")
         if size is not None and received != size:
             raise JobError(
                 f"{dest.name} is {received} bytes, but the platform said {size}: the download is not the file"
             )
         if sha256 and digest.hexdigest() != sha256.lower():
             raise JobError(f"{dest.name} has sha256 {digest.hexdigest()}, but the platform said {sha256}")
+
+    def download_folder(self, url: str, dest: Path, *, sha256: str, size: int | None) -> None:
+        """Download a dataset in shards into the folder ``dest``: first its manifest (at
+        ``url``, checked against the job's ``sha256`` and ``size``), then each file it
+        lists, resumably, each checked against the manifest's size and sha256.
+
+        The manifest is refused unless it names at most ``MANIFEST_FILES`` distinct plain
+        file names of a sharded folder (``training.asl.shards``: never a path, so nothing
+        is written outside ``dest``), each with its size, sha256 and a URL on this node's
+        own server.
+        """
+        if size is None or not 0 < size <= MANIFEST_MAX_BYTES:
+            raise JobError(f"refused the dataset's manifest: its size {size!r} is not 1 to {MANIFEST_MAX_BYTES} bytes")
+        manifest = dest.parent / f"{dest.name}.manifest.json"
+        self.download(url, manifest, sha256=sha256, size=size)
+        files = _manifest_files(manifest.read_bytes())
+        dest.mkdir()
+        for name, entry in files.items():
+            self.download(entry["url"], dest / name, sha256=entry["sha256"], size=entry["size_bytes"])

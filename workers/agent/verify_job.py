@@ -24,6 +24,7 @@ from protocol import keys
 from protocol.encoding import canonical_json
 from training import kinds as node_kinds
 from training.device import select_device
+from training.plugin import SHARDS_FORMAT
 from training.trace import Leaf, Segment
 from workers.agent.transfer import JobError, PlatformClient
 
@@ -89,7 +90,8 @@ def run(client: PlatformClient, key: keys.KeyPair, job_id: str, device: str | No
                 raise JobError(f"the platform sent a dataset format this node will not use: {fmt!r}")
             size = dataset.get("size_bytes")
             data = folder / f"dataset.{fmt}"
-            client.download(
+            fetch = client.download_folder if fmt == SHARDS_FORMAT else client.download
+            fetch(
                 f"{base}/dataset/",
                 data,
                 sha256=str(dataset.get("sha256") or ""),

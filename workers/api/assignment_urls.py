@@ -9,6 +9,11 @@ from workers.api import assignment_views as views
 urlpatterns = [
     path("<uuid:assignment_id>/", views.AssignmentView.as_view(), name="assignment"),
     path("<uuid:assignment_id>/dataset/", views.AssignmentDatasetView.as_view(), name="assignment-dataset"),
+    path(
+        "<uuid:assignment_id>/dataset/<str:name>/",
+        views.AssignmentDatasetFileView.as_view(),
+        name="assignment-dataset-file",
+    ),
     path("<uuid:assignment_id>/model/<str:name>/", views.AssignmentModelView.as_view(), name="assignment-model"),
     path("<uuid:assignment_id>/start/", views.AssignmentStartView.as_view(), name="assignment-start"),
     path(

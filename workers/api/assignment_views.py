@@ -10,7 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.files.storage import default_storage
-from django.http import FileResponse
+from django.http import HttpResponse
+from django.http.response import HttpResponseBase
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import parsers, status
 from rest_framework.exceptions import NotFound
@@ -19,9 +20,9 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from config.api.uploads import OutOfOrder
-from config.downloads import download
+from config.downloads import ranged_download
 from config.serializers import refuse_body
-from workers.assignments import heldout, jobs
+from workers.assignments import jobs
 from workers.identity.authentication import IsWorker, WorkerTokenAuthentication
 from workers.models import Assignment, Worker
 
@@ -54,35 +55,38 @@ class AssignmentView(WorkerAPIView):
         return Response(jobs.describe(self.assignment(assignment_id)))
 
 
-class AssignmentDatasetView(WorkerAPIView):
-    """The task's dataset bytes (only to the assigned worker)."""
+def served(request: Request, what: jobs.ServedFile | bytes) -> HttpResponseBase:
+    """The response for a dataset a node downloads: a folder's manifest, or the file by ranges."""
+    if isinstance(what, bytes):  # a folder's manifest
+        return HttpResponse(what, content_type="application/json")
+    return ranged_download(request, what.open(), what.filename, what.size)
 
-    @extend_schema(responses={200: bytes})
-    def get(self, request: Request, assignment_id: str) -> FileResponse:
-        assignment = self.assignment(assignment_id)
-        if assignment.state not in (Assignment.State.OFFERED, Assignment.State.RUNNING):
-            # The job is over: the requester's data goes to a worker only while it works on it.
-            raise jobs.wrong_state(assignment.state, "its dataset is closed.")
-        dataset = assignment.task.dataset
-        if dataset is None:
-            raise NotFound("This task has no dataset.")
-        filename = f"{dataset.pk}.{dataset.format}"
-        if heldout.needs_preparation(assignment.task):
-            # Only the worker-facing part: the held-out rows never leave the platform.
-            split = heldout.prepared(assignment.task)
-            if split is None or split.worker is None:
-                raise NotFound("This task's data is not prepared yet.")
-            return download(request, default_storage.open(split.worker, "rb"), filename)
-        return download(request, dataset.file.open("rb"), filename)
+
+class AssignmentDatasetView(WorkerAPIView):
+    """The task's dataset (only to the assigned worker): its bytes, by ranges too, or for a
+    dataset in shards the manifest of its files."""
+
+    @extend_schema(responses={200: bytes, 206: bytes, 416: None})
+    def get(self, request: Request, assignment_id: str) -> HttpResponseBase:
+        return served(request, jobs.served_dataset(self.assignment(assignment_id)))
+
+
+class AssignmentDatasetFileView(WorkerAPIView):
+    """One file of a dataset in shards, named by its manifest (only to the assigned
+    worker), by ranges too."""
+
+    @extend_schema(operation_id="assignments_dataset_file_retrieve", responses={200: bytes, 206: bytes, 416: None})
+    def get(self, request: Request, assignment_id: str, name: str) -> HttpResponseBase:
+        return served(request, jobs.served_dataset(self.assignment(assignment_id), name))
 
 
 class AssignmentModelView(WorkerAPIView):
-    """One file of the trained model an inference assignment runs (only to its worker)."""
+    """One file of the trained model an inference assignment runs (only to its worker), by ranges too."""
 
-    @extend_schema(responses={200: bytes})
-    def get(self, request: Request, assignment_id: str, name: str) -> FileResponse:
+    @extend_schema(responses={200: bytes, 206: bytes, 416: None})
+    def get(self, request: Request, assignment_id: str, name: str) -> HttpResponseBase:
         path = jobs.source_model_file(self.assignment(assignment_id), name)
-        return download(request, default_storage.open(path, "rb"), name)
+        return ranged_download(request, default_storage.open(path, "rb"), name, default_storage.size(path))
 
 
 class AssignmentStartView(WorkerAPIView):

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from django.core.files.storage import default_storage
 from django.http import FileResponse
+from django.http.response import HttpResponseBase
 from drf_spectacular.utils import extend_schema
 from rest_framework import status
-from rest_framework.exceptions import NotFound
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from config.downloads import download
-from workers.api.assignment_views import WorkerAPIView
+from workers.api.assignment_views import WorkerAPIView, served
 from workers.assignments import delegation
 
 
@@ -28,16 +28,20 @@ class VerificationView(WorkerAPIView):
 
 
 class VerificationDatasetView(WorkerAPIView):
-    """The data the result's worker trained on (its worker-facing part)."""
+    """The data the result's worker trained on (its worker-facing part), by ranges too;
+    for a dataset in shards the manifest of its files."""
 
-    @extend_schema(responses={200: bytes})
-    def get(self, request: Request, job_id: str) -> FileResponse:
-        job = delegation.for_verifier(self.worker, job_id)
-        data = delegation.data_file(job.assignment.task)
-        if data is None:
-            raise NotFound("This job's task has no dataset.")
-        name, _, _, fmt = data
-        return download(request, default_storage.open(name, "rb"), f"dataset.{fmt}")
+    @extend_schema(responses={200: bytes, 206: bytes, 416: None})
+    def get(self, request: Request, job_id: str) -> HttpResponseBase:
+        return served(request, delegation.served_data(delegation.for_verifier(self.worker, job_id), None))
+
+
+class VerificationDatasetFileView(WorkerAPIView):
+    """One file of the worker's data in shards, named by its manifest, by ranges too."""
+
+    @extend_schema(operation_id="verifications_dataset_file_retrieve", responses={200: bytes, 206: bytes, 416: None})
+    def get(self, request: Request, job_id: str, name: str) -> HttpResponseBase:
+        return served(request, delegation.served_data(delegation.for_verifier(self.worker, job_id), name))
 
 
 class VerificationSlotView(WorkerAPIView):

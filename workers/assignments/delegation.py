@@ -58,7 +58,7 @@ from training import kinds as plugin_kinds
 from training.replay import TOLERANCE, within
 from training.trace import Leaf, checkpoint_name, file_sha256
 from workers.assignments import heldout, lifecycle, nodebroker, proof, supply
-from workers.assignments.jobs import Conflict, artifact_path, worker_spec
+from workers.assignments.jobs import Conflict, ServedFile, artifact_path, data_entry, served_part, worker_spec
 from workers.models import UNSETTLED, Assignment, VerificationJob, Worker
 
 log = logging.getLogger(__name__)
@@ -280,9 +280,7 @@ def describe(job: Job) -> dict[str, Any]:
         "spec": worker_spec(task.spec),
         "deadline": job.deadline.isoformat(),
         "tolerance": TOLERANCE,
-        "dataset": None
-        if data is None
-        else {"url": f"{base}/dataset/", "sha256": data[1], "size_bytes": data[2], "format": data[3]},
+        "dataset": None if data is None else data_entry_of(task, data, f"{base}/dataset/"),
         "slots": [
             {
                 "id": slot["id"],
@@ -311,6 +309,32 @@ def data_file(task: Task) -> tuple[str, str, int, str] | None:
             raise NotFound("This task's data is not prepared.")
         return split.worker, split.worker_sha256, split.worker_size, dataset.format
     return str(dataset.file.name), dataset.sha256, dataset.size_bytes, dataset.format
+
+
+def data_entry_of(task: Task, data: tuple[str, str, int, str], url: str) -> dict[str, Any]:
+    """The job's ``dataset`` entry for ``data_file``'s answer served at ``url``: a prepared
+    folder as its manifest (``jobs.data_entry``), a file as itself."""
+    split = heldout.prepared(task) if heldout.needs_preparation(task) else None
+    if split is not None and split.worker_files:
+        return data_entry(split, url, data[3])
+    return {"url": url, "sha256": data[1], "size_bytes": data[2], "format": data[3]}
+
+
+def served_data(job: Job, name: str | None) -> ServedFile | bytes:
+    """What the verifier node downloads of the worker's data: the file, a prepared folder's
+    manifest, or with ``name`` one file the folder lists (``jobs.served_part``); never the
+    held-out part."""
+    task = job.assignment.task
+    data = data_file(task)
+    if data is None:
+        raise NotFound("This job's task has no dataset.")
+    stored, _, size, fmt = data
+    split = heldout.prepared(task) if heldout.needs_preparation(task) else None
+    if split is not None:
+        return served_part(split, name, f"dataset.{fmt}", f"/api/v1/verifications/{job.pk}/dataset/")
+    if name is not None:
+        raise NotFound("This task's dataset is one file.")
+    return ServedFile(partial(default_storage.open, stored, "rb"), size, f"dataset.{fmt}")
 
 
 def slot_file(job: Job, slot_id: str, end: str) -> str:

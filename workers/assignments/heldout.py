@@ -2,19 +2,22 @@
 
 A kind with a ``prepare`` hook (``marketplace.kinds.Kind.prepare``) verifies results on
 data no worker ever received. ``ensure_prepared`` runs the hook on the trusted platform
-side, the first time the task is scheduled, and stores two files in default storage:
+side, the first time the task is scheduled, and stores its two parts in default storage,
+each a file or a folder of files (``asl_training``'s shards):
 
-- the worker-facing file, which the assignment's dataset endpoint serves instead of the
-  upload (absent when the worker generates its data itself, as synthetic cube data);
-- the held-out file, which only the kind's verifier reads.
+- the worker-facing part, which the assignment's dataset endpoint serves instead of the
+  upload (absent when the worker generates its data itself, as synthetic cube data); a
+  folder is served as a manifest of its files (name, size, sha256) and each file by itself;
+- the held-out part, which only the kind's verifier reads.
 
 The hook draws the held-out rows or participants with ``heldout_seed``: the platform's
 ``HELDOUT_SECRET`` keyed on the dataset's content, so every task on one dataset holds out
 the same ones (repeated tasks show a worker nothing more) and nothing a worker is sent
 lets it compute them.
 
-Each preparation writes into its own folder ``prepared/<task>/<run>/``; the manifest
-``prepared/<task>/manifest.json`` names the winning run. Storage creates it exclusively,
+Each preparation writes into its own folder ``prepared/<task>/<run>/`` (a folder part under
+``<run>/worker/`` and ``<run>/heldout/``); the manifest ``prepared/<task>/manifest.json``
+names the winning run's files, with each folder's list of files. Storage creates it exclusively,
 so two concurrent preparations cannot mix their files: the loser deletes its own.
 """
 
@@ -27,9 +30,9 @@ import logging
 import shutil
 import tempfile
 import uuid
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 from uuid import UUID
 
 from django.conf import settings
@@ -37,6 +40,7 @@ from django.core.files import File
 from django.core.files.base import ContentFile
 from django.core.files.storage import default_storage
 from django.db import transaction
+from django.db.models.fields.files import FieldFile
 
 from marketplace.kinds import KINDS
 from marketplace.lifecycle import fail_locked, lock_task
@@ -45,17 +49,36 @@ from marketplace.models import Task, TaskStatus
 log = logging.getLogger(__name__)
 
 
+class StoredFile(TypedDict):
+    """One file of a prepared folder: its name in the folder, size and sha256 (hex)."""
+
+    name: str
+    size_bytes: int
+    sha256: str
+
+
 @dataclass(frozen=True)
 class Prepared:
-    """Storage names of one task's prepared files, and what the worker is told about its file."""
+    """Storage names of one task's prepared parts, and what the worker is told about its part.
+
+    ``worker`` and ``heldout`` each name a file, or a folder when its list of files
+    (``worker_files``, ``heldout_files``) is not empty; ``worker_sha256`` and
+    ``worker_size`` describe a worker-facing file (for a folder: its files' total size)."""
 
     worker: str | None
     worker_sha256: str
     worker_size: int
     heldout: str
+    worker_files: list[StoredFile] = field(default_factory=list)
+    heldout_files: list[StoredFile] = field(default_factory=list)
 
     def heldout_path(self) -> Path:
+        """The held-out file or folder on disk."""
         return Path(default_storage.path(self.heldout))
+
+    def worker_file(self, name: str) -> StoredFile | None:
+        """The worker-facing folder's file called ``name``, or None (also for a single file)."""
+        return next((f for f in self.worker_files if f["name"] == name), None)
 
 
 def manifest_name(task_id: UUID | str) -> str:
@@ -114,12 +137,11 @@ def ensure_prepared(task_id: UUID | str) -> bool:
         return True
     hook = kind.prepare
     assert hook is not None  # needs_preparation
-    with tempfile.TemporaryDirectory(prefix="proofwork-prepare-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=".preparing-", dir=_scratch()) as tmp:
         source = None
         if task.dataset is not None:
             source = Path(tmp) / f"upload.{task.dataset.format}"
-            with task.dataset.file.open("rb") as upload, source.open("wb") as out:
-                shutil.copyfileobj(upload, out, 1 << 20)
+            _link(task.dataset.file, source)
         try:
             worker, heldout = hook(task.spec, source, Path(tmp) / "out", heldout_seed(task))
         except ValueError as exc:
@@ -132,23 +154,83 @@ def ensure_prepared(task_id: UUID | str) -> bool:
     return True
 
 
+def _scratch() -> Path | None:
+    """Where a preparation writes before its files are stored: beside them in storage, so
+    storing them is a rename and a dataset of tens of GiB needs no room in /tmp (None, the
+    system's temporary folder, where the storage has no local path)."""
+    try:
+        folder = Path(default_storage.path("prepared"))
+    except NotImplementedError:
+        return None
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def _link(stored: FieldFile, target: Path) -> None:
+    """``target`` names the stored upload (a link: a dataset of tens of GiB is not copied
+    to be read once), or holds a copy where the storage has no local path."""
+    try:
+        target.symlink_to(stored.path)
+    except NotImplementedError:
+        with stored.open("rb") as upload, target.open("wb") as out:
+            shutil.copyfileobj(upload, out, 1 << 20)
+
+
+class _Prepared(File):
+    """A file the hook wrote: storage moves it into place (a rename on one filesystem)
+    instead of copying it, as the shares of a large dataset are tens of GiB."""
+
+    def temporary_file_path(self) -> str:
+        return str(self.name)
+
+
 def _store(task: Task, worker: Path | None, heldout: Path) -> None:
+    """Move the hook's parts under a fresh ``prepared/<task>/<run>/`` and then save the
+    manifest; a concurrent preparation that saved its manifest first wins, and ours is deleted."""
     run = f"prepared/{task.pk}/{uuid.uuid4().hex}/"
     names: list[str] = []
 
-    def put(path: Path) -> str:
-        with path.open("rb") as handle:
-            names.append(default_storage.save(run + path.name, File(handle)))
-        return names[-1]
+    def listing(path: Path) -> list[StoredFile]:
+        if not path.is_dir():
+            return []
+        files = sorted(p for p in path.iterdir() if p.is_file())
+        return [StoredFile(name=f.name, size_bytes=f.stat().st_size, sha256=_sha256(f)) for f in files]
 
+    def put(path: Path, name: str) -> str:
+        with path.open("rb") as handle:
+            saved = default_storage.save(name, _Prepared(handle, name=str(path)))
+        names.append(saved)
+        if saved != name:  # a fresh run folder holds nothing yet; a renamed file breaks a folder
+            raise RuntimeError(f"storage saved {name} as {saved}")
+        return saved
+
+    def part(path: Path, listed: list[StoredFile], folder: str) -> str:
+        if not listed:
+            return put(path, run + path.name)
+        for f in listed:
+            put(path / f["name"], f"{run}{folder}/{f['name']}")
+        return f"{run}{folder}"
+
+    worker_files = listing(worker) if worker is not None else []
+    heldout_files = listing(heldout)
     digest, size = "", 0
-    if worker is not None:
+    if worker is not None and not worker_files:
         digest, size = _sha256(worker), worker.stat().st_size
+    size = size or sum(f["size_bytes"] for f in worker_files)
+    try:
+        worker_name = part(worker, worker_files, "worker") if worker is not None else None
+        heldout_name = part(heldout, heldout_files, "heldout")
+    except BaseException:
+        for saved in names:
+            default_storage.delete(saved)
+        raise
     manifest = Prepared(
-        worker=put(worker) if worker is not None else None,
+        worker=worker_name,
         worker_sha256=digest,
         worker_size=size,
-        heldout=put(heldout),
+        heldout=heldout_name,
+        worker_files=worker_files,
+        heldout_files=heldout_files,
     )
     wanted = manifest_name(task.pk)
     saved = default_storage.save(wanted, ContentFile(json.dumps(asdict(manifest)).encode()))

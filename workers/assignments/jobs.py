@@ -8,11 +8,15 @@ before anything else looks at it.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import re
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import partial
-from typing import Any
+from typing import IO, Any
 from uuid import UUID
 
 from django.conf import settings
@@ -33,6 +37,7 @@ from marketplace.models import Task, TaskStatus
 from protocol import encoding
 from protocol.encoding import EncodingError, parse_compute_result
 from protocol.signing import verify_compute_result, verify_tx
+from training.plugin import SHARDS_FORMAT
 from training.trace import TraceError, is_checkpoint_name
 from workers.assignments import heldout, lifecycle, proof, uploads
 from workers.assignments.control import GAVE_UP
@@ -66,20 +71,102 @@ def worker_spec(spec: dict[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in spec.items() if key not in PLATFORM_SPEC_FIELDS}
 
 
+def dataset_url(assignment: Assignment) -> str:
+    """The path, on this server, of the assignment's dataset (a folder's file: ``<name>/`` after it)."""
+    return f"/api/v1/assignments/{assignment.pk}/dataset/"
+
+
+def folder_manifest(split: heldout.Prepared, url_of: Callable[[str], str]) -> bytes:
+    """What a node is served for a worker-facing folder: each file's name, size, sha256 and
+    URL (``url_of(name)``), as canonical JSON (the same bytes every time: the job names
+    their sha256)."""
+    files = [{**f, "url": url_of(f["name"])} for f in split.worker_files]
+    return json.dumps({"format": SHARDS_FORMAT, "files": files}, sort_keys=True, separators=(",", ":")).encode()
+
+
+def data_entry(split: heldout.Prepared, url: str, fmt: str) -> dict[str, Any]:
+    """The job's ``dataset`` entry for a split's worker part served at ``url``: a file's
+    sha256 and size, or for a folder its manifest's (format ``shards``)."""
+    if not split.worker_files:
+        return {"url": url, "sha256": split.worker_sha256, "size_bytes": split.worker_size, "format": fmt}
+    manifest = folder_manifest(split, lambda name: f"{url}{name}/")
+    return {
+        "url": url,
+        "sha256": hashlib.sha256(manifest).hexdigest(),
+        "size_bytes": len(manifest),
+        "format": SHARDS_FORMAT,
+    }
+
+
+@dataclass(frozen=True)
+class ServedFile:
+    """A file the dataset endpoint sends: its storage opener, size and download name."""
+
+    open: Callable[[], IO[bytes]]
+    size: int
+    filename: str
+
+
+def served_dataset(assignment: Assignment, name: str | None = None) -> ServedFile | bytes:
+    """What the assignment's worker downloads: the dataset file, a folder's manifest
+    (bytes), or, with ``name``, one file of the folder. The one place that decides what a
+    worker may download of its task's data: only while it works on the job, only the
+    worker-facing part of a held-out split (never the upload), only files the split listed.
+
+    ``assignment`` is the calling worker's own. Raises NotFound or a 409 Conflict."""
+    if assignment.state not in (Assignment.State.OFFERED, Assignment.State.RUNNING):
+        # The job is over: the requester's data goes to a worker only while it works on it.
+        raise wrong_state(assignment.state, "its dataset is closed.")
+    task = assignment.task
+    dataset = task.dataset
+    if dataset is None:
+        raise NotFound("This task has no dataset.")
+    filename = f"{dataset.pk}.{dataset.format}"
+    if not heldout.needs_preparation(task):
+        if name is not None:
+            raise NotFound("This task's dataset is one file.")
+        return ServedFile(partial(dataset.file.open, "rb"), dataset.size_bytes, filename)
+    # Only the worker-facing part: the held-out rows never leave the platform.
+    split = heldout.prepared(task)
+    if split is None or split.worker is None:
+        raise NotFound("This task's data is not prepared yet.")
+    return served_part(split, name, filename, dataset_url(assignment))
+
+
+def served_part(split: heldout.Prepared, name: str | None, filename: str, url: str) -> ServedFile | bytes:
+    """A split's worker-facing part as a node downloads it from ``url``: the file (as
+    ``filename``), a folder's manifest, or with ``name`` one file the folder lists; NotFound
+    for any other name. The held-out part is never among them."""
+    assert split.worker is not None
+    if name is None:
+        if split.worker_files:
+            return folder_manifest(split, lambda listed: f"{url}{listed}/")
+        return ServedFile(partial(default_storage.open, split.worker, "rb"), split.worker_size, filename)
+    listed = split.worker_file(name)
+    if listed is None:
+        raise NotFound("No such file in this task's dataset.")
+    return ServedFile(partial(default_storage.open, f"{split.worker}/{name}", "rb"), listed["size_bytes"], name)
+
+
 def describe(assignment: Assignment) -> dict[str, Any]:
     """Everything the node needs to run the job and sign its result.
 
-    For a kind with a held-out split the dataset is the prepared worker-facing file,
-    never the upload (see workers.assignments.heldout). Its ``url`` is a path on this server: the node
-    asks the server it registered with, whatever Host or scheme a proxy in between saw."""
+    For a kind with a held-out split the dataset is the prepared worker-facing part, never
+    the upload (see workers.assignments.heldout); a folder's is format ``shards``, whose URL
+    serves the folder's manifest (``data_entry``, ``folder_manifest``).
+    The ``url`` is a path on this server: the node asks the server it registered with,
+    whatever Host or scheme a proxy in between saw."""
     task = assignment.task
     dataset = task.dataset
-    sha256, size = (dataset.sha256, dataset.size_bytes) if dataset is not None else ("", 0)
-    if dataset is not None and heldout.needs_preparation(task):
-        split = heldout.prepared(task)
-        if split is None or split.worker is None:
-            raise Conflict({"dataset": ["This task's data is not prepared yet."]})
-        sha256, size = split.worker_sha256, split.worker_size
+    entry: dict[str, Any] | None = None
+    if dataset is not None:
+        url = dataset_url(assignment)
+        entry = {"url": url, "sha256": dataset.sha256, "size_bytes": dataset.size_bytes, "format": dataset.format}
+        if heldout.needs_preparation(task):
+            split = heldout.prepared(task)
+            if split is None or split.worker is None:
+                raise Conflict({"dataset": ["This task's data is not prepared yet."]})
+            entry = data_entry(split, url, dataset.format)
     return {
         "id": str(assignment.pk),
         "task_id": str(task.pk),
@@ -93,14 +180,7 @@ def describe(assignment: Assignment) -> dict[str, Any]:
             "worker_address": assignment.worker.address,
             "task_id": str(task.pk),
         },
-        "dataset": None
-        if dataset is None
-        else {
-            "url": f"/api/v1/assignments/{assignment.pk}/dataset/",
-            "sha256": sha256,
-            "size_bytes": size,
-            "format": dataset.format,
-        },
+        "dataset": entry,
         "artifacts": list(KINDS[task.kind].artifacts),
         "submit": submit_template(assignment.worker),
     }

@@ -269,8 +269,9 @@ def quality_bar(verifier: Verifier) -> Verifier:
 
 
 def worker_data(task: Task) -> Path | None:
-    """The data file the task's worker trained on: the worker-facing part of a held-out
-    split, or the upload itself; None when the worker generates its data from the spec."""
+    """The data the task's worker trained on: the worker-facing part of a held-out split
+    (a file, or a sharded folder), or the upload itself; None when the worker generates
+    its data from the spec."""
     if heldout.needs_preparation(task):
         split = heldout.prepared(task)
         if split is None:
