@@ -53,8 +53,9 @@ TAGS: tuple[Tag, ...] = (
     ),
     Tag(
         "assignments",
-        r"assignments/",
-        "A node's jobs: the spec and data, start, artifacts, the signed result, failure (worker token).",
+        r"assignments/|verifications/",
+        "A node's jobs: the spec and data, start, artifacts, the signed result, failure; and the verification "
+        "jobs that re-execute another provider's challenged segments (worker token).",
     ),
     Tag("ledger", r"ledger/", "The public ledger: blocks, transactions and proofs, accounts; your wallet; transfers."),
     Tag("payments", r"payments/", "Credits bought with Stripe, the Connect account and payouts."),
