@@ -7,11 +7,12 @@ checkpoints are in, its verification (``workers.tasks.verify_assignment``) first
 worker's nor the requester's, whose agent runs the kind and takes verification jobs
 (``FEATURE``). The job's slots are the challenged segments under random names, with
 ``PROOFWORK_DELEGATE_CANARIES`` of them replaced by canaries: the segment's real start with
-an end the platform moved back along the segment (``training.replay.shifted_state``), which
-an honest re-execution finds two steps' updates away. The segment after a canary, when it
-was challenged too, starts from that moved state (a decoy: a verifier cannot find the
-canary by a checkpoint that differs where two slots meet); the platform re-executes the
-real segments behind the canaries and decoys itself. The verifier downloads the spec, the
+an end the platform trained again from it, some of its steps on another step's rows
+(``training.replay.canary_state``): a genuine training state, which an honest re-execution
+finds at least ``CANARY_DISTANCE`` steps' updates away. The segment after a canary, when it
+was challenged too, starts from that state (a decoy: a verifier cannot find the canary by a
+checkpoint that differs where two slots meet); the platform re-executes the real segments
+behind the canaries and decoys itself. The verifier downloads the spec, the
 worker's data and each slot's two checkpoints (``workers.api.verification_views``), and
 answers with each slot's distance, signed with its node key (``answer_message``).
 
@@ -55,8 +56,9 @@ from marketplace.models import Task
 from protocol import keys
 from protocol.encoding import EncodingError, canonical_json
 from training import kinds as plugin_kinds
+from training.artifacts import ArtifactError
 from training.replay import TOLERANCE, within
-from training.trace import Leaf, checkpoint_name, file_sha256
+from training.trace import Leaf, Segment, checkpoint_name, file_sha256
 from workers.assignments import heldout, lifecycle, nodebroker, proof, supply
 from workers.assignments.jobs import Conflict, artifact_path, worker_spec
 from workers.models import UNSETTLED, Assignment, VerificationJob, Worker
@@ -70,6 +72,9 @@ ANSWER_DOMAIN = b"proofwork/verification-answer/v1\n"
 # Reputation a verifier found wrong loses (as a rejected result's worker does).
 VERIFIER_PENALTY = 10
 MAX_PROBLEM_CHARS = 300
+# Segments tried for a canary before the platform gives up delegating a result and
+# re-executes it itself: each try re-executes the segment once or more.
+CANARY_TRIES = 3
 REAL, CANARY, DECOY = "real", "canary", "decoy"
 
 Job = VerificationJob
@@ -147,6 +152,7 @@ def offer(assignment: Assignment) -> Job | None:
         _discard_files(job_id)
         return None
     if slots is None:
+        _discard_files(job_id)
         return None
     with transaction.atomic():
         locked, _ = lifecycle.lock(assignment.pk)
@@ -195,13 +201,21 @@ def _leaf(leaf: Leaf, file: str) -> dict[str, Any]:
 
 
 def _slots(assignment: Assignment, job_id: UUID) -> list[dict[str, Any]] | None:
-    """The job's slots, shuffled, canary files written; None when no real segment would
-    be left for the verifier."""
+    """The job's slots, shuffled, canary files written; None when no canary can be made
+    (``CANARY_TRIES`` segments tried) or no real segment would be left for the verifier."""
     segments = sorted(int(i) for i in assignment.challenge)
+    trace = proof.committed_trace(assignment)
+    canary = plugin_kinds.KINDS[assignment.task.kind].canary
+    assert canary is not None  # delegated() checked it
+    folder = Path(default_storage.path(job_dir(job_id)))
+    folder.mkdir(parents=True, exist_ok=True)
+    data = data_file(assignment.task)
     canaries: set[int] = set()
     decoys: set[int] = set()
+    moved: dict[int, dict[str, Any]] = {}  # checkpoint index → the canary end standing for it
+    failed = 0
     for base in _random.sample(segments, len(segments)):
-        if len(canaries) >= settings.DELEGATE_CANARIES:
+        if len(canaries) >= settings.DELEGATE_CANARIES or failed >= CANARY_TRIES:
             break
         taken = canaries | decoys
         follower = {base + 1} & set(segments)
@@ -209,25 +223,27 @@ def _slots(assignment: Assignment, job_id: UUID) -> list[dict[str, Any]] | None:
             continue
         if not set(segments) - taken - {base} - follower:
             continue  # nothing real left for the verifier
-        canaries.add(base)
-        decoys |= follower
-    if not canaries:
-        return None
-    trace = proof.committed_trace(assignment)
-    canary = plugin_kinds.KINDS[assignment.task.kind].canary
-    assert canary is not None  # delegated() checked it
-    folder = Path(default_storage.path(job_dir(job_id)))
-    folder.mkdir(parents=True, exist_ok=True)
-    moved: dict[int, dict[str, Any]] = {}  # checkpoint index → the canary end standing for it
-    for base in sorted(canaries):
         start, end = trace.leaves[base], trace.leaves[base + 1]
         name = f"{job_dir(job_id)}/{secrets.token_hex(8)}.safetensors"
-        weights = canary(
-            Path(default_storage.path(artifact_path(assignment, checkpoint_name(base)))),
-            Path(default_storage.path(artifact_path(assignment, checkpoint_name(base + 1)))),
-            Path(default_storage.path(name)),
-            end.step - start.step,
+        committed = Segment(
+            start=Path(default_storage.path(artifact_path(assignment, checkpoint_name(base)))),
+            start_leaf=start,
+            end=Path(default_storage.path(artifact_path(assignment, checkpoint_name(base + 1)))),
+            end_leaf=end,
         )
+        try:
+            weights = canary(
+                assignment.task.spec,
+                None if data is None else Path(default_storage.path(data[0])),
+                committed,
+                Path(default_storage.path(name)),
+            )
+        except (ValueError, ArtifactError) as exc:
+            log.info("no canary of segment %d of %s: %s", base, assignment.pk, exc)
+            failed += 1
+            continue
+        canaries.add(base)
+        decoys |= follower
         moved[base + 1] = {
             "index": end.index,
             "step": end.step,
@@ -235,6 +251,8 @@ def _slots(assignment: Assignment, job_id: UUID) -> list[dict[str, Any]] | None:
             "weights_sha256": weights,
             "file": name,
         }
+    if not canaries:
+        return None
 
     def point(index: int) -> dict[str, Any]:
         return moved.get(index) or _leaf(trace.leaves[index], artifact_path(assignment, checkpoint_name(index)))
