@@ -305,6 +305,7 @@ class VerificationJob(models.Model):
         CAUGHT = "caught", "Passed a canary: answer discarded"
         OVERRULED = "overruled", "Failed a segment the platform's re-execution passed: answer discarded"
         MOOT = "moot", "Not judged: the worker's result failed on the platform first"
+        UNJUDGED = "unjudged", "Not judged: the result was settled without it"
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     assignment = models.ForeignKey(Assignment, on_delete=models.CASCADE, related_name="verification_jobs")

@@ -48,6 +48,7 @@ from uuid import UUID, uuid4
 from django.conf import settings
 from django.core.files.storage import default_storage
 from django.db import transaction
+from django.db.models import Case, F, Value, When
 from django.utils import timezone
 from rest_framework.exceptions import NotFound, ValidationError
 
@@ -97,15 +98,18 @@ def delegated(assignment: Assignment) -> bool:
     )
 
 
-def waiting(assignment: Assignment, now: datetime | None = None) -> bool:
+def waiting(
+    assignment: Assignment, now: datetime | None = None, *, ready: Callable[[Assignment], bool] | None = None
+) -> bool:
     """Whether the result's verification waits for a verifier node (called first by each
     verification run of a submitted result): the job is offered here when there is none
-    yet, and one past its deadline expires here (the platform then re-executes itself)."""
+    yet and ``ready(assignment)`` holds (the chain passes what needs no re-execution), and
+    one past its deadline expires here (the platform then re-executes itself)."""
     if not delegated(assignment):
         return False
     job = Job.objects.filter(assignment=assignment).first()
     if job is None:
-        return offer(assignment) is not None
+        return (ready is None or ready(assignment)) and offer(assignment) is not None
     if job.state != Job.State.OFFERED:
         return False
     if job.deadline > (now or timezone.now()):
@@ -283,6 +287,8 @@ def for_verifier(worker: Worker, job_id: Any) -> Job:
         raise Conflict({"state": [f"This verification job is {job.state}; its files are closed."]})
     if job.deadline <= timezone.now():
         raise Conflict({"state": ["This verification job's deadline has passed."]})
+    if job.assignment.state != Assignment.State.SUBMITTED:
+        raise Conflict({"state": ["The result this job verifies is settled; its files are closed."]})
     return job
 
 
@@ -405,12 +411,36 @@ def _check_slots(job: Job, slots: Any) -> None:
 
 def expire_overdue(now: datetime | None = None) -> int:
     """Periodic: jobs unanswered by their deadline expire and their results' verification is
-    asked for again, for the platform to re-execute itself; returns how many."""
+    asked for again, for the platform to re-execute itself; returns how many. Then jobs
+    whose result was settled without judging them (its verification given up, its task
+    cancelled) are closed, and their canary files deleted (``close_unjudged``)."""
     now = now or timezone.now()
     expired = 0
     for pk in list(Job.objects.filter(state=Job.State.OFFERED, deadline__lte=now).values_list("pk", flat=True)[:100]):
         expired += _expire(pk)
+    close_unjudged()
     return expired
+
+
+def close_unjudged() -> int:
+    """Close the jobs not yet judged whose result is no longer waiting to be verified: an
+    offered one expires, an answered one is recorded as never judged; either way its canary
+    files go, and the verifier's reputation is untouched. Returns how many."""
+    closed = 0
+    pending = Job.objects.filter(
+        outcome=Job.Outcome.PENDING, state__in=(Job.State.OFFERED, Job.State.ANSWERED)
+    ).exclude(assignment__state=Assignment.State.SUBMITTED)
+    for pk in list(pending.values_list("pk", flat=True)[:100]):
+        reason = "The result was settled without this job's answer."
+        done = Job.objects.filter(pk=pk, outcome=Job.Outcome.PENDING).update(
+            outcome=Job.Outcome.UNJUDGED,
+            reason=reason,
+            state=Case(When(state=Job.State.OFFERED, then=Value(Job.State.EXPIRED)), default=F("state")),
+        )
+        if done:
+            _discard_files(pk)
+            closed += 1
+    return closed
 
 
 def _expire(job_id: UUID, *, ask_again: bool = True) -> int:
@@ -464,6 +494,13 @@ def referee(assignment: Assignment, replay: Replay) -> str:
         return f"{problem} (found by a verifier node of another provider, confirmed by the platform)"
     _judge(job, Job.Outcome.OVERRULED, f"Failed segment(s) {disputed}, which pass on the platform.")
     return replay(sorted({s["segment"] for s in real} - set(disputed)))
+
+
+def vouched(assignment: Assignment) -> set[int]:
+    """The challenged segments whose passes the platform took from a verifier node's answer:
+    the real slots of a job judged ``AGREED``; none otherwise."""
+    job = Job.objects.filter(assignment=assignment, outcome=Job.Outcome.AGREED).first()
+    return set() if job is None else {int(s["segment"]) for s in job.slots if s["role"] == REAL}
 
 
 def _judge(job: Job, outcome: str, reason: str) -> None:
