@@ -228,13 +228,16 @@ def test_a_chain_committing_to_a_model_other_than_the_untrained_one_is_rejected(
 
 
 def test_a_cube_run_re_executed_by_a_verifier_node_of_another_provider_is_paid(
-    agent: Node, node: RestNode, bob: Any, carol: Any, settings: Any
+    agent: Node, node: RestNode, bob: Any, carol: Any, settings: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Delegated mode on the real kind: the verifier node downloads the worker-facing data and
     the slots' checkpoints, re-executes them with the agent's own code, finds the real
     segments in and the canary (the segment trained again with some steps on other rows) out;
     the platform re-executes only the segment behind the canary, and the honest worker is paid."""
     settings.SEGMENT_REEXECUTION = "delegated"
+    # The tiny run's segments are one step each, of which some make no canary: the offer
+    # tries until one does.
+    monkeypatch.setattr(delegation, "CANARY_TRIES", 50)
     rows, _ = synthetic_embeddings(320, 32, seed=7)
     dataset = make_dataset(bob, array_npy(rows), "teacher.npy")
     task = post_task(bob, "cube_training", TINY_CUBE, dataset=dataset.pk, budget=UNITS_BUDGET, max_attempts=1)
