@@ -246,8 +246,8 @@ def measure_segments(
 # How far from the committed end a canary's end must lie, in the segment's mean steps. An
 # honest re-execution lands within 0.18 of the committed end (bench/prooftrain.py), so at
 # least 0.62 from the canary's, beyond TOLERANCE: it fails the canary. A step trained on
-# other rows lands about one step's update away (0.9 to 1.4 measured on one-step segments),
-# so most segments make a canary with one or two steps replaced.
+# other rows lands about one step's update away (0.44 to 1.8 measured on one-step segments
+# of tiny runs, a third of them at 0.8 or more); a longer segment replaces more steps.
 CANARY_DISTANCE = 0.8
 Draw = Callable[[Sequence[int], int], list[int]]
 
