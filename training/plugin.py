@@ -109,10 +109,12 @@ Replay = Callable[..., list[str]]
 # from its re-execution in steps' updates, or why it cannot be re-executed: what a verifier
 # node reports in delegated re-execution (``training.replay.measure_segments``).
 Measure = Callable[..., list[float | str]]
-# fn(start checkpoint, end checkpoint, out, the segment's steps) -> the sha256 of the weights
-# of the canary written to ``out``: the end moved back along the segment, so that an honest
-# re-execution lands well beyond the tolerance (``training.replay.shifted_state``).
-Canary = Callable[[Path, Path, Path, int], str]
+# fn(spec, the worker-facing data file, a challenged segment (its committed checkpoints), out,
+# *, device) -> the sha256 of the weights of the canary written to ``out``: the segment
+# trained again from its start with some steps on another step's rows, a genuine state far
+# enough from the committed end that an honest re-execution fails it
+# (``training.replay.canary_state``). ValueError or ArtifactError when none can be made.
+Canary = Callable[..., str]
 
 
 @dataclass(frozen=True)

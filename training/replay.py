@@ -19,9 +19,8 @@ read, is read as safetensors only, size-bounded, and must fit the spec's model.
 from __future__ import annotations
 
 import copy
-import hashlib
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -244,44 +243,132 @@ def measure_segments(
     return measured
 
 
-# How far a canary's end is moved back along its segment, in the segment's mean steps: an
-# honest re-execution lands about this far from it, four times TOLERANCE.
-CANARY_SHIFT = 2.0
+# How far from the committed end a canary's end must lie, in the segment's mean steps. An
+# honest re-execution lands within 0.18 of the committed end (bench/prooftrain.py), so at
+# least 0.62 from the canary's, beyond TOLERANCE: it fails the canary. A step trained on
+# other rows lands about one step's update away (0.44 to 1.8 measured on one-step segments
+# of tiny runs, a third of them at 0.8 or more); a longer segment replaces more steps.
+CANARY_DISTANCE = 0.8
+Draw = Callable[[Sequence[int], int], list[int]]
 
 
-def shifted_state(start: Path, end: Path, out: Path, steps: int) -> str:
-    """Write to ``out`` the training state ``end`` moved back ``CANARY_SHIFT`` of the
-    segment's mean steps towards ``start`` (every float tensor of the weights and the
-    optimizer with a dimension, so counters stay as they are): a plausible state that lies
-    that far from where an honest re-execution from ``start`` lands. Returns the sha256 of
-    its weights (``weights_sha256``, as a leaf commits to it). The platform makes its
-    canaries with this (``workers.assignments.delegation``) from checkpoints it took within
-    its upload limit and checked against their leaves."""
-    bound = max(start.stat().st_size, end.stat().st_size)
-    a = flatten_tensors(read_state_file(start, bound))
-    state = read_state_file(end, bound)
-    if not isinstance(state.get("model"), dict):
-        raise ArtifactError(f"{end.name} holds no weights.")
-    factor = CANARY_SHIFT / max(1, steps)
+class _OtherRows:
+    """The run's train loader for one epoch of a replay, except that the steps ``replaced``
+    (0 = the segment's first) train on the micro-batches of another step of the same epoch:
+    the step just before the segment, or, for a segment that opens its epoch, the one just
+    after it. What a worker that trained on the wrong rows would have fed its steps."""
 
-    def shift(obj: Any, prefix: str) -> Any:
-        if isinstance(obj, torch.Tensor):
-            before = a.get(prefix)
-            if obj.is_floating_point() and obj.dim() and isinstance(before, torch.Tensor) and before.shape == obj.shape:
-                return (obj - factor * (obj - before.to(obj.dtype))).contiguous()
-            return obj
-        if isinstance(obj, dict):
-            return {k: shift(v, f"{prefix}.{k}") for k, v in obj.items()}
-        if isinstance(obj, list | tuple):
-            return type(obj)(shift(v, f"{prefix}.{i}") for i, v in enumerate(obj))
-        return obj
+    def __init__(self, loader: Iterable[Any], skip: int, steps: int, per_step: int, replaced: set[int]) -> None:
+        self.loader, self.skip, self.steps, self.per_step, self.replaced = loader, skip, steps, per_step, replaced
 
-    moved = shift(state, "s")
-    save_state_file(out, moved)
-    from safetensors.torch import save
+    def __len__(self) -> int:
+        return len(self.loader)  # type: ignore[arg-type]
 
-    weights = {name: t.detach().cpu().contiguous() for name, t in moved["model"].items()}
-    return hashlib.sha256(save(weights, metadata={"format": "pt"})).hexdigest()
+    def __iter__(self) -> Iterator[Any]:
+        batches = iter(self.loader)
+        first, per = self.skip * self.per_step, self.per_step
+        other: list[Any] = []
+        for i in range(first):
+            batch = next(batches, None)
+            if batch is None:
+                return
+            if i >= first - per:
+                other.append(batch)
+            yield batch
+        segment = [b for b in (next(batches, None) for _ in range(self.steps * per)) if b is not None]
+        if not other:
+            other = [b for b in (next(batches, None) for _ in range(per)) if b is not None]
+            if len(other) < per:
+                raise ValueError("the segment's epoch has no other step to take a batch from.")
+        for i, batch in enumerate(segment):
+            yield other[i % per] if i // per in self.replaced else batch
+        yield from batches
+
+
+def _with_tensors(template: Any, source: Any) -> Any:
+    """``template`` with each tensor replaced by ``source``'s at the same place (cast to the
+    template's dtype), where the source holds one of its shape; everything else as it was."""
+    if isinstance(template, torch.Tensor):
+        if isinstance(source, torch.Tensor) and source.shape == template.shape:
+            return source.detach().to(device="cpu", dtype=template.dtype).contiguous()
+        return template
+    if isinstance(template, dict):
+        return {
+            k: _with_tensors(v, source.get(k) if isinstance(source, Mapping) else None) for k, v in template.items()
+        }
+    if isinstance(template, list | tuple):
+        picks = source if isinstance(source, list | tuple) and len(source) == len(template) else [None] * len(template)
+        return type(template)(_with_tensors(v, s) for v, s in zip(template, picks, strict=True))
+    return template
+
+
+def canary_state(
+    build: Build,
+    spec: Mapping[str, Any],
+    data: Path | None,
+    segment: Segment,
+    out: Path,
+    *,
+    device: str = "cpu",
+    draw: Draw | None = None,
+    least: float = CANARY_DISTANCE,
+) -> str:
+    """Write to ``out`` a canary end for ``segment``: the segment trained again from its
+    start by the run's own code, precision and seeds, except that some of its steps train on
+    another step's rows (``draw(steps, k)`` picks which k; the operating system's randomness
+    by default): a genuine training state, every weight, moment and counter the consequence
+    of the steps before it, that lies at least ``least`` of the segment's mean steps from
+    the committed end. One step replaced, then two, four, … until it does (each a
+    re-execution of the segment). Everything in the file but the trained tensors (the
+    optimizer's settings, the schedule, the scaler, the counters) is the committed end's.
+    Returns the sha256 of its weights (``weights_sha256``, as a leaf commits to it).
+    ArtifactError when a checkpoint cannot be used; ValueError when no canary lands that far
+    (an epoch of one step, a segment whose steps barely move)."""
+    import secrets
+
+    pick = draw or (lambda population, k: secrets.SystemRandom().sample(list(population), k))
+    trainer = build(spec, data, device)
+    untrained = {k: v.clone() for k, v in trainer.model.state_dict().items()}
+    a, b = segment.start_leaf, segment.end_leaf
+    steps = b.step - a.step
+    if b.index != a.index + 1 or steps < 1:
+        raise ArtifactError(f"checkpoints {a.index} and {b.index} are not one segment.")
+    bound = state_bound(trainer.model)
+    for path, leaf in ((segment.start, a), (segment.end, b)):
+        if path.stat().st_size > bound or file_sha256(path) != leaf.state_sha256:
+            raise ArtifactError(f"checkpoint {leaf.index} is not the one its leaf commits to.")
+    start, end = read_state_file(segment.start, bound), read_state_file(segment.end, bound)
+    per_epoch = steps_per_epoch(trainer.train_loader, trainer.config)
+    skip = a.step % per_epoch
+    gap, count = 0.0, 1
+    while True:
+        replaced = set(pick(range(steps), min(count, steps)))
+        trainer.model.load_state_dict(untrained)
+        loader = _OtherRows(trainer.train_loader, skip, steps, trainer.config.grad_accumulation, replaced)
+        reached = replay(
+            trainer.model,
+            loader,
+            trainer.step_fn,
+            trainer.config,
+            start,
+            steps,
+            source=f"checkpoint {a.index}",
+            device=device,
+            on_epoch=trainer.on_epoch,
+            mixed_precision=True,
+        )
+        trainer.model.cpu()
+        weights = distance(start["model"], end["model"], trainer.model.state_dict(), steps)
+        moments = distance(first_moments(start), first_moments(end), first_moments(reached), steps)
+        gap = max(weights, moments)
+        if gap >= least or count >= steps:
+            break
+        count *= 2
+    if not gap >= least:
+        raise ValueError(f"no canary of segment {a.index} lands {least:g} steps' updates away (best {gap:.2f}).")
+    state = _with_tensors(end, {**reached, "model": trainer.model.state_dict()})
+    save_state_file(out, state)
+    return weights_sha256(trainer.model)
 
 
 def within(gap: float, tolerance: float = TOLERANCE) -> bool:

@@ -286,8 +286,8 @@ class VerificationJob(models.Model):
     """Challenged segments of a trained result offered to a node of another provider to
     re-execute (``PROOFWORK_SEGMENT_REEXECUTION=delegated``, workers/assignments/delegation.py).
 
-    Its ``slots`` mix the real segments with canaries whose ends the platform moved back
-    along their segment (files kept under the job's own folder, never in the result's), in
+    Its ``slots`` mix the real segments with canaries whose ends the platform trained again
+    with some steps on other rows (files kept under the job's own folder, never in the result's), in
     an order and under names the verifier cannot map to the trace; which slot is which is
     known here only. The verifier's signed answer is judged when the result is verified:
     ``outcome`` says how, ``reason`` why, as an operator reads it. Verifiers are not paid.
@@ -305,6 +305,7 @@ class VerificationJob(models.Model):
         CAUGHT = "caught", "Passed a canary: answer discarded"
         OVERRULED = "overruled", "Failed a segment the platform's re-execution passed: answer discarded"
         MOOT = "moot", "Not judged: the worker's result failed on the platform first"
+        UNJUDGED = "unjudged", "Not judged: the result was settled without it"
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     assignment = models.ForeignKey(Assignment, on_delete=models.CASCADE, related_name="verification_jobs")

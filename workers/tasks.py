@@ -157,7 +157,7 @@ def verify_assignment(self: Task, assignment_id: str) -> str:
     assignment = Assignment.objects.select_related("task", "worker").filter(pk=assignment_id).first()
     if assignment is None or assignment.state != Assignment.State.SUBMITTED:
         return "skipped"
-    if delegation.waiting(assignment):
+    if delegation.waiting(assignment, ready=_chain_holds):
         # A verifier node has the segments: its answer, or its deadline, asks again.
         return "delegated"
     counted = not self.request.retries
@@ -180,6 +180,16 @@ def verify_assignment(self: Task, assignment_id: str) -> str:
             with suppress(OperationalError):
                 _uncount(assignment.pk)
         raise
+
+
+def _chain_holds(assignment: Assignment) -> bool:
+    """Whether a result's proof of training passes what needs no re-execution, before its
+    segments go to a verifier node; a fault says no, and the verification proper reports it."""
+    try:
+        return not verification.base.chain_problem(assignment)
+    except Exception:
+        log.exception("the chain of %s could not be checked before delegating it", assignment.pk)
+        return False
 
 
 @contextmanager

@@ -162,11 +162,17 @@ def measure(spec: Spec, data: Path | None, segments: Sequence[Segment], *, devic
     return [_measure_one(spec, segment) for segment in segments]
 
 
-def canary(start: Path, end: Path, out: Path, steps: int) -> str:
-    """The end moved back two mean steps towards the start, as ``training.replay.shifted_state`` does."""
-    a, _ = read_checkpoint(start)
-    b, at = read_checkpoint(end)
-    moved = b - 2.0 / max(1, steps) * (b - a)
+def canary(spec: Spec, data: Path | None, segment: Segment, out: Path, *, device: str = "cpu") -> str:
+    """The segment re-executed, its end then moved back two mean steps towards the start: two
+    steps' updates from where an honest re-execution lands (``training.replay.canary_state``
+    makes a real kind's by training on other rows)."""
+    a, _ = read_checkpoint(segment.start)
+    _, at = read_checkpoint(segment.end)
+    steps = segment.end_leaf.step - segment.start_leaf.step
+    x = a
+    for _ in range(steps):
+        x = step(x, int(spec["target"]))
+    moved = x - 2.0 / max(1, steps) * (x - a)
     write_checkpoint(out, moved, at)
     return hashlib.sha256(weights_bytes(moved)).hexdigest()
 

@@ -15,7 +15,7 @@ import torch
 from safetensors.torch import save_file
 
 from tests.factories import TINY_ASL, TINY_CUBE
-from training.artifacts import read_state_file, save_state_file, weights_sha256
+from training.artifacts import flatten_tensors, read_state_file, save_state_file, weights_sha256
 from training.asl.run import measure_segments as asl_measure
 from training.asl.run import replay_segments as asl_replay
 from training.asl.run import run as asl_run
@@ -25,7 +25,7 @@ from training.cube.run import measure_segments as cube_measure
 from training.cube.run import replay_segments as cube_replay
 from training.cube.run import run as cube_run
 from training.cube.run import trainer as cube_trainer
-from training.replay import CANARY_SHIFT, TOLERANCE, shifted_state
+from training.replay import CANARY_DISTANCE, TOLERANCE
 from training.trace import Leaf, Segment, Trace, checkpoint_name, file_sha256, read_trace, trace_root
 
 CUBE = {**TINY_CUBE, "synthetic_samples": 96, "epochs": 2, "mixed_precision": False}
@@ -240,24 +240,79 @@ def test_the_root_changes_with_any_leaf(cube_fp32: Run) -> None:
 # --- delegated re-execution: what a verifier node measures, and the platform's canary ------
 
 
+def _canary_of(run: Run) -> Callable[..., str]:
+    from training.asl.run import canary_segment as asl_canary
+    from training.cube.run import canary_segment as cube_canary
+
+    return asl_canary if run.spec is ASL else cube_canary
+
+
 @pytest.mark.parametrize("name", ["cube_fp32", "cube_bf16", "asl_fp32"])
 def test_a_verifier_measures_honest_segments_in_and_a_canary_out(
     name: str, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
-    """A canary (the end moved back two mean steps along its segment) looks like a committed
-    checkpoint to the replay, its hashes consistent, and lands about CANARY_SHIFT steps' updates
-    from an honest re-execution: beyond the tolerance, where a node that computes finds it."""
+    """A canary is the segment trained again with some steps on another step's rows: a
+    checkpoint the replay takes as any other, its hashes consistent, that lands at least
+    CANARY_DISTANCE steps' updates from an honest re-execution, where a node that computes
+    finds it. Every trained tensor moved, the second moments too: nothing in the file is the
+    committed end's but what training does not change."""
     run: Run = request.getfixturevalue(name)
     measure = asl_measure if run.spec is ASL else cube_measure
-    i = run.trace.segments // 2
-    honest = run.segment(i)
+    honest = run.segment(2)  # the ASL run's segments are one step each: this one's other rows land far enough
     canary = tmp_path / "canary.safetensors"
-    weights = shifted_state(honest.start, honest.end, canary, honest.end_leaf.step - honest.start_leaf.step)
+    weights = _canary_of(run)(run.spec, run.data, honest, canary)
     moved = dataclasses.replace(honest.end_leaf, state_sha256=file_sha256(canary), weights_sha256=weights)
     near, far = measure(run.spec, run.data, [honest, Segment(honest.start, honest.start_leaf, canary, moved)])
     assert isinstance(near, float)
     assert near <= TOLERANCE
     assert isinstance(far, float), far  # re-executed, not refused: its hashes hold
-    assert CANARY_SHIFT - 2 * TOLERANCE < far < CANARY_SHIFT + 2 * TOLERANCE
-    # The counters are the end's: the state is taken at the step its leaf says.
-    assert read_state_file(canary, 1 << 30)["loop"] == read_state_file(honest.end, 1 << 30)["loop"]
+    assert far > CANARY_DISTANCE - 0.2  # measured from its own replay, not the committed end
+    made, end = read_state_file(canary, 1 << 30), read_state_file(honest.end, 1 << 30)
+    for part in ("loop", "scheduler", "scaler"):
+        assert made[part] == end[part]
+    assert made["optimizer"]["param_groups"] == end["optimizer"]["param_groups"]
+    trained = {k: v for k, v in flatten_tensors(end["optimizer"], "o").items() if v.dim()}
+    ours = flatten_tensors(made["optimizer"], "o")
+    assert any(k.endswith("exp_avg_sq") for k in trained)
+    assert all(not torch.equal(ours[k], v) for k, v in trained.items() if v.abs().sum() > 0)
+
+
+def test_a_canary_is_written_by_the_worker_s_own_code(cube_fp32: Run, tmp_path: Path) -> None:
+    """With no step on other rows, the canary's re-execution is the worker's segment: its file
+    holds the committed checkpoint's structure, settings and counters and equal tensors (a
+    zero's sign aside), so nothing but the replaced rows sets a canary apart from an honest end."""
+    from training.cube.run import trainer
+    from training.replay import canary_state
+
+    honest = cube_fp32.segment(1)
+    out = tmp_path / "same.safetensors"
+    weights = canary_state(
+        lambda s, d, dev: trainer(s, d, dev), CUBE, None, honest, out, draw=lambda steps, k: [], least=0.0
+    )
+    assert weights == honest.end_leaf.weights_sha256
+    made, end = read_state_file(out, 1 << 30), read_state_file(honest.end, 1 << 30)
+    ours, theirs = flatten_tensors(made), flatten_tensors(end)
+    assert ours.keys() == theirs.keys()
+    assert all(ours[k].dtype == v.dtype and torch.equal(ours[k], v) for k, v in theirs.items())
+    for part in ("loop", "scheduler", "scaler"):
+        assert made[part] == end[part]
+    assert made["optimizer"]["param_groups"] == end["optimizer"]["param_groups"]
+
+
+def test_no_canary_is_made_where_other_rows_do_not_move_the_segment_far_enough(asl_fp32: Run, tmp_path: Path) -> None:
+    """A segment of one step trained on another step's rows lands about one step's update
+    away: asked for more, no canary is made of it (the platform then tries another segment,
+    or re-executes every segment itself) rather than one an honest verifier might pass."""
+    from training.replay import canary_state
+
+    out = tmp_path / "canary.safetensors"
+    with pytest.raises(ValueError, match="no canary of segment 4"):
+        canary_state(
+            lambda s, d, dev: asl_trainer(s, d, dev, cache_dir=tmp_path / "c"),
+            ASL,
+            asl_fp32.data,
+            asl_fp32.segment(4),
+            out,
+            least=1.5,
+        )
+    assert not out.exists()

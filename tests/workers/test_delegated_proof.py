@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.core.files.storage import default_storage
 from django.utils import timezone
 
 from marketplace import kinds as platform_kinds
@@ -26,7 +27,7 @@ from training import kinds as node_kinds
 from training.plugin import WEIGHTS, Outcome, sha256_file
 from training.trace import TRACE_FILE
 from workers.agent import verify_job
-from workers.assignments import delegation, nodebroker, scheduler
+from workers.assignments import delegation, nodebroker, scheduler, settlement
 from workers.models import Assignment, VerificationJob
 from workers.tasks import verify_assignment
 
@@ -91,13 +92,27 @@ def skipping_in_segment_0(tmp: Path) -> Outcome:
     )
 
 
-def submitted(node: RestNode, requester: Any, tmp: Path, dishonest: bool = False) -> Assignment:
+def not_in_its_chain(tmp: Path) -> Outcome:
+    """An honest chain handed in with a model that is none of its checkpoints'."""
+    outcome = honest({"spec": SPEC}, tmp)
+    (tmp / "model" / WEIGHTS).write_bytes(weights_bytes(123.0))
+    return Outcome(
+        result_hash=sha256_file(tmp / "model" / WEIGHTS),
+        proof=outcome.proof,
+        artifacts=outcome.artifacts,
+        checkpoints=outcome.checkpoints,
+    )
+
+
+def submitted(
+    node: RestNode, requester: Any, tmp: Path, dishonest: bool = False, wrong_model: bool = False
+) -> Assignment:
     """A toy_fit task of ``requester`` run by ``node``, its challenged checkpoints uploaded."""
     task = post_task(requester, "toy_fit", SPEC, max_attempts=1)
     (assignment,) = scheduler.schedule(task.pk)
     assert assignment.worker_id == node.worker.pk
     job = node.job(assignment)
-    outcome = skipping_in_segment_0(tmp) if dishonest else honest(job, tmp)
+    outcome = skipping_in_segment_0(tmp) if dishonest else not_in_its_chain(tmp) if wrong_model else honest(job, tmp)
     answer = node.upload_and_submit(assignment, job, outcome).json()
     assert answer_challenge(node, assignment, answer, outcome).json()["state"] == "submitted"
     return assignment
@@ -355,6 +370,9 @@ def test_a_verifier_reads_only_its_job_s_files_and_only_while_it_is_open(
     # Nothing names the worker, the task or which slot is the canary.
     assert set(seen) == {"id", "kind", "spec", "deadline", "tolerance", "dataset", "slots"}
     assert all(set(slot) == {"id", "start", "end"} for slot in seen["slots"])
+    # Nor the worker's committed losses or epochs, which a lazy verifier could answer from.
+    leaf = {"index", "step", "state_sha256", "weights_sha256", "url"}
+    assert all(set(slot[end]) == leaf for slot in seen["slots"] for end in ("start", "end"))
     assert str(assignment.task_id) not in str(seen)
     assert worker.key.address not in str(seen)
     base = f"/api/v1/verifications/{job.pk}"
@@ -400,3 +418,113 @@ def test_platform_mode_offers_nothing(worker: RestNode, bob: Any, carol: Any, tm
     RestNode(carol, "verifier", VERIFY_CAPS)
     assert verify_assignment(str(assignment.pk)) == "accepted"
     assert not VerificationJob.objects.exists()
+
+
+# --- attacks on the protocol's seams --------------------------------------------------------
+
+
+def test_a_chain_that_fails_without_re_execution_costs_no_verifier_anything(
+    worker: RestNode, bob: Any, carol: Any, tmp_path: Path
+) -> None:
+    """A worker hands in a model that is none of its chain's checkpoints: the platform sees it
+    without re-executing anything, so no node of another provider, and no canary, is put to
+    work on a result already lost."""
+    assignment = submitted(worker, bob, tmp_path / "run", wrong_model=True)
+    RestNode(carol, "verifier", VERIFY_CAPS)
+    assert verify_assignment(str(assignment.pk)) == "rejected"
+    assert not VerificationJob.objects.exists()
+    assert "not those of any checkpoint" in Assignment.objects.get(pk=assignment.pk).reason
+
+
+def test_between_them_the_platform_and_the_verifier_check_every_challenged_segment(
+    worker: RestNode, bob: Any, carol: Any, tmp_path: Path
+) -> None:
+    """When the verifier agrees, the platform re-executed only the segment behind the canary;
+    the verdict counts the two apart, and together they are the whole challenge."""
+    assignment = submitted(worker, bob, tmp_path / "run")
+    verifier = RestNode(carol, "verifier", VERIFY_CAPS)
+    job = offered(assignment)
+    with in_process_agent(verifier) as agent:
+        assert verify_job.run(agent, agent.key, str(job.pk)) == "answered"
+    assert verify_assignment(str(assignment.pk)) == "accepted"
+    done = Assignment.objects.get(pk=assignment.pk)
+    assert (done.metrics["segments_replayed"], done.metrics["segments_verified_by_node"]) == (1, 3)
+    assert delegation.vouched(done) == {0, 1, 2}
+
+
+def test_an_overruled_verifier_vouches_for_nothing_and_the_platform_counts_every_segment(
+    worker: RestNode, bob: Any, carol: Any, tmp_path: Path
+) -> None:
+    assignment = submitted(worker, bob, tmp_path / "run")
+    verifier = RestNode(carol, "verifier", VERIFY_CAPS)
+    job = offered(assignment)
+    assert answer_with(verifier, job, every_slot(job, 5_000_000)).status_code == 202
+    assert verify_assignment(str(assignment.pk)) == "accepted"
+    done = Assignment.objects.get(pk=assignment.pk)
+    assert (done.metrics["segments_replayed"], done.metrics["segments_verified_by_node"]) == (4, 0)
+
+
+def test_an_answer_that_arrives_as_the_job_expires_counts_for_nothing(
+    worker: RestNode, bob: Any, carol: Any, tmp_path: Path, django_capture_on_commit_callbacks: Any
+) -> None:
+    """The deadline passes; the result's next verification run expires the job and
+    re-executes every segment itself. An answer sent a moment later is refused, its verifier
+    neither judged nor penalised."""
+    assignment = submitted(worker, bob, tmp_path / "run")
+    verifier = RestNode(carol, "verifier", VERIFY_CAPS)
+    before = reputation(verifier)
+    job = offered(assignment)
+    VerificationJob.objects.filter(pk=job.pk).update(deadline=timezone.now() - timedelta(seconds=1))
+    with django_capture_on_commit_callbacks(execute=True):
+        assert verify_assignment(str(assignment.pk)) == "accepted"
+    late = answer_with(verifier, job, every_slot(job, 0))
+    assert late.status_code == 409
+    job.refresh_from_db()
+    assert (job.state, job.outcome) == (VerificationJob.State.EXPIRED, VerificationJob.Outcome.PENDING)
+    assert reputation(verifier) == before
+    done = Assignment.objects.get(pk=assignment.pk)
+    assert (done.metrics["segments_replayed"], done.metrics["segments_verified_by_node"]) == (4, 0)
+    assert not Path(default_storage.path(delegation.job_dir(job.pk))).exists()
+
+
+def test_an_answer_in_before_the_deadline_survives_the_expiry_sweep(
+    worker: RestNode, bob: Any, carol: Any, tmp_path: Path
+) -> None:
+    assignment = submitted(worker, bob, tmp_path / "run")
+    verifier = RestNode(carol, "verifier", VERIFY_CAPS)
+    job = offered(assignment)
+    assert answer_with(verifier, job, every_slot(job, 0)).status_code == 202
+    VerificationJob.objects.filter(pk=job.pk).update(deadline=timezone.now() - timedelta(seconds=1))
+    assert delegation.expire_overdue() == 0
+    assert verify_assignment(str(assignment.pk)) == "accepted"
+    job.refresh_from_db()
+    # It passed the canary too: caught, late or not.
+    assert (job.state, job.outcome) == (VerificationJob.State.ANSWERED, VerificationJob.Outcome.CAUGHT)
+
+
+@pytest.mark.parametrize("answered", [False, True])
+def test_a_job_whose_result_is_settled_without_it_is_closed_and_its_canary_deleted(
+    answered: bool, worker: RestNode, bob: Any, carol: Any, tmp_path: Path
+) -> None:
+    """The result's verification is given up (or its task cancelled) while its job is out:
+    the verifier may no longer read the worker's files, and the next scheduling pass closes
+    the job, unjudged, and deletes its canary."""
+    assignment = submitted(worker, bob, tmp_path / "run")
+    verifier = RestNode(carol, "verifier", VERIFY_CAPS)
+    before = reputation(verifier)
+    job = offered(assignment)
+    folder = Path(default_storage.path(delegation.job_dir(job.pk)))
+    assert any(folder.iterdir())
+    if answered:
+        assert answer_with(verifier, job, every_slot(job, 0)).status_code == 202
+    settlement.reject(assignment.pk, "verification did not finish: the verifier was stopped 3 times on this result.")
+    base = f"/api/v1/verifications/{job.pk}"
+    assert verifier.client.get(f"{base}/").status_code == 409
+    assert verifier.client.get(f"{base}/slots/{job.slots[0]['id']}/start/").status_code == 409
+    assert answer_with(verifier, job, every_slot(job, 0)).status_code == 409
+    assert delegation.expire_overdue() == 0
+    job.refresh_from_db()
+    assert job.outcome == VerificationJob.Outcome.UNJUDGED
+    assert job.state == (VerificationJob.State.ANSWERED if answered else VerificationJob.State.EXPIRED)
+    assert not folder.exists()
+    assert reputation(verifier) == before

@@ -36,7 +36,7 @@ from training.asl.spec import TrainSpec, preset_batch
 from training.device import seed_everything, select_device
 from training.loop import LoopConfig, fit
 from training.plugin import TrainingPlan
-from training.replay import Trainer, check_segments, plan_of, total_steps
+from training.replay import Trainer, canary_state, check_segments, plan_of, total_steps
 from training.replay import measure_segments as measure
 from training.trace import Segment, trace_every
 
@@ -163,6 +163,15 @@ def measure_segments(
     """``training.replay.measure_segments`` for an asl_training run: per segment, its distance or why not."""
     with tempfile.TemporaryDirectory(prefix="asl-replay-") as cache:
         return measure(lambda s, d, dev: trainer(s, d, dev, cache_dir=Path(cache)), spec, data, segments, device=device)
+
+
+def canary_segment(
+    spec: Mapping[str, Any], data: Path | None, segment: Segment, out: Path, *, device: str = "cpu"
+) -> str:
+    """``training.replay.canary_state`` for an asl_training run: write a canary end, return its weights' sha256."""
+    with tempfile.TemporaryDirectory(prefix="asl-canary-") as cache:
+        build = lambda s, d, dev: trainer(s, d, dev, cache_dir=Path(cache))  # noqa: E731
+        return canary_state(build, spec, data, segment, out, device=device)
 
 
 def replay_segments(

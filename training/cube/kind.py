@@ -189,11 +189,11 @@ def measure(spec: Spec, data: Path | None, segments: Any, *, device: str = "cpu"
     return measure_segments(spec, data, segments, device=device)
 
 
-def canary(start: Path, end: Path, out: Path, steps: int) -> str:
-    """A canary end for a segment (training.replay.shifted_state)."""
-    from training.replay import shifted_state
+def canary(spec: Spec, data: Path | None, segment: Any, out: Path, *, device: str = "cpu") -> str:
+    """A canary end for a segment (training.cube.run.canary_segment)."""
+    from training.cube.run import canary_segment
 
-    return shifted_state(start, end, out, steps)
+    return canary_segment(spec, data, segment, out, device=device)
 
 
 def plan(spec: Spec, data: Path | None) -> plugin.TrainingPlan:

@@ -34,7 +34,7 @@ from training.cube.spec import RETIRED_TRAINING_FIELDS, CubeInferenceSpec, CubeT
 from training.device import pin_memory, select_device
 from training.loop import FitResult, LoopConfig, fit
 from training.plugin import TrainingPlan
-from training.replay import Trainer, check_segments, plan_of, total_steps
+from training.replay import Trainer, canary_state, check_segments, plan_of, total_steps
 from training.replay import measure_segments as measure
 from training.specs import defaults
 from training.trace import Segment, trace_every
@@ -199,6 +199,13 @@ def measure_segments(
 ) -> list[float | str]:
     """``training.replay.measure_segments`` for a cube_training run: per segment, its distance or why not."""
     return measure(lambda s, d, dev: trainer(s, d, dev), spec, data, segments, device=device)
+
+
+def canary_segment(
+    spec: Mapping[str, Any], data: Path | None, segment: Segment, out: Path, *, device: str = "cpu"
+) -> str:
+    """``training.replay.canary_state`` for a cube_training run: write a canary end, return its weights' sha256."""
+    return canary_state(lambda s, d, dev: trainer(s, d, dev), spec, data, segment, out, device=device)
 
 
 def untrained_weights(spec: Mapping[str, Any], data: Path | None) -> str:

@@ -7,11 +7,12 @@ checkpoints are in, its verification (``workers.tasks.verify_assignment``) first
 worker's nor the requester's, whose agent runs the kind and takes verification jobs
 (``FEATURE``). The job's slots are the challenged segments under random names, with
 ``PROOFWORK_DELEGATE_CANARIES`` of them replaced by canaries: the segment's real start with
-an end the platform moved back along the segment (``training.replay.shifted_state``), which
-an honest re-execution finds two steps' updates away. The segment after a canary, when it
-was challenged too, starts from that moved state (a decoy: a verifier cannot find the
-canary by a checkpoint that differs where two slots meet); the platform re-executes the
-real segments behind the canaries and decoys itself. The verifier downloads the spec, the
+an end the platform trained again from it, some of its steps on another step's rows
+(``training.replay.canary_state``): a genuine training state, which an honest re-execution
+finds at least ``CANARY_DISTANCE`` steps' updates away. The segment after a canary, when it
+was challenged too, starts from that state (a decoy: a verifier cannot find the canary by a
+checkpoint that differs where two slots meet); the platform re-executes the real segments
+behind the canaries and decoys itself. The verifier downloads the spec, the
 worker's data and each slot's two checkpoints (``workers.api.verification_views``), and
 answers with each slot's distance, signed with its node key (``answer_message``).
 
@@ -47,6 +48,7 @@ from uuid import UUID, uuid4
 from django.conf import settings
 from django.core.files.storage import default_storage
 from django.db import transaction
+from django.db.models import Case, F, Value, When
 from django.utils import timezone
 from rest_framework.exceptions import NotFound, ValidationError
 
@@ -55,8 +57,9 @@ from marketplace.models import Task
 from protocol import keys
 from protocol.encoding import EncodingError, canonical_json
 from training import kinds as plugin_kinds
+from training.artifacts import ArtifactError
 from training.replay import TOLERANCE, within
-from training.trace import Leaf, checkpoint_name, file_sha256
+from training.trace import Leaf, Segment, checkpoint_name, file_sha256
 from workers.assignments import heldout, lifecycle, nodebroker, proof, supply
 from workers.assignments.jobs import Conflict, ServedFile, artifact_path, data_entry, served_part, worker_spec
 from workers.models import UNSETTLED, Assignment, VerificationJob, Worker
@@ -70,6 +73,9 @@ ANSWER_DOMAIN = b"proofwork/verification-answer/v1\n"
 # Reputation a verifier found wrong loses (as a rejected result's worker does).
 VERIFIER_PENALTY = 10
 MAX_PROBLEM_CHARS = 300
+# Segments tried for a canary before the platform gives up delegating a result and
+# re-executes it itself: each try re-executes the segment once or more.
+CANARY_TRIES = 3
 REAL, CANARY, DECOY = "real", "canary", "decoy"
 
 Job = VerificationJob
@@ -92,15 +98,18 @@ def delegated(assignment: Assignment) -> bool:
     )
 
 
-def waiting(assignment: Assignment, now: datetime | None = None) -> bool:
+def waiting(
+    assignment: Assignment, now: datetime | None = None, *, ready: Callable[[Assignment], bool] | None = None
+) -> bool:
     """Whether the result's verification waits for a verifier node (called first by each
     verification run of a submitted result): the job is offered here when there is none
-    yet, and one past its deadline expires here (the platform then re-executes itself)."""
+    yet and ``ready(assignment)`` holds (the chain passes what needs no re-execution), and
+    one past its deadline expires here (the platform then re-executes itself)."""
     if not delegated(assignment):
         return False
     job = Job.objects.filter(assignment=assignment).first()
     if job is None:
-        return offer(assignment) is not None
+        return (ready is None or ready(assignment)) and offer(assignment) is not None
     if job.state != Job.State.OFFERED:
         return False
     if job.deadline > (now or timezone.now()):
@@ -147,6 +156,7 @@ def offer(assignment: Assignment) -> Job | None:
         _discard_files(job_id)
         return None
     if slots is None:
+        _discard_files(job_id)
         return None
     with transaction.atomic():
         locked, _ = lifecycle.lock(assignment.pk)
@@ -195,13 +205,21 @@ def _leaf(leaf: Leaf, file: str) -> dict[str, Any]:
 
 
 def _slots(assignment: Assignment, job_id: UUID) -> list[dict[str, Any]] | None:
-    """The job's slots, shuffled, canary files written; None when no real segment would
-    be left for the verifier."""
+    """The job's slots, shuffled, canary files written; None when no canary can be made
+    (``CANARY_TRIES`` segments tried) or no real segment would be left for the verifier."""
     segments = sorted(int(i) for i in assignment.challenge)
+    trace = proof.committed_trace(assignment)
+    canary = plugin_kinds.KINDS[assignment.task.kind].canary
+    assert canary is not None  # delegated() checked it
+    folder = Path(default_storage.path(job_dir(job_id)))
+    folder.mkdir(parents=True, exist_ok=True)
+    data = data_file(assignment.task)
     canaries: set[int] = set()
     decoys: set[int] = set()
+    moved: dict[int, dict[str, Any]] = {}  # checkpoint index → the canary end standing for it
+    failed = 0
     for base in _random.sample(segments, len(segments)):
-        if len(canaries) >= settings.DELEGATE_CANARIES:
+        if len(canaries) >= settings.DELEGATE_CANARIES or failed >= CANARY_TRIES:
             break
         taken = canaries | decoys
         follower = {base + 1} & set(segments)
@@ -209,25 +227,27 @@ def _slots(assignment: Assignment, job_id: UUID) -> list[dict[str, Any]] | None:
             continue
         if not set(segments) - taken - {base} - follower:
             continue  # nothing real left for the verifier
-        canaries.add(base)
-        decoys |= follower
-    if not canaries:
-        return None
-    trace = proof.committed_trace(assignment)
-    canary = plugin_kinds.KINDS[assignment.task.kind].canary
-    assert canary is not None  # delegated() checked it
-    folder = Path(default_storage.path(job_dir(job_id)))
-    folder.mkdir(parents=True, exist_ok=True)
-    moved: dict[int, dict[str, Any]] = {}  # checkpoint index → the canary end standing for it
-    for base in sorted(canaries):
         start, end = trace.leaves[base], trace.leaves[base + 1]
         name = f"{job_dir(job_id)}/{secrets.token_hex(8)}.safetensors"
-        weights = canary(
-            Path(default_storage.path(artifact_path(assignment, checkpoint_name(base)))),
-            Path(default_storage.path(artifact_path(assignment, checkpoint_name(base + 1)))),
-            Path(default_storage.path(name)),
-            end.step - start.step,
+        committed = Segment(
+            start=Path(default_storage.path(artifact_path(assignment, checkpoint_name(base)))),
+            start_leaf=start,
+            end=Path(default_storage.path(artifact_path(assignment, checkpoint_name(base + 1)))),
+            end_leaf=end,
         )
+        try:
+            weights = canary(
+                assignment.task.spec,
+                None if data is None else Path(default_storage.path(data[0])),
+                committed,
+                Path(default_storage.path(name)),
+            )
+        except (ValueError, ArtifactError) as exc:
+            log.info("no canary of segment %d of %s: %s", base, assignment.pk, exc)
+            failed += 1
+            continue
+        canaries.add(base)
+        decoys |= follower
         moved[base + 1] = {
             "index": end.index,
             "step": end.step,
@@ -235,6 +255,8 @@ def _slots(assignment: Assignment, job_id: UUID) -> list[dict[str, Any]] | None:
             "weights_sha256": weights,
             "file": name,
         }
+    if not canaries:
+        return None
 
     def point(index: int) -> dict[str, Any]:
         return moved.get(index) or _leaf(trace.leaves[index], artifact_path(assignment, checkpoint_name(index)))
@@ -265,6 +287,8 @@ def for_verifier(worker: Worker, job_id: Any) -> Job:
         raise Conflict({"state": [f"This verification job is {job.state}; its files are closed."]})
     if job.deadline <= timezone.now():
         raise Conflict({"state": ["This verification job's deadline has passed."]})
+    if job.assignment.state != Assignment.State.SUBMITTED:
+        raise Conflict({"state": ["The result this job verifies is settled; its files are closed."]})
     return job
 
 
@@ -411,12 +435,36 @@ def _check_slots(job: Job, slots: Any) -> None:
 
 def expire_overdue(now: datetime | None = None) -> int:
     """Periodic: jobs unanswered by their deadline expire and their results' verification is
-    asked for again, for the platform to re-execute itself; returns how many."""
+    asked for again, for the platform to re-execute itself; returns how many. Then jobs
+    whose result was settled without judging them (its verification given up, its task
+    cancelled) are closed, and their canary files deleted (``close_unjudged``)."""
     now = now or timezone.now()
     expired = 0
     for pk in list(Job.objects.filter(state=Job.State.OFFERED, deadline__lte=now).values_list("pk", flat=True)[:100]):
         expired += _expire(pk)
+    close_unjudged()
     return expired
+
+
+def close_unjudged() -> int:
+    """Close the jobs not yet judged whose result is no longer waiting to be verified: an
+    offered one expires, an answered one is recorded as never judged; either way its canary
+    files go, and the verifier's reputation is untouched. Returns how many."""
+    closed = 0
+    pending = Job.objects.filter(
+        outcome=Job.Outcome.PENDING, state__in=(Job.State.OFFERED, Job.State.ANSWERED)
+    ).exclude(assignment__state=Assignment.State.SUBMITTED)
+    for pk in list(pending.values_list("pk", flat=True)[:100]):
+        reason = "The result was settled without this job's answer."
+        done = Job.objects.filter(pk=pk, outcome=Job.Outcome.PENDING).update(
+            outcome=Job.Outcome.UNJUDGED,
+            reason=reason,
+            state=Case(When(state=Job.State.OFFERED, then=Value(Job.State.EXPIRED)), default=F("state")),
+        )
+        if done:
+            _discard_files(pk)
+            closed += 1
+    return closed
 
 
 def _expire(job_id: UUID, *, ask_again: bool = True) -> int:
@@ -470,6 +518,13 @@ def referee(assignment: Assignment, replay: Replay) -> str:
         return f"{problem} (found by a verifier node of another provider, confirmed by the platform)"
     _judge(job, Job.Outcome.OVERRULED, f"Failed segment(s) {disputed}, which pass on the platform.")
     return replay(sorted({s["segment"] for s in real} - set(disputed)))
+
+
+def vouched(assignment: Assignment) -> set[int]:
+    """The challenged segments whose passes the platform took from a verifier node's answer:
+    the real slots of a job judged ``AGREED``; none otherwise."""
+    job = Job.objects.filter(assignment=assignment, outcome=Job.Outcome.AGREED).first()
+    return set() if job is None else {int(s["segment"]) for s in job.slots if s["role"] == REAL}
 
 
 def _judge(job: Job, outcome: str, reason: str) -> None:

@@ -249,11 +249,12 @@ def training_claim(proof_key: str) -> Callable[[Judge], Verifier]:
         def claim(assignment: Assignment, weights: Path) -> Verdict:
             if proof_micro(assignment, proof_key) is None or not proof.proves_training(assignment.task.kind):
                 return bar(assignment, weights)
-            problem = training_proof_problem(assignment)
-            if problem:
-                return Verdict(False, f"training not proven: {problem}")
+            checked = training_proof(assignment)
+            if checked.problem:
+                return Verdict(False, f"training not proven: {checked.problem}")
             verdict = bar(assignment, weights)
-            return replace(verdict, metrics={**verdict.metrics, "segments_replayed": len(assignment.challenge)})
+            counts = {"segments_replayed": checked.replayed, "segments_verified_by_node": checked.by_node}
+            return replace(verdict, metrics={**verdict.metrics, **counts})
 
         verifier = _hashed(WEIGHTS, judge, claim)
         _QUALITY_BARS[verifier] = _hashed(WEIGHTS, judge, bar)
@@ -280,16 +281,32 @@ def worker_data(task: Task) -> Path | None:
     return Path(task.dataset.file.path) if task.dataset is not None else None
 
 
+@dataclass(frozen=True)
+class ProofCheck:
+    """What ``training_proof`` found: why the proof does not hold ("" when it does), the
+    challenged segments the platform re-executed itself, and those a verifier node's
+    answer, agreed, vouches for (delegated mode); together, every challenged segment."""
+
+    problem: str
+    replayed: int = 0
+    by_node: int = 0
+
+
 def training_proof_problem(assignment: Assignment) -> str:
-    """Why the proof of training does not hold ("" when it does): trace.json must be the
-    chain the signed proof's root commits to; it must start from the spec's seeded
-    initialisation, take checkpoints as often as the run's length asks, and span the run
-    the spec asks (every epoch, or as many as early stopping allows); the submitted weights
-    must be one of its checkpoints' (the run hands back its best epoch's end); and each
-    challenged segment, re-executed from its first checkpoint by the kind's ``replay``, must
-    land on its second, re-executed here or, in delegated mode, by a verifier node whose
-    answer the platform judges (``workers.assignments.delegation.referee``;
-    ``docs/proof-of-training.md``)."""
+    """Why the proof of training does not hold ("" when it does) (``training_proof``)."""
+    return training_proof(assignment).problem
+
+
+def chain_problem(assignment: Assignment) -> str:
+    """Why the proof of training does not hold on what needs no re-execution ("" when it
+    does): ``training_proof``'s checks short of its segments'. Delegated mode offers a
+    result's segments to a verifier node only once they pass, so a chain that fails here
+    costs no node, and no canary, any work."""
+    checked = _chain(assignment)
+    return checked if isinstance(checked, str) else ""
+
+
+def _chain(assignment: Assignment) -> str | tuple[Callable[..., list[str]], Path | None, dict[int, Segment]]:
     try:
         trace = proof.committed_trace(assignment)
     except TraceError as exc:
@@ -318,8 +335,27 @@ def training_proof_problem(assignment: Assignment) -> str:
             if not path.is_file() or file_sha256(path) != leaf.state_sha256:
                 return f"{path.name} is missing or does not hash to its leaf."
         picked[i] = Segment(start=files[0], start_leaf=start, end=files[1], end_leaf=end)
+    return replay, data, picked
+
+
+def training_proof(assignment: Assignment) -> ProofCheck:
+    """Whether the proof of training holds: trace.json must be the chain the signed proof's
+    root commits to; it must start from the spec's seeded initialisation, take checkpoints
+    as often as the run's length asks, and span the run the spec asks (every epoch, or as
+    many as early stopping allows); the submitted weights must be one of its checkpoints'
+    (the run hands back its best epoch's end); and each challenged segment, re-executed from
+    its first checkpoint by the kind's ``replay``, must land on its second, re-executed here
+    or, in delegated mode, by a verifier node whose answer the platform judges
+    (``workers.assignments.delegation.referee``; ``docs/proof-of-training.md``)."""
+    checked = _chain(assignment)
+    if isinstance(checked, str):
+        return ProofCheck(checked)
+    replay, data, picked = checked
+    task = assignment.task
+    replayed: set[int] = set()
 
     def on_the_platform(chosen: list[int]) -> str:
+        replayed.update(chosen)
         if not chosen:
             return ""
         for why in replay(task.spec, data, [picked[i] for i in chosen]):
@@ -328,7 +364,9 @@ def training_proof_problem(assignment: Assignment) -> str:
         return ""
 
     # Every segment here, or those a verifier node's answer leaves to the platform.
-    return delegation.referee(assignment, on_the_platform)
+    problem = delegation.referee(assignment, on_the_platform)
+    by_node = 0 if problem else len(delegation.vouched(assignment) - replayed)
+    return ProofCheck(problem, len(replayed), by_node)
 
 
 def _span_problem(trace: Trace, plan: TrainingPlan) -> str:

@@ -1,0 +1,81 @@
+"""Delegated re-execution on the real asl_training kind: a run on the small synthetic sign
+dataset, trained by the agent's own code against the in-process platform, its challenged
+segments offered to a node of another provider, which downloads the worker-facing archive
+(never the held-out participant) and the slots' checkpoints, re-executes them with the
+kind's ``measure`` and answers; the platform judges, and the honest worker is paid."""
+
+from __future__ import annotations
+
+import io
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from tests.factories import CAPS, TINY_ASL, make_dataset, post_task
+from tests.workers.proving import RestNode, in_process_agent
+from training.asl.synthetic import generate
+from workers.agent import verify_job
+from workers.assignments import delegation, heldout, scheduler
+from workers.models import Assignment, VerificationJob
+from workers.tasks import verify_assignment
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db]
+
+ASL_CAPS = {**CAPS, "kinds": ["asl_training", "asl_inference"]}
+
+
+@pytest.fixture(autouse=True)
+def one_thread() -> Iterator[None]:
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_an_asl_run_re_executed_by_a_verifier_node_of_another_provider_is_paid(
+    alice: Any, bob: Any, carol: Any, tmp_path: Path, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings.SEGMENT_REEXECUTION = "delegated"
+    # The small run's segments are one step each, of which some make no canary: the offer
+    # tries until one does.
+    monkeypatch.setattr(delegation, "CANARY_TRIES", 50)
+    archive = generate(
+        tmp_path / "signs.zip", n_signs=5, n_participants=5, per_participant=2, max_frames=20, as_zip=True
+    )
+    upload = make_dataset(bob, archive.read_bytes(), "signs.zip")
+    task = post_task(bob, "asl_training", dict(TINY_ASL), dataset=upload.pk, budget=10 * 10**9, max_attempts=1)
+    worker = RestNode(alice, "asl-node", ASL_CAPS)
+    (assignment,) = scheduler.schedule(task.pk)
+    with in_process_agent(worker) as agent:
+        assert agent.run_assignment(str(assignment.pk)) == "submitted"
+    verifier = RestNode(carol, "asl-verifier", {**ASL_CAPS, "features": [*CAPS["features"], delegation.FEATURE]})
+    assert verify_assignment(str(assignment.pk)) == "delegated"
+    job = VerificationJob.objects.get(assignment=assignment, verifier=verifier.worker)
+    # What the verifier downloads is the worker's archive: no held-out participant in it.
+    served = verifier.client.get(f"/api/v1/verifications/{job.pk}/dataset/")
+    assert served.status_code == 200
+    body = zipfile.ZipFile(io.BytesIO(b"".join(served.streaming_content)))  # type: ignore[attr-defined]
+    held = zipfile.ZipFile(heldout.prepared(task).heldout_path())  # type: ignore[union-attr]
+    held_files = {n for n in held.namelist() if n.endswith(".parquet")}
+    assert held_files
+    assert held_files.isdisjoint(body.namelist())
+
+    with in_process_agent(verifier) as other:
+        assert verify_job.run(other, other.key, str(job.pk)) == "answered"
+    job.refresh_from_db()
+    by_role: dict[str, list[int]] = {}
+    for slot, entry in zip(job.slots, job.answer["answer"]["slots"], strict=True):
+        by_role.setdefault(slot["role"], []).append(entry["distance_micro"])
+    assert max(by_role["real"]) <= 500_000, by_role
+    assert all(d > 500_000 for d in by_role["canary"]), by_role
+    assert verify_assignment(str(assignment.pk)) == "accepted", Assignment.objects.get(pk=assignment.pk).reason
+    job.refresh_from_db()
+    assert job.outcome == VerificationJob.Outcome.AGREED
+    done = Assignment.objects.get(pk=assignment.pk)
+    assert done.metrics["segments_replayed"] + done.metrics["segments_verified_by_node"] == len(done.challenge)
+    worker.worker.refresh_from_db()
+    assert worker.worker.earnings > 0
