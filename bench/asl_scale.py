@@ -332,13 +332,21 @@ def run(
                 return f"task {task.status} ({task.status_reason}); assignments {states}"
 
             p.wait_for(settled, timeout, "the task did not settle in time", interval=1.0, explain=explain)
-            # The task completes just after its assignment is accepted (settlement).
-            p.wait_for(lambda: Task.objects.get(pk=task_id).status != TaskStatus.OPEN, 30, "", explain=explain)
+            # An accepted result completes the task just after (settlement); a rejected one
+            # leaves it open for another node, and the summary says why.
+            if Assignment.objects.filter(task_id=task_id, state=Assignment.State.ACCEPTED).exists():
+                p.wait_for(lambda: Task.objects.get(pk=task_id).status != TaskStatus.OPEN, 30, "", explain=explain)
             sampler.sample()
             hwm = {"web": tree_hwm(web_pid), "platform": tree_hwm(platform.pid), "node": tree_hwm(agent.pid)}
             sampler.halt.set()
             disk_final = {area: folder_bytes(*folders) for area, folders in sampler.areas.items()}
             p.stop(agent, platform)
+        from django.conf import settings
+
+        if settings.NODE_BROKER_URL:
+            from workers.assignments import nodebroker
+
+            nodebroker.remove_node(worker.address)  # the bench's node user and queue
 
     task = Task.objects.get(pk=task_id)
     assignment = Assignment.objects.filter(task=task).order_by("created_at").last()
