@@ -11,8 +11,12 @@ from __future__ import annotations
 
 import io
 import json
+import multiprocessing
 import zipfile
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Literal
 
 import numpy as np
 
@@ -21,6 +25,31 @@ from training.asl.parquet import write_sequence
 
 WORDS = ["hello", "thanks", "yes", "no", "please", "sorry", "mother", "father", "water", "eat", "drink", "home"]
 _LIPS = LIPS_CENTRE + LIPS_LEFT + LIPS_RIGHT
+
+
+@dataclass(frozen=True)
+class LengthDistribution:
+    """Sequence lengths in frames: a log-normal of this median and log-space sigma, rounded
+    and clipped to [``low``, ``high``]."""
+
+    median: float
+    sigma: float
+    low: int
+    high: int
+
+    def draw(self, rng: np.random.Generator) -> int:
+        return int(np.clip(round(rng.lognormal(np.log(self.median), self.sigma)), self.low, self.high))
+
+
+# The shape of the Google ISLR competition's training set (94,477 sequences of 250 signs by
+# 21 participants). Its lengths are heavily right-skewed; no published table of them was at
+# hand, so this is an APPROXIMATION, not a fit: a log-normal with median 23 frames and
+# sigma 0.89 (5th percentile about 5, 95th about 100, mean about 34), clipped to the 2..537
+# frames the longest sequences are commonly quoted at.
+ISLR_SEQUENCES = 94_477
+ISLR_SIGNS = 250
+ISLR_PARTICIPANTS = 21
+ISLR_LENGTHS = LengthDistribution(median=23.0, sigma=0.89, low=2, high=537)
 
 
 def _sign_names(n: int) -> list[str]:
@@ -114,6 +143,9 @@ def generate(
     seed: int = 0,
     as_zip: bool = False,
     shards: int = 0,
+    lengths: Literal["uniform", "islr"] = "uniform",
+    sequences: int | None = None,
+    processes: int = 1,
 ) -> Path:
     """Write an ISLR-format dataset to ``target``: a folder, a .zip when ``as_zip``, or with
     ``shards`` a folder of train.csv, the sign map and that many ``shard-NNNNN.zip`` holding
@@ -122,12 +154,54 @@ def generate(
     ``per_participant`` is how many sequences each participant signs of each sign. The same
     arguments always produce byte-identical files. Each file is written as it is made, so
     memory does not grow with the dataset.
+
+    ``lengths``: frames drawn uniformly from [``min_frames``, ``max_frames``], or from
+    ``ISLR_LENGTHS`` (the competition's skewed shape; ``min_frames`` and ``max_frames`` are
+    then unused).
+
+    ``sequences``: instead of ``per_participant``, this many sequences in all, spread as
+    evenly as the count allows over every (participant, sign) pair, each pair drawn from its
+    own random stream. That form can be made by ``processes`` processes at once; the output
+    does not depend on how many (``processes`` needs ``sequences``).
     """
+    if sequences is None and processes != 1:
+        raise ValueError("processes: generating in parallel needs sequences")
+    if processes < 1:
+        raise ValueError("processes: at least 1")
     rng = np.random.default_rng(seed)
     templates = _templates(rng)
     params = _sign_params(rng, n_signs)
     names = _sign_names(n_signs)
-    people = [
+    people = _people(rng, n_participants)
+    target = Path(target)
+    if sequences is not None:
+        shape = (n_signs, n_participants, lengths, (min_frames, max_frames))
+        return _generate_pairs(target, sequences, shape, seed, as_zip, shards, processes)
+    total = n_participants * n_signs * per_participant
+    with _Writer(target, as_zip, shards, total) as out:
+        rows = ["path,participant_id,sequence_id,sign"]
+        sequence_id = 1_000_000
+        for person in people:
+            for k in range(n_signs):
+                for _ in range(per_participant):
+                    sequence_id += int(rng.integers(1, 1000))
+                    if lengths == "islr":
+                        frames = ISLR_LENGTHS.draw(rng)
+                    else:
+                        frames = int(rng.integers(min_frames, max_frames + 1))
+                    landmarks = make_sequence(params[k], templates, person, rng, frames)
+                    path = f"train_landmark_files/{person['id']}/{sequence_id}.parquet"
+                    buffer = io.BytesIO()
+                    write_sequence(landmarks, buffer, first_frame=int(rng.integers(0, 50)))
+                    out.sequence(path, buffer.getvalue())
+                    rows.append(f"{path},{person['id']},{sequence_id},{names[k]}")
+        out.index("train.csv", ("\n".join(rows) + "\n").encode())
+        out.index("sign_to_prediction_index_map.json", json.dumps({n: i for i, n in enumerate(names)}).encode())
+    return target
+
+
+def _people(rng: np.random.Generator, n_participants: int) -> list[dict[str, float]]:
+    return [
         {
             "id": 16069 + 1931 * p,
             "dx": rng.uniform(-0.06, 0.06),
@@ -138,25 +212,109 @@ def generate(
         }
         for p in range(n_participants)
     ]
-    target = Path(target)
-    total = n_participants * n_signs * per_participant
-    with _Writer(target, as_zip, shards, total) as out:
-        rows = ["path,participant_id,sequence_id,sign"]
-        sequence_id = 1_000_000
-        for person in people:
-            for k in range(n_signs):
-                for _ in range(per_participant):
-                    sequence_id += int(rng.integers(1, 1000))
-                    frames = int(rng.integers(min_frames, max_frames + 1))
-                    landmarks = make_sequence(params[k], templates, person, rng, frames)
-                    path = f"train_landmark_files/{person['id']}/{sequence_id}.parquet"
-                    buffer = io.BytesIO()
-                    write_sequence(landmarks, buffer, first_frame=int(rng.integers(0, 50)))
-                    out.sequence(path, buffer.getvalue())
-                    rows.append(f"{path},{person['id']},{sequence_id},{names[k]}")
+
+
+def pair_counts(sequences: int, n_signs: int, n_participants: int) -> dict[tuple[int, int], int]:
+    """How many sequences each (participant, sign) pair signs when ``sequences`` are spread
+    over all of them: an equal share, and one more for the first pairs of the order that
+    takes sign r mod n_signs with participant r mod n_participants (every pair once when the
+    two counts are coprime, as 250 and 21 are), so the extras spread over every sign and
+    every participant alike."""
+    pairs = n_signs * n_participants
+    if sequences < 0 or pairs <= 0:
+        raise ValueError("sequences: a count of at least 0, with at least one sign and participant")
+    base, extra = divmod(sequences, pairs)
+    counts = {(p, k): base for p in range(n_participants) for k in range(n_signs)}
+    order = [(r % n_participants, r % n_signs) for r in range(pairs)]
+    if len(set(order)) != pairs:  # not coprime: walk participant-major instead
+        order = [(r // n_signs, r % n_signs) for r in range(pairs)]
+    for pair in order[:extra]:
+        counts[pair] += 1
+    return counts
+
+
+# What each generating process keeps between pairs: the shared templates, sign parameters
+# and participants (from the main seed), and the length option.
+_SHARED: dict[str, Any] = {}
+
+
+def _share(seed: int, n_signs: int, n_participants: int, lengths: str, frames: tuple[int, int]) -> None:
+    rng = np.random.default_rng(seed)
+    _SHARED.update(
+        seed=seed,
+        templates=_templates(rng),
+        params=_sign_params(rng, n_signs),
+        people=_people(rng, n_participants),
+        names=_sign_names(n_signs),
+        lengths=lengths,
+        frames=frames,
+    )
+
+
+def _pair(job: tuple[int, int, int]) -> list[tuple[str, bytes, str]]:
+    """The sequences of participant ``p`` signing sign ``k`` ``count`` times: (path, parquet
+    bytes, train.csv row) each, from the pair's own random stream."""
+    p, k, count = job
+    rng = np.random.default_rng([_SHARED["seed"], 0x15C, p, k])
+    person, name = _SHARED["people"][p], _SHARED["names"][k]
+    n_signs = len(_SHARED["names"])
+    made = []
+    for i in range(count):
+        # Unique by construction: the pair's number, then the repetition.
+        sequence_id = 1_000_000_000 + (p * n_signs + k) * 10_000 + i
+        if _SHARED["lengths"] == "islr":
+            frames = ISLR_LENGTHS.draw(rng)
+        else:
+            frames = int(rng.integers(_SHARED["frames"][0], _SHARED["frames"][1] + 1))
+        landmarks = make_sequence(_SHARED["params"][k], _SHARED["templates"], person, rng, frames)
+        path = f"train_landmark_files/{person['id']}/{sequence_id}.parquet"
+        buffer = io.BytesIO()
+        write_sequence(landmarks, buffer, first_frame=int(rng.integers(0, 50)))
+        made.append((path, buffer.getvalue(), f"{path},{person['id']},{sequence_id},{name}"))
+    return made
+
+
+def _generate_pairs(
+    target: Path,
+    sequences: int,
+    shape: tuple[int, int, str, tuple[int, int]],
+    seed: int,
+    as_zip: bool,
+    shards: int,
+    processes: int,
+) -> Path:
+    n_signs, n_participants = shape[0], shape[1]
+    counts = pair_counts(sequences, n_signs, n_participants)
+    if max(counts.values(), default=0) >= 10_000:
+        raise ValueError("sequences: at most 9,999 per (participant, sign) pair")
+    jobs = [(p, k, counts[p, k]) for p in range(n_participants) for k in range(n_signs) if counts[p, k]]
+    rows = ["path,participant_id,sequence_id,sign"]
+    with _Writer(target, as_zip, shards, sequences) as out:
+        for made in _made(jobs, (seed, *shape), processes):
+            for path, data, row in made:
+                out.sequence(path, data)
+                rows.append(row)
         out.index("train.csv", ("\n".join(rows) + "\n").encode())
+        names = _sign_names(n_signs)
         out.index("sign_to_prediction_index_map.json", json.dumps({n: i for i, n in enumerate(names)}).encode())
     return target
+
+
+def _made(
+    jobs: list[tuple[int, int, int]], shared: tuple[Any, ...], processes: int
+) -> Iterator[list[tuple[str, bytes, str]]]:
+    """Each job's sequences, in the jobs' order, made here or by ``processes`` processes (a
+    few pairs ahead of the writer: memory holds a few pairs, not the dataset)."""
+    if processes == 1:
+        _share(*shared)
+        yield from map(_pair, jobs)
+        return
+    context = multiprocessing.get_context("spawn")  # no fork of a parent holding torch or threads
+    with context.Pool(processes, initializer=_share, initargs=shared) as pool:
+        # imap runs ahead of the writer by as many pairs as it likes; bound it by windows.
+        window = processes * 8
+        for start in range(0, len(jobs), window):
+            yield from pool.imap(_pair, jobs[start : start + window])
 
 
 class _Writer:

@@ -1,0 +1,449 @@
+"""A rehearsal of the ISLR competition's training set on the platform, in real processes.
+
+1. Generates a set shaped like the competition's (``training.asl.synthetic``: 94,477
+   sequences of 250 signs by 21 participants, lengths from ``ISLR_LENGTHS``) times
+   ``--scale``: every sign and participant at every scale the count allows, fewer
+   sequences per pair; one zip, made by one process per core.
+2. Starts the platform as ``bench/dispatch.py`` does (daphne, one platform Celery worker on
+   the ``platform`` and ``control`` queues, a fresh SQLite database under the work folder,
+   the embedded filesystem broker or Redis/RabbitMQ when configured) and one node, registered
+   with the real CLI.
+3. Posts the zip through the REST API in parts (``/api/v1/dataset-uploads/``), then an
+   ``asl_training`` task of one epoch on it (``SPEC``: the smallest model the platform
+   offers, dim 192 and one block, on 32 frames), and waits for the platform's held-out split,
+   the node's download, cache and epoch, and the verification.
+
+Stage times come from the bench's own clock (generate, upload, post) and the assignment's
+timestamps (split: post answered → assignment made; node: started → first progress →
+result submitted; verify: submitted → settled). The node's download is taken as done when
+the files in its temporary folder first hold as many bytes as the platform's prepared
+worker files. A sampler reads, every half second, the resident memory of each process and
+its children (/proc, summed over the tree) and the bytes in each disk area:
+
+- ``upload``: the media folder's ``dataset-uploads/`` and ``datasets/`` (parts, then the dataset);
+- ``platform``: the media folder's ``prepared/`` and the platform worker's TMPDIR (the split);
+- ``artifacts``: the media folder's ``artifacts/`` (the model, and the checkpoints the
+  proof of training asked for);
+- ``node``: the node's TMPDIR (its download, cache and checkpoints).
+
+Each process gets its own TMPDIR under the work folder. The peak is the largest sample, so
+a spike shorter than half a second may be missed; ``hwm`` adds each process's VmHWM read
+just before it stops (its own peak; children that exited earlier are not in it). Resident
+memory counts the pages of memory-mapped files (the node's cache is one), which the kernel
+can drop; ``peak_anon_rss_bytes`` is the peak without them. The web process's peak is also
+kept per phase: the upload, the post, and the run (the node's download is served then).
+
+Before anything is written, the disk's use after the run is estimated
+(``DISK_FACTOR`` × the estimated dataset size) and the bench refuses to start when that
+would fill the disk past 85 %.
+
+Prints one JSON line: the stages' seconds, peaks, disk, the task's outcome, linear
+estimates for the full set, and the target (node peak ≤ 4 GiB).
+``.venv/bin/python bench/asl_scale.py [--scale 0.01] [--workdir DIR] [--keep]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from training.asl.synthetic import ISLR_PARTICIPANTS, ISLR_SEQUENCES, ISLR_SIGNS, generate  # noqa: E402
+
+GIB = 1024**3
+NODE_TARGET_BYTES = 4 * GIB
+DISK_LIMIT = 0.85
+# Zip bytes a sequence takes at ISLR_LENGTHS (532,360 and 543,821 measured at 0.05 and 0.01).
+BYTES_PER_SEQUENCE_ESTIMATE = 560_000
+# The areas' peaks over the dataset's size, summed, at 0.05: the generated zip 1, the upload
+# 1, the split 2.8 (its copy of the upload, the two halves, their stored copies), the node
+# 2.3 (download, cache, a checkpoint a step), the checkpoints the platform kept 0.4.
+DISK_FACTOR = 8
+SPEC: dict[str, Any] = {
+    "dim": 192,
+    "blocks": 1,
+    "max_len": 32,
+    "epochs": 1,
+    "batch_size": 16,
+    "grad_accumulation": 1,
+    "learning_rate": 3e-3,
+    "validation_fraction": 0.1,
+    "seed": 0,
+}
+SAMPLE_S = 0.5
+
+
+def percent_used_after(path: Path, extra: int) -> float:
+    usage = shutil.disk_usage(path)
+    return (usage.used + extra) / (usage.used + usage.free)
+
+
+# --- What the sampler reads -----------------------------------------------------------
+
+
+def _status(pid: int) -> dict[str, str]:
+    try:
+        text = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return {}
+    return dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+
+
+def _kib(value: str | None) -> int:
+    return int(value.split()[0]) * 1024 if value else 0
+
+
+def tree(root: int) -> list[int]:
+    """``root`` and its descendants now alive."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            ppid = _status(int(entry.name)).get("PPid")
+            if ppid:
+                children.setdefault(int(ppid), []).append(int(entry.name))
+    found, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo.extend(children.get(pid, []))
+    return found
+
+
+def tree_rss(root: int, field: str = "VmRSS") -> int:
+    """The tree's resident memory (``RssAnon``: without mapped files' pages)."""
+    return sum(_kib(_status(pid).get(field)) for pid in tree(root))
+
+
+def tree_hwm(root: int) -> int:
+    """The largest VmHWM among the tree's living processes."""
+    return max((_kib(_status(pid).get("VmHWM")) for pid in tree(root)), default=0)
+
+
+def folder_bytes(*folders: Path, skip: Callable[[Path], bool] = lambda path: False) -> int:
+    """Bytes of the files under ``folders``, each file once (a hard link is not a copy)."""
+    seen: dict[tuple[int, int], int] = {}
+    for folder in folders:
+        for dirpath, _, files in os.walk(folder):
+            for name in files:
+                path = Path(dirpath) / name
+                if skip(path):
+                    continue
+                try:
+                    stat = path.stat()
+                except OSError:
+                    continue
+                seen[stat.st_dev, stat.st_ino] = stat.st_size
+    return sum(seen.values())
+
+
+class Sampler(threading.Thread):
+    """Peaks of each process tree's memory and each disk area's bytes, every SAMPLE_S."""
+
+    def __init__(self, areas: dict[str, list[Path]], prepared: Path, node_tmp: Path) -> None:
+        super().__init__(daemon=True, name="sampler")
+        self.areas, self.prepared, self.node_tmp = areas, prepared, node_tmp
+        self.roots: dict[str, int] = {}
+        self.rss: dict[str, int] = {}
+        self.anon: dict[str, int] = {}
+        self.phase = "start"  # what the bench is waiting for; the web's peak is kept per phase
+        self.web_phases: dict[str, int] = {}
+        self.disk: dict[str, int] = {}
+        self.download_done: float | None = None  # wall clock (time.time)
+        self.halt = threading.Event()
+
+    def run(self) -> None:
+        while not self.halt.wait(SAMPLE_S):
+            self.sample()
+
+    def sample(self) -> None:
+        for role, pid in list(self.roots.items()):
+            rss = tree_rss(pid)
+            self.rss[role] = max(self.rss.get(role, 0), rss)
+            self.anon[role] = max(self.anon.get(role, 0), tree_rss(pid, "RssAnon"))
+            if role == "web":
+                self.web_phases[self.phase] = max(self.web_phases.get(self.phase, 0), rss)
+        for area, folders in self.areas.items():
+            self.disk[area] = max(self.disk.get(area, 0), folder_bytes(*folders))
+        if self.download_done is None:
+            worker = folder_bytes(self.prepared, skip=lambda p: "heldout" in p.name or p.name == "manifest.json")
+            downloaded = folder_bytes(self.node_tmp, skip=lambda p: "cache" in p.parts)
+            if worker and downloaded >= worker:
+                self.download_done = time.time()
+
+
+# --- The run ----------------------------------------------------------------------------
+
+
+def setup_django(var_dir: Path) -> None:
+    os.environ["PROOFWORK_VAR_DIR"] = str(var_dir)
+    os.environ.pop("DATABASE_URL", None)  # a fresh SQLite file under the work folder
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+    os.environ.setdefault("PROOFWORK_LOG_LEVEL", "WARNING")
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+
+
+def upload_in_parts(client: Any, path: Path) -> tuple[str, int]:
+    """The dataset's id, through /api/v1/dataset-uploads/; and the parts it took."""
+    size = path.stat().st_size
+    begun = client.post("/api/v1/dataset-uploads/", json={"size_bytes": size, "name": path.name})
+    assert begun.status_code == 201, begun.text
+    upload_id, part = begun.json()["id"], int(begun.json()["part_bytes"])
+    parts = 0
+    with path.open("rb") as data:
+        for start in range(0, size, part):
+            chunk = data.read(part)
+            end = start + len(chunk) - 1
+            headers = {"Content-Range": f"bytes {start}-{end}/{size}", "Content-Type": "application/octet-stream"}
+            answer = client.put(f"/api/v1/dataset-uploads/{upload_id}/", content=chunk, headers=headers)
+            parts += 1
+            if end + 1 < size:
+                assert answer.status_code == 202, answer.text
+            else:
+                assert answer.status_code == 201, answer.text
+                return str(answer.json()["id"]), parts
+    raise AssertionError("the upload never completed")
+
+
+def run(
+    scale: float, workdir: Path, processes: int, timeout: float, signs: int = ISLR_SIGNS, epochs: int = 1
+) -> dict[str, Any]:
+    """The whole rehearsal in ``workdir``; the summary ``main`` prints."""
+    sequences = max(1, round(ISLR_SEQUENCES * scale))
+    spec = {**SPEC, "epochs": epochs}
+    estimate = sequences * BYTES_PER_SEQUENCE_ESTIMATE
+    after = percent_used_after(workdir, DISK_FACTOR * estimate)
+    if after > DISK_LIMIT:
+        raise SystemExit(
+            f"refused: {sequences} sequences need about {DISK_FACTOR * estimate / GIB:.1f} GiB of disk at once,"
+            f" which would fill {workdir}'s disk to {after:.0%} (the limit is {DISK_LIMIT:.0%})"
+        )
+    stages: dict[str, float | None] = {}
+
+    t0 = time.monotonic()
+    zip_path = generate(
+        workdir / "islr.zip",
+        n_signs=signs,
+        n_participants=ISLR_PARTICIPANTS,
+        sequences=sequences,
+        lengths="islr",
+        processes=processes,
+        as_zip=True,
+    )
+    stages["generate"] = time.monotonic() - t0
+    dataset_bytes = zip_path.stat().st_size
+
+    # The platform's limit, raised for this dataset, and every process's scratch space in
+    # the work folder; children inherit this environment.
+    os.environ["PROOFWORK_DATASET_MAX_BYTES"] = str(max(dataset_bytes, 512 * 1024**2))
+    os.environ["PROOFWORK_ASSIGNMENT_DEADLINE"] = str(max(3600, int(timeout)))
+    media = workdir / "var" / "media"
+    tmp = {role: workdir / f"tmp-{role}" for role in ("web", "platform", "node")}
+    for folder in tmp.values():
+        folder.mkdir(parents=True, exist_ok=True)
+    setup_django(workdir / "var")
+
+    import httpx
+
+    from ledger import services as ledger
+    from ledger.units import UNITS_PER_CREDIT
+    from marketplace.models import Task, TaskStatus, User
+    from marketplace.services import create_api_token
+    from tests.workers import processes as p
+    from workers.models import Assignment, Worker
+
+    provider = User.objects.create_user("bench-provider", "provider@example.com", "bench-password-1")
+    requester = User.objects.create_user("bench-requester", "requester@example.com", "bench-password-1")
+    ledger.deposit(requester, 10_000 * UNITS_PER_CREDIT, reference="bench-deposit")
+    _, token = create_api_token(requester, "bench")
+
+    sampler = Sampler(
+        {
+            "upload": [media / "dataset-uploads", media / "datasets"],
+            "platform": [media / "prepared", tmp["platform"]],
+            "artifacts": [media / "artifacts"],
+            "node": [tmp["node"]],
+        },
+        media / "prepared",
+        tmp["node"],
+    )
+    hwm: dict[str, int] = {}
+    logs = workdir / "logs"
+    logs.mkdir(exist_ok=True)
+    platform_args = [sys.executable, "-m", "celery", "-A", "config", "worker", "-Q", "platform,control"]
+    platform_args += ["--pool", "solo", "-n", f"bench-platform-{os.getpid()}@%h", "--loglevel", "INFO"]
+    env = {role: p.child_env(DJANGO_SETTINGS_MODULE="config.settings", TMPDIR=str(tmp[role])) for role in tmp}
+    env["node"].pop("DJANGO_SETTINGS_MODULE")
+    with (
+        p.daphne(logs, env["web"]) as url,
+        p.spawn(platform_args, logs / "platform.log", env["platform"]) as platform,
+    ):
+        key = p.register_agent(logs, url, provider, "bench")
+        worker = Worker.objects.get(owner=provider)
+        web_pid = next(pid for pid in tree(os.getpid()) if "daphne" in _cmdline(pid))
+        with p.spawn(p.agent_cmd(key, "run", *p.broker_args()), logs / "agent.log", env["node"]) as agent:
+            p.wait_for(lambda: Worker.objects.get(pk=worker.pk).is_online, 120, "the node never came online")
+            sampler.roots = {"web": web_pid, "platform": platform.pid, "node": agent.pid}
+            sampler.start()
+            with httpx.Client(base_url=url, headers={"Authorization": f"Token {token}"}, timeout=600) as client:
+                t0 = time.monotonic()
+                sampler.phase = "upload"
+                dataset_id, parts = upload_in_parts(client, zip_path)
+                stages["upload"] = time.monotonic() - t0
+
+                t0 = time.monotonic()
+                sampler.phase = "post"
+                body = {"kind": "asl_training", "spec": spec, "dataset": dataset_id, "budget": "1000"}
+                posted = client.post("/api/v1/tasks/", json=body)
+                assert posted.status_code == 201, posted.text
+                stages["post"] = time.monotonic() - t0
+                posted_at = time.time()
+            task_id = posted.json()["id"]
+            sampler.sample()
+            sampler.phase = "run"
+
+            def settled() -> bool:
+                # Settled, or its one node's result judged: a rejected one waits for another node.
+                ended = (Assignment.State.ACCEPTED, Assignment.State.REJECTED, Assignment.State.EXPIRED)
+                return (
+                    Task.objects.get(pk=task_id).status in (TaskStatus.COMPLETED, TaskStatus.FAILED)
+                    or Assignment.objects.filter(task_id=task_id, state__in=ended).exists()
+                )
+
+            def explain() -> str:
+                task = Task.objects.get(pk=task_id)
+                states = list(Assignment.objects.filter(task=task).values_list("state", "reason"))
+                return f"task {task.status} ({task.status_reason}); assignments {states}"
+
+            p.wait_for(settled, timeout, "the task did not settle in time", interval=1.0, explain=explain)
+            # An accepted result completes the task just after (settlement); a rejected one
+            # leaves it open for another node, and the summary says why.
+            if Assignment.objects.filter(task_id=task_id, state=Assignment.State.ACCEPTED).exists():
+                p.wait_for(lambda: Task.objects.get(pk=task_id).status != TaskStatus.OPEN, 30, "", explain=explain)
+            sampler.sample()
+            hwm = {"web": tree_hwm(web_pid), "platform": tree_hwm(platform.pid), "node": tree_hwm(agent.pid)}
+            sampler.halt.set()
+            disk_final = {area: folder_bytes(*folders) for area, folders in sampler.areas.items()}
+            p.stop(agent, platform)
+        from django.conf import settings
+
+        if settings.NODE_BROKER_URL:
+            from workers.assignments import nodebroker
+
+            nodebroker.remove_node(worker.address)  # the bench's node user and queue
+
+    task = Task.objects.get(pk=task_id)
+    assignment = Assignment.objects.filter(task=task).order_by("created_at").last()
+    history = assignment.history if assignment else []
+    first_step = min((float(point["t"]) for point in history if "t" in point), default=None)
+
+    def at(value: Any) -> float | None:
+        return value.timestamp() if value is not None else None
+
+    made, started = at(assignment and assignment.created_at), at(assignment and assignment.started_at)
+    submitted, settled_at = at(assignment and assignment.submitted_at), at(assignment and assignment.settled_at)
+    download = sampler.download_done
+
+    def span(a: float | None, b: float | None) -> float | None:
+        return b - a if a is not None and b is not None else None
+
+    stages.update(
+        {
+            "split": span(posted_at, made),  # the platform's held-out split, and scheduling
+            "download": span(started, download),
+            "cache": span(download, first_step),  # the node's cache of the 118 points
+            "node_until_first_step": span(started, first_step),
+            "train": span(first_step, submitted),  # one epoch, and the node's own validation
+            "verify": span(submitted, settled_at),
+            "post_to_settled": span(posted_at, settled_at),
+        }
+    )
+    stages = {name: round(value, 1) if value is not None else None for name, value in stages.items()}
+    summary = task.result_summary or {}
+    factor = ISLR_SEQUENCES / sequences
+    timed = ("generate", "upload", "post", "split", "node_until_first_step", "train", "verify")
+    return {
+        "bench": "asl_scale",
+        "scale": scale,
+        "sequences": sequences,
+        "signs": signs,
+        "participants": ISLR_PARTICIPANTS,
+        "dataset_bytes": dataset_bytes,
+        "bytes_per_sequence": round(dataset_bytes / sequences),
+        "upload_parts": parts,
+        "spec": spec,
+        "task_status": task.status,
+        "task_reason": task.status_reason,
+        "assignment_state": assignment.state if assignment else None,
+        "assignment_reason": assignment.reason if assignment else None,
+        "heldout_sequences": summary.get("heldout_sequences"),
+        "heldout_top1": summary.get("heldout_top1"),
+        "stages_s": stages,
+        "peak_rss_bytes": sampler.rss,
+        "peak_anon_rss_bytes": sampler.anon,
+        "web_peak_rss_by_phase": sampler.web_phases,
+        "hwm_bytes": hwm,
+        "disk_peak_bytes": sampler.disk,
+        "disk_final_bytes": disk_final,
+        "full_scale_linear": {
+            "dataset_bytes": round(dataset_bytes * factor),
+            "disk_peak_bytes": round(sum(sampler.disk.values()) * factor + dataset_bytes * factor),
+            "stages_s": {name: round(value * factor) for name in timed if (value := stages.get(name)) is not None},
+        },
+        "target_node_peak_bytes": NODE_TARGET_BYTES,
+        "node_ok": max(sampler.rss.get("node", 0), hwm.get("node", 0)) <= NODE_TARGET_BYTES,
+        "verified": task.status == TaskStatus.COMPLETED,
+    }
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scale", type=float, default=1.0, help="fraction of the 94,477 sequences (default 1)")
+    parser.add_argument("--workdir", type=Path, default=None, help="where the files go (default: a temporary folder)")
+    parser.add_argument("--keep", action="store_true", help="keep the work folder (logs, data) afterwards")
+    parser.add_argument("--processes", type=int, default=os.cpu_count() or 1, help="generating processes")
+    parser.add_argument("--timeout", type=float, default=0, help="seconds to wait for the task (default: by scale)")
+    parser.add_argument("--signs", type=int, default=ISLR_SIGNS, help=f"signs (default {ISLR_SIGNS})")
+    parser.add_argument("--epochs", type=int, default=1, help="training epochs (default 1)")
+    args = parser.parse_args()
+    if not 0 < args.scale <= 1:
+        parser.error("--scale: a fraction in (0, 1]")
+    # Stopped from outside: unwind, so that the processes it started are stopped too.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="proofwork-asl-scale-")).resolve()
+    workdir.mkdir(parents=True, exist_ok=True)
+    timeout = args.timeout or 600 + 0.5 * ISLR_SEQUENCES * args.scale
+    try:
+        result = run(args.scale, workdir, max(1, args.processes), timeout, args.signs, args.epochs)
+    finally:
+        if not args.keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+    print(json.dumps(result))
+    return 0 if result["verified"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
