@@ -388,21 +388,20 @@ class ShardServer:
         if name == "dataset":
             return httpx.Response(200, content=self.manifest)
         body = self.files[name]
-        start = 0
-        if "Range" in request.headers:
+        start, end = 0, len(body) - 1
+        ranged = "Range" in request.headers
+        if ranged:
             self.ranges.append(f"{name} {request.headers['Range']}")
-            start = int(request.headers["Range"].removeprefix("bytes=").rstrip("-"))
-        part = body[start:]
+            first, _, last = request.headers["Range"].removeprefix("bytes=").partition("-")
+            start, end = int(first), int(last) if last else end
+        part = body[start : end + 1]
+        answered = {"Content-Range": f"bytes {start}-{end}/{len(body)}"} if ranged else {}
         cut = self.break_after.pop(name, None)
         if cut is not None:
             self.sent += cut
-            return httpx.Response(200 if not start else 206, stream=BreaksOffAt(part, cut))
+            return httpx.Response(206 if ranged else 200, stream=BreaksOffAt(part, cut), headers=answered)
         self.sent += len(part)
-        if start:
-            return httpx.Response(
-                206, content=part, headers={"Content-Range": f"bytes {start}-{len(body) - 1}/{len(body)}"}
-            )
-        return httpx.Response(200, content=part)
+        return httpx.Response(206 if ranged else 200, content=part, headers=answered)
 
 
 class BreaksOffAt(httpx.SyncByteStream):
@@ -451,6 +450,26 @@ def test_a_dataset_in_shards_lands_in_one_folder_and_resumes_where_it_broke_off(
     # Each broken-off file was asked for from the byte it stopped at, not from its start:
     # the platform sent every byte once (plus the manifest).
     assert server.ranges == ["shard-00000.zip bytes=30000-", "shard-00001.zip bytes=1-"]
+    assert server.sent == sum(len(body) for body in SHARDS.values())
+
+
+def test_a_large_file_is_fetched_in_bounded_pieces_and_a_broken_piece_resumes(
+    node: Node, platform: Platform, clock: Clock, trained_on: list[dict[str, bytes]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The platform's ASGI server holds a response body it has not yet sent in memory, so a
+    large file is asked for a piece at a time: no GET asks for more than DOWNLOAD_PIECE bytes,
+    a piece that breaks off resumes where it stopped, and every byte is sent once."""
+    monkeypatch.setattr(transfer, "DOWNLOAD_PIECE", 8_000)
+    big = "shard-00000.zip"
+    server = ShardServer(SHARDS, break_after={big: 3_000})
+    sharded_job(platform, server, shard_manifest(SHARDS))
+    assert node.run_assignment(ASSIGNMENT) == "submitted"
+    assert trained_on == [SHARDS]
+    asked = [r.split(" ", 1)[1].removeprefix("bytes=").split("-") for r in server.ranges if r.startswith(big)]
+    assert all(last and int(last) - int(first) + 1 <= 8_000 for first, last in asked)
+    starts = [int(first) for first, _ in asked]
+    assert starts[:3] == [0, 3_000, 11_000]  # the first piece broke off at 3,000 and resumed there
+    assert int(asked[-1][1]) == len(SHARDS[big]) - 1
     assert server.sent == sum(len(body) for body in SHARDS.values())
 
 

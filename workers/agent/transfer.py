@@ -31,6 +31,10 @@ UPLOAD_CHUNK = 1 << 20  # bytes a streamed request body reads from disk at a tim
 UPLOAD_PART = 32 << 20  # the largest single request; larger artifacts go in parts of this size
 RETRY_ATTEMPTS = 8  # requests and downloads: 1+2+4+8+16+30+30 s of waiting, about 91 s, then give up
 RETRY_MAX_DELAY = 30.0
+# The most one GET asks for when the size is known: the platform's ASGI server holds what it
+# has not yet sent in memory (it applies no backpressure to response bodies), so a file is
+# fetched in ranges of this size and the web process holds one of them per download at most.
+DOWNLOAD_PIECE = 64 << 20
 MANIFEST_MAX_BYTES = 16 << 20  # a dataset's manifest: about 100,000 files' entries
 MANIFEST_FILES = 100_000
 _SHA256 = re.compile(r"[0-9a-f]{64}")
@@ -64,6 +68,14 @@ def _read(path: Path, start: int, stop: int) -> Iterator[bytes]:
         while left > 0 and (chunk := handle.read(min(UPLOAD_CHUNK, left))):
             left -= len(chunk)
             yield chunk
+
+
+def _range(received: int, size: int | None) -> dict[str, str]:
+    """The Range header of the next GET of a file: the next piece of ``DOWNLOAD_PIECE`` bytes
+    when its size is known and larger, the rest after a break-off, none for a whole file."""
+    if size is not None and size > DOWNLOAD_PIECE and received < size:
+        return {"Range": f"bytes={received}-{min(received + DOWNLOAD_PIECE, size) - 1}"}
+    return {"Range": f"bytes={received}-"} if received else {}
 
 
 def _check_resumed(url: str, response: httpx.Response, received: int) -> None:
@@ -214,7 +226,9 @@ class PlatformClient:
         Only from the node's own server (``trust.on_own_server``). Transport errors and 5xx
         (the platform restarting, a proxy's 502) are retried like ``request``; a body that
         broke off is resumed where it stopped (``Range: bytes=N-``, 206), or started again
-        when the server sends the whole file. The retries give up after ``RETRY_ATTEMPTS``
+        when the server sends the whole file. A file of known ``size`` over ``DOWNLOAD_PIECE``
+        is asked for in ranges of that size, one after the other (``Range: bytes=N-M``), so
+        the platform never holds more than one piece of it. The retries give up after ``RETRY_ATTEMPTS``
         failures in a row without a byte received, so a long download over a link that
         breaks now and then finishes. Any other status fails at once. With ``size``
         and ``sha256`` (the job's dataset entry, a manifest's file) a body that differs
@@ -229,13 +243,13 @@ class PlatformClient:
         with dest.open("wb") as out:
             while True:
                 before = received
-                headers = {"Range": f"bytes={received}-"} if received else {}
+                headers = _range(received, size)
                 try:
                     with self.http.stream("GET", url, headers=headers) as response:
                         if response.status_code < 500:
                             if received and response.status_code == 416 and received == size:
                                 break  # every byte had arrived before the connection broke
-                            if received and response.status_code == 206:
+                            if headers and response.status_code == 206:
                                 _check_resumed(url, response, received)
                             elif response.status_code == 200:  # the whole file: from its start
                                 out.seek(0)
@@ -252,6 +266,11 @@ class PlatformClient:
                                 received += len(chunk)
                                 if size is not None and received > size:
                                     break  # longer than announced: checked below, not stored on
+                            if response.status_code == 206 and size is not None and received < size:
+                                if received > before:
+                                    delay, failures = 1.0, 0
+                                    continue  # the next piece
+                                raise JobError(f"GET {url}: an empty part at byte {received} of {size}")
                             break
                         problem = f"HTTP {response.status_code}"
                 except httpx.TransportError as exc:
