@@ -6,8 +6,7 @@ kind's ``measure`` and answers; the platform judges, and the honest worker is pa
 
 from __future__ import annotations
 
-import io
-import zipfile
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ import torch
 
 from tests.factories import CAPS, TINY_ASL, make_dataset, post_task
 from tests.workers.proving import RestNode, in_process_agent
+from training.asl.source import Source
 from training.asl.synthetic import generate
 from workers.agent import verify_job
 from workers.assignments import delegation, heldout, scheduler
@@ -26,6 +26,10 @@ from workers.tasks import verify_assignment
 pytestmark = [pytest.mark.slow, pytest.mark.django_db]
 
 ASL_CAPS = {**CAPS, "kinds": ["asl_training", "asl_inference"]}
+
+
+def _body(response: Any) -> bytes:
+    return b"".join(response.streaming_content) if response.streaming else bytes(response.content)
 
 
 @pytest.fixture(autouse=True)
@@ -55,14 +59,20 @@ def test_an_asl_run_re_executed_by_a_verifier_node_of_another_provider_is_paid(
     verifier = RestNode(carol, "asl-verifier", {**ASL_CAPS, "features": [*CAPS["features"], delegation.FEATURE]})
     assert verify_assignment(str(assignment.pk)) == "delegated"
     job = VerificationJob.objects.get(assignment=assignment, verifier=verifier.worker)
-    # What the verifier downloads is the worker's archive: no held-out participant in it.
+    # What the verifier downloads is the worker's share, in shards: no held-out participant in it.
     served = verifier.client.get(f"/api/v1/verifications/{job.pk}/dataset/")
     assert served.status_code == 200
-    body = zipfile.ZipFile(io.BytesIO(b"".join(served.streaming_content)))  # type: ignore[attr-defined]
-    held = zipfile.ZipFile(heldout.prepared(task).heldout_path())  # type: ignore[union-attr]
-    held_files = {n for n in held.namelist() if n.endswith(".parquet")}
-    assert held_files
-    assert held_files.isdisjoint(body.namelist())
+    manifest = json.loads(_body(served))
+    downloaded = tmp_path / "verifier-dataset"
+    downloaded.mkdir()
+    for entry in manifest["files"]:
+        part = verifier.client.get(f"/api/v1/verifications/{job.pk}/dataset/{entry['name']}/")
+        assert part.status_code == 200, entry["name"]
+        (downloaded / entry["name"]).write_bytes(_body(part))
+    with Source(downloaded) as share, Source(heldout.prepared(task).heldout_path()) as held:  # type: ignore[union-attr]
+        held_files = set(held.files(".parquet"))
+        assert held_files
+        assert held_files.isdisjoint(share.files(".parquet"))
 
     with in_process_agent(verifier) as other:
         assert verify_job.run(other, other.key, str(job.pk)) == "answered"
