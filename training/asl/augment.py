@@ -40,14 +40,19 @@ INTERPOLATIONS = ("mixed", "nearest")
 
 
 def _centre(x: np.ndarray) -> np.ndarray:
-    finite = x[..., :2][np.isfinite(x[..., :2]).all(-1)]
-    return finite.mean(0) if finite.size else np.array([0.5, 0.5], dtype=x.dtype)
+    """The mean x, y of the detected points (a point is detected in both or neither)."""
+    xy = x[..., :2].reshape(-1, 2)
+    seen = np.isfinite(xy[:, 0])
+    count = int(np.count_nonzero(seen))
+    if not count:
+        return np.array([0.5, 0.5], dtype=x.dtype)
+    return xy[seen].sum(0, dtype=np.float64).astype(x.dtype) / count
 
 
-def _affine(x: np.ndarray, matrix: np.ndarray) -> np.ndarray:
-    """Apply a 2×2 matrix (about the sequence centre) to x, y; z untouched."""
+def _affine(x: np.ndarray, matrix: np.ndarray, centre: np.ndarray | None = None) -> np.ndarray:
+    """Apply a 2×2 matrix (about ``centre``, by default the sequence's) to x, y; z untouched."""
     out = x.copy()
-    centre = _centre(x)
+    centre = _centre(x) if centre is None else centre
     out[..., :2] = (x[..., :2] - centre) @ matrix.T.astype(x.dtype) + centre
     return out
 
@@ -58,11 +63,11 @@ def _ramp(frames: int, start: np.ndarray, end: np.ndarray) -> np.ndarray:
     return start + np.multiply.outer(t, end - start)
 
 
-def _drift(x: np.ndarray, factors: np.ndarray, shifts: np.ndarray) -> np.ndarray:
-    """Scale x, y per frame by ``factors`` [frames, 2] (about the sequence centre), then add
-    ``shifts`` [frames, 2]; z untouched."""
+def _drift(x: np.ndarray, factors: np.ndarray, shifts: np.ndarray, centre: np.ndarray | None = None) -> np.ndarray:
+    """Scale x, y per frame by ``factors`` [frames, 2] (about ``centre``, by default the
+    sequence's), then add ``shifts`` [frames, 2]; z untouched."""
     out = x.copy()
-    centre = _centre(x)
+    centre = _centre(x) if centre is None else centre
     out[..., :2] = ((x[..., :2] - centre) * factors[:, None] + centre + shifts[:, None]).astype(x.dtype)
     return out
 
@@ -125,35 +130,44 @@ def time_mask(x: np.ndarray, rng: np.random.Generator, max_fraction: float = 0.3
     return out
 
 
-def rotate(x: np.ndarray, rng: np.random.Generator, degrees: float = 15.0) -> np.ndarray:
+def rotate(
+    x: np.ndarray, rng: np.random.Generator, degrees: float = 15.0, centre: np.ndarray | None = None
+) -> np.ndarray:
     """Rotate in the image plane by up to ±``degrees``."""
     a = np.deg2rad(rng.uniform(-degrees, degrees))
-    return _affine(x, np.array([[np.cos(a), -np.sin(a)], [np.sin(a), np.cos(a)]]))
+    return _affine(x, np.array([[np.cos(a), -np.sin(a)], [np.sin(a), np.cos(a)]]), centre)
 
 
-def scale(x: np.ndarray, rng: np.random.Generator, low: float = 0.8, high: float = 1.2) -> np.ndarray:
+def scale(
+    x: np.ndarray, rng: np.random.Generator, low: float = 0.8, high: float = 1.2, centre: np.ndarray | None = None
+) -> np.ndarray:
     """Zoom in or out during the sign, as a camera zoom or a signer leaning in would: the
     scale drifts linearly from one factor in 0.8–1.2 at the first frame to another at the
     last (about the sequence centre), each axis's factor varied by up to ±5 %. Only the
     change over time and the aspect survive the featurizer's per-sequence normalisation."""
     aspect = rng.uniform(0.95, 1.05, 2)
     factors = _ramp(x.shape[0], rng.uniform(low, high) * aspect, rng.uniform(low, high) * aspect)
-    return _drift(x, factors, np.zeros_like(factors))
+    return _drift(x, factors, np.zeros_like(factors), centre)
 
 
-def shear(x: np.ndarray, rng: np.random.Generator, amount: float = 0.15) -> np.ndarray:
+def shear(
+    x: np.ndarray, rng: np.random.Generator, amount: float = 0.15, centre: np.ndarray | None = None
+) -> np.ndarray:
     """Shear along x or y by up to ±0.15."""
     m = np.eye(2)
     m[tuple(rng.permutation(2))] = rng.uniform(-amount, amount)
-    return _affine(x, m)
+    return _affine(x, m, centre)
 
 
-def translate(x: np.ndarray, rng: np.random.Generator, amount: float = 0.05) -> np.ndarray:
+def translate(
+    x: np.ndarray, rng: np.random.Generator, amount: float = 0.05, centre: np.ndarray | None = None
+) -> np.ndarray:
     """Move the signer across the image during the sign: the shift drifts linearly from one
     offset (up to ±0.05 of the image on each axis) at the first frame to another at the
     last. Only the drift survives the featurizer, which centres on the sequence's mean."""
     factors = np.ones((x.shape[0], 2))
-    return _drift(x, factors, _ramp(x.shape[0], rng.uniform(-amount, amount, 2), rng.uniform(-amount, amount, 2)))
+    start, end = rng.uniform(-amount, amount, 2), rng.uniform(-amount, amount, 2)
+    return _drift(x, factors, _ramp(x.shape[0], start, end), centre)
 
 
 def flip(x: np.ndarray, mirror: np.ndarray) -> np.ndarray:
@@ -229,11 +243,14 @@ class Augmenter:
         if "crop" in on and self.crop:
             x = crop(x, rng, self.crop)
         if rng.random() < self.p_spatial:
+            # One pivot for the whole affine group: the sequence's centre before it (rotation
+            # and shear about it leave it in place; the drifts move it a little).
+            centre = _centre(x)
             if "rotate" in on and rng.random() < 0.5:
-                x = rotate(x, rng, self.rotate_degrees)
+                x = rotate(x, rng, self.rotate_degrees, centre=centre)
             for name, fn in (("scale", scale), ("shear", shear), ("translate", translate)):
                 if name in on and rng.random() < 0.5:
-                    x = fn(x, rng)
+                    x = fn(x, rng, centre=centre)
         if "noise" in on and rng.random() < self.p_noise:
             x = noise(x, rng)
         if "spatial_mask" in on and rng.random() < self.p_spatial_mask:
