@@ -28,7 +28,8 @@ checkpoint files also goes through ``check_segments`` and its reason is printed.
 
 Then ``--draws`` challenges per strategy (``training.trace.challenge`` with a fresh secret,
 ``segments_needed(n, 0.99, 0.1)`` segments) read the cached verdicts: the detection rate per
-strategy, the false-rejection rate of the honest runs, and the verification cost (the time
+strategy (sampled, and exactly from the per-segment verdicts: ``exact``), the false-rejection
+rate of the honest runs, and the verification cost (the time
 ``check_segments`` takes on one challenge's segments, hashing included, over the training's
 time). The last line is one JSON object with the figures and the targets.
 """
@@ -40,6 +41,7 @@ import contextlib
 import hashlib
 import itertools
 import json
+import math
 import random
 import shutil
 import statistics
@@ -236,6 +238,21 @@ def simulate(verdicts: list[bool], bad_share: float | None, draws: int, root: st
     return rejected / draws
 
 
+def exact(verdicts: list[bool], bad_share: float | None, draws: int) -> float:
+    """The probability that one challenge rejects, exactly (no challenge drawn), averaged
+    over the same ``draws`` bad sets ``simulate`` uses: 1 − C(n − d, s) / C(n, s), d the
+    drawn-bad segments whose forged end fails. What ``simulate`` estimates by sampling."""
+    n = len(verdicts)
+    s = segments_needed(n, DETECT, BAD_FRACTION)
+    total = 0.0
+    for i in range(draws):
+        rng = random.Random(i)
+        bad = range(n) if bad_share is None else rng.sample(range(n), round(bad_share * n))
+        caught = sum(1 for j in bad if not verdicts[j])
+        total += 1.0 - math.comb(n - caught, s) / math.comb(n, s)
+    return total / draws
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a smaller model (same step count) for development")
@@ -301,6 +318,11 @@ def main() -> None:
             "skip_concentrated": simulate(verdict["copied"], 0.1, args.draws, trace.root, honest_fail["bf16"]),
             "fabricated": simulate(verdict["fabricated"], None, args.draws, trace.root, honest_fail["bf16"]),
         }
+        exact_detection = {
+            "skip_spread": exact(verdict["skip"], min(1.0, 0.1 * k), args.draws),
+            "skip_concentrated": exact(verdict["copied"], 0.1, args.draws),
+            "fabricated": exact(verdict["fabricated"], None, args.draws),
+        }
         for name, reason in forged(spec, work / "trace-bf16", work).items():
             print(f"forged {name}: {reason}")
         for how in ("heldout", "zero_steps"):
@@ -314,6 +336,7 @@ def main() -> None:
             ]
             print(f"{how}: per segment {' '.join(away)}")
             detection[how] = simulate([r == "" for r in reasons], None, args.draws, "x" * 64, [False] * len(reasons))
+            exact_detection[how] = exact([r == "" for r in reasons], None, args.draws)
             figures[f"{how}_segments_rejected_share"] = sum(1 for r in reasons if r) / len(reasons)
         figures.update(
             {
@@ -325,6 +348,7 @@ def main() -> None:
                 "check_seconds": check_seconds,
                 "cost_share": cost,
                 **{f"detection_{name}": rate for name, rate in detection.items()},
+                **{f"detection_exact_{name}": rate for name, rate in exact_detection.items()},
                 "target_cost_share": TARGET_COST,
                 "target_detection": TARGET_DETECTION,
                 "target_false_rejection": TARGET_FALSE_REJECTION,
