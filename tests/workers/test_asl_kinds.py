@@ -233,6 +233,19 @@ def test_a_node_downloads_virtual_shards_that_read_as_the_upload(
     assert refused["Content-Range"] == f"bytes */{size}"
 
 
+def test_the_platforms_re_execution_reads_the_share_the_node_downloaded(
+    bob: Any, alpha: AslProvider, dataset: Path, tmp_path: Path
+) -> None:
+    from training.asl.run import training_plan
+    from workers.verification.base import worker_data
+
+    task = training_task(bob, dataset)
+    served = served_folder(alpha, assign(task), tmp_path / "served")
+    with worker_data(task) as share:
+        assert share is not None
+        assert training_plan(task.spec, share) == training_plan(task.spec, served)
+
+
 def test_a_recipe_reaching_outside_the_upload_is_refused_not_served(
     bob: Any, alpha: AslProvider, dataset: Path
 ) -> None:
