@@ -5,9 +5,11 @@ reach of anything a worker can compute from its spec."""
 from __future__ import annotations
 
 import csv
+import io
 import json
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -20,6 +22,7 @@ from training.asl.synthetic import generate
 from training.cube.data import CubeDataError, synthetic_embeddings
 from training.cube.split import heldout_rows, load_heldout
 from training.cube.split import prepare as prepare_cube
+from training.virtualzip import RECIPE_SUFFIX, VirtualZip, attach, virtual_name
 
 SECRET = bytes(range(32))
 OTHER_SECRET = bytes(range(1, 33))
@@ -179,25 +182,75 @@ def share_index(folder: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(index))
 
 
-def share_members(folder: Path) -> dict[str, str]:
+def shard_contents(folder: Path, upload: Path) -> dict[str, dict[str, tuple[zipfile.ZipInfo, bytes]]]:
+    """A share's shards by name, each read as the zip it serves (assembled from ``upload``):
+    its members' entries and bytes, every CRC checked."""
+    shards = {}
+    for recipe in sorted(folder.glob(f"shard-*.zip{RECIPE_SUFFIX}")):
+        with VirtualZip.open(recipe, upload) as raw, zipfile.ZipFile(raw) as archive:
+            shards[virtual_name(recipe) or ""] = {i.filename: (i, archive.read(i)) for i in archive.infolist()}
+    return shards
+
+
+def share_members(folder: Path, upload: Path, root: str = "") -> dict[str, str]:
     """Every sequence file in a share's shards, by path: the shard it is in."""
     members: dict[str, str] = {}
-    for shard in sorted(folder.glob("shard-*.zip")):
-        with zipfile.ZipFile(shard) as archive:
-            for info in archive.infolist():
-                assert info.compress_type == zipfile.ZIP_STORED  # parquet is not deflated again
-                assert info.filename not in members, f"{info.filename} is in two shards"
-                members[info.filename] = shard.name
+    with zipfile.ZipFile(upload) as original:
+        methods = {i.filename: i.compress_type for i in original.infolist()}
+    for name, contents in shard_contents(folder, upload).items():
+        for path, (info, _) in contents.items():
+            assert info.compress_type == methods[root + path]  # served as stored, never recompressed
+            assert path not in members, f"{path} is in two shards"
+            members[path] = name
     return members
 
 
-def test_the_split_writes_each_share_as_bounded_shards_and_loses_nothing(tmp_path: Path) -> None:
+def folder_bytes(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+
+
+def repack(upload: Path, target: Path, prefix: str = "") -> Path:
+    """``upload``'s members deflated under ``prefix``, written as a stream writes a zip (each
+    member's sizes in a data descriptor after its data), so its local headers differ from
+    its central directory's: what a member's data offset must be read from."""
+
+    class Stream(io.RawIOBase):
+        def __init__(self, out: io.BufferedWriter) -> None:
+            self.out = out
+
+        def writable(self) -> bool:
+            return True
+
+        def write(self, data: Any) -> int:
+            return self.out.write(data)
+
+    with (
+        zipfile.ZipFile(upload) as original,
+        target.open("wb") as out,
+        zipfile.ZipFile(Stream(out), "w", zipfile.ZIP_DEFLATED) as packed,
+    ):
+        for info in original.infolist():
+            with original.open(info) as data, packed.open(prefix + info.filename, "w") as member:
+                member.write(data.read())
+    return target
+
+
+@pytest.mark.parametrize("packing", ["stored", "deflated"])
+def test_the_split_writes_each_share_as_bounded_shards_and_loses_nothing(tmp_path: Path, packing: str) -> None:
     archive = generate(
         tmp_path / "signs.zip", n_signs=3, n_participants=12, per_participant=2, max_frames=16, as_zip=True
     )
+    if packing == "deflated":
+        archive = repack(archive, tmp_path / "deflated.zip", prefix="asl-signs/")
     with zipfile.ZipFile(archive) as original:
-        sizes = {i.filename: i.file_size for i in original.infolist() if i.filename.endswith(".parquet")}
-        sign_map = original.read("sign_to_prediction_index_map.json")
+        if packing == "deflated":
+            assert {i.compress_type for i in original.infolist()} == {zipfile.ZIP_DEFLATED}
+            assert all(i.flag_bits & 0x8 for i in original.infolist())  # sizes after the data
+        root = "asl-signs/" if packing == "deflated" else ""
+        sizes = {
+            i.filename[len(root) :]: i.compress_size for i in original.infolist() if i.filename.endswith(".parquet")
+        }
+        sign_map = original.read(root + "sign_to_prediction_index_map.json")
     shard_bytes = 4 * max(sizes.values())
     worker, held = prepare_asl(
         {"dim": 192, "blocks": 1, "max_len": 32}, archive, tmp_path / "out", SECRET, shard_bytes=shard_bytes
@@ -207,38 +260,46 @@ def test_the_split_writes_each_share_as_bounded_shards_and_loses_nothing(tmp_pat
     assert held.is_dir()
 
     worker_rows, held_rows = share_index(worker), share_index(held)
-    worker_members, held_members = share_members(worker), share_members(held)
-    # Several shards, named in order from 00000, each within the bound (one member may overrun it).
+    worker_members, held_members = share_members(worker, archive, root), share_members(held, archive, root)
+    # Several shards, named in order from 00000, each a recipe within the bound (one member may overrun it).
+    recipes = len(list(worker.glob("shard-*")))
+    assert recipes >= 3
     assert sorted(p.name for p in worker.iterdir()) == [
-        "shard-00000.zip",
-        *(f"shard-{i:05d}.zip" for i in range(1, len(list(worker.glob("shard-*"))))),
+        *(f"shard-{i:05d}.zip.recipe" for i in range(recipes)),
         "sign_to_prediction_index_map.json",
         "train.csv",
     ]
-    assert len(list(worker.glob("shard-*.zip"))) >= 3
-    for shard_path in worker.glob("shard-*.zip"):
-        with zipfile.ZipFile(shard_path) as part:
-            assert sum(i.file_size for i in part.infolist()) <= shard_bytes + max(sizes.values())
+    for part in shard_contents(worker, archive).values():
+        assert sum(info.compress_size for info, _ in part.values()) <= shard_bytes + max(sizes.values())
     # Each share's shards hold exactly the sequences its train.csv lists, and no train.csv.
     assert set(worker_members) == {row["path"] for row in worker_rows}
     assert set(held_members) == {row["path"] for row in held_rows}
     # Every sequence of the upload lands in exactly one share, byte for byte.
     assert set(worker_members).isdisjoint(held_members)
     assert set(worker_members) | set(held_members) == set(sizes)
+    served = {**shard_contents(worker, archive), **{f"held {k}": v for k, v in shard_contents(held, archive).items()}}
     with zipfile.ZipFile(archive) as original:
         for path, shard in {**worker_members, **held_members}.items():
-            share = worker if path in worker_members else held
-            with zipfile.ZipFile(share / shard) as part:
-                assert part.read(path) == original.read(path)
+            key = shard if path in worker_members else f"held {shard}"
+            assert served[key][path][1] == original.read(root + path)
     # No held-out participant's sequence is in a worker shard.
     held_people = {row["participant_id"] for row in held_rows}
     assert held_people
     assert held_people.isdisjoint({row["participant_id"] for row in worker_rows})
-    # Both shares carry the whole sign map.
+    # Both carry the whole sign map.
     assert json.loads((worker / "sign_to_prediction_index_map.json").read_text()) == json.loads(sign_map)
     assert (held / "sign_to_prediction_index_map.json").read_bytes() == (
         worker / "sign_to_prediction_index_map.json"
     ).read_bytes()
+
+
+def test_a_split_costs_a_small_fraction_of_the_upload_on_disk(tmp_path: Path) -> None:
+    archive = generate(
+        tmp_path / "signs.zip", n_signs=4, n_participants=10, per_participant=3, max_frames=40, as_zip=True
+    )
+    prepare_asl({"dim": 192, "blocks": 1, "max_len": 32}, archive, tmp_path / "out", SECRET, shard_bytes=1 << 20)
+    written = folder_bytes(tmp_path / "out")
+    assert 0 < written < 0.02 * archive.stat().st_size, (written, archive.stat().st_size)
 
 
 def test_an_oversized_sequence_file_is_refused_naming_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -265,5 +326,9 @@ def test_the_sharded_worker_share_loads_as_the_sequences_it_lists(tmp_path: Path
     )
     assert worker is not None
     for share in (worker, held):
-        loaded = load_dataset(share, tmp_path / "cache")
+        with attach(share, archive) as readable:
+            loaded = load_dataset(readable, tmp_path / "cache")
         assert len(loaded) == len(share_index(share))
+    # Without its upload a virtual share does not read: it names what is missing.
+    with pytest.raises(DatasetError, match=r"shard-00000.zip: is virtual and its upload \(.upload.zip\) is missing"):
+        load_dataset(worker, tmp_path / "cache")

@@ -69,7 +69,8 @@ def test_an_asl_run_re_executed_by_a_verifier_node_of_another_provider_is_paid(
         part = verifier.client.get(f"/api/v1/verifications/{job.pk}/dataset/{entry['name']}/")
         assert part.status_code == 200, entry["name"]
         (downloaded / entry["name"]).write_bytes(_body(part))
-    with Source(downloaded) as share, Source(heldout.prepared(task).heldout_path()) as held:  # type: ignore[union-attr]
+    held_out = heldout.readable(task, heldout.prepared(task).heldout)  # type: ignore[union-attr]
+    with Source(downloaded) as share, held_out as readable, Source(readable) as held:
         held_files = set(held.files(".parquet"))
         assert held_files
         assert held_files.isdisjoint(share.files(".parquet"))

@@ -29,6 +29,7 @@ from training.asl.infer import predict
 from training.asl.run import run
 from training.asl.split import prepare
 from training.asl.synthetic import generate
+from training.virtualzip import RECIPE_SUFFIX, UPLOAD_NAME, VirtualZipError, attach
 from workers.agent import runners
 from workers.assignments import heldout
 from workers.verification.asl import verify_asl_inference, verify_asl_training
@@ -54,12 +55,13 @@ def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def trained(dataset: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A model trained on exactly what the platform serves the worker for ``dataset``."""
     root = tmp_path_factory.mktemp("asl-model")
-    worker_zip, _ = prepare(SPEC, dataset, root / "split", heldout.dataset_seed(runners.sha256_file(dataset)))
-    assert worker_zip is not None
+    worker_share, _ = prepare(SPEC, dataset, root / "split", heldout.dataset_seed(runners.sha256_file(dataset)))
+    assert worker_share is not None
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        metrics = run(SPEC, worker_zip, root / "model", cache_dir=root / "cache", resume=False)
+        with attach(worker_share, dataset) as readable:
+            metrics = run(SPEC, readable, root / "model", cache_dir=root / "cache", resume=False)
     finally:
         torch.set_num_threads(threads)
     (root / "model" / "reported.json").write_text(json.dumps({"val_top1": metrics["val_top1"]}))
@@ -118,11 +120,10 @@ def served_folder(provider: AslProvider, assignment: Any, target: Path) -> Path:
 
 
 def members(folder: Path) -> set[str]:
-    names: set[str] = set()
-    for shard in folder.glob("shard-*.zip"):
-        with zipfile.ZipFile(shard) as archive:
-            names |= set(archive.namelist())
-    return names
+    from training.asl.source import Source
+
+    with Source(folder) as share:
+        return set(share.files(".parquet"))
 
 
 def folder_index(folder: Path) -> list[dict[str, str]]:
@@ -135,21 +136,26 @@ def test_the_worker_never_receives_a_held_out_participant(
     task = training_task(bob, dataset)
     assignment = assign(task)
     served = served_folder(alpha, assignment, tmp_path / "served")
-    held = heldout.prepared(task).heldout_path()  # type: ignore[union-attr]
+    split = heldout.prepared(task)
+    assert split is not None
     original = zipfile.ZipFile(dataset)
+    with heldout.readable(task, split.heldout) as held:
+        held_rows = folder_index(held)
+        held_files = members(held)
+    held_people = {row["participant_id"] for row in held_rows}
     served_people = {row["participant_id"] for row in folder_index(served)}
-    held_people = {row["participant_id"] for row in folder_index(held)}
     assert len(held_people) == 1
     assert len(served_people) == 4
     assert served_people.isdisjoint(held_people)
     # Not one sequence file of a held-out participant rides along in the worker's shards.
     data_files = members(served)
-    assert data_files.isdisjoint(members(held))
+    assert held_files
+    assert data_files.isdisjoint(held_files)
     assert data_files == {row["path"] for row in folder_index(served)}
-    assert len(folder_index(served)) + len(folder_index(held)) == len(index(original))
+    assert len(folder_index(served)) + len(held_rows) == len(index(original))
     # Both carry the whole label map, so the worker's model has a class for every sign.
     sign_map = "sign_to_prediction_index_map.json"
-    assert (served / sign_map).read_bytes() == (held / sign_map).read_bytes()
+    assert (served / sign_map).read_bytes() == (split.heldout_path() / sign_map).read_bytes()
 
 
 def first_shard(provider: AslProvider, assignment: Any) -> dict[str, Any]:
@@ -186,6 +192,80 @@ def test_a_shard_is_served_by_byte_ranges(bob: Any, alpha: AslProvider, dataset:
     assert alpha.client.get(shard["url"], HTTP_RANGE="items=0-1").status_code == 200
 
 
+@pytest.mark.parametrize("packing", ["stored", "deflated"])
+def test_a_node_downloads_virtual_shards_that_read_as_the_upload(
+    bob: Any, alpha: AslProvider, dataset: Path, tmp_path: Path, packing: str
+) -> None:
+    from tests.training.test_heldout_split import repack
+    from training.asl.source import Source
+
+    upload = dataset if packing == "stored" else repack(dataset, tmp_path / "deflated.zip", prefix="asl-signs/")
+    root = "asl-signs/" if packing == "deflated" else ""
+    task = training_task(bob, upload)
+    assignment = assign(task)
+    # The task's prepared share costs its indexes and recipes on disk: the upload is the one copy.
+    prepared = Path(default_storage.path(f"prepared/{task.pk}"))
+    on_disk = sum(p.stat().st_size for p in prepared.rglob("*") if p.is_file())
+    assert 0 < on_disk < 0.02 * upload.stat().st_size, (on_disk, upload.stat().st_size)
+    # Each shard as served matches the manifest's size and sha256 (served_folder checks them),
+    # and its members read as the upload's, a deflated member served deflated.
+    served = served_folder(alpha, assignment, tmp_path / "served")
+    with zipfile.ZipFile(upload) as original, Source(served) as share:
+        sequences = share.files(".parquet")
+        assert sequences
+        for path in sequences:
+            assert share.read(path) == original.read(root + path)
+        for shard_file in served.glob("shard-*.zip"):
+            with zipfile.ZipFile(shard_file) as part:
+                for info in part.infolist():
+                    assert info.compress_type == original.getinfo(root + info.filename).compress_type
+    # A download broken off mid-shard resumes with a range; past the end is refused.
+    shard = first_shard(alpha, assignment)
+    size = shard["size_bytes"]
+    half = size // 2
+    start = alpha.client.get(shard["url"], HTTP_RANGE=f"bytes=0-{half - 1}")
+    rest = alpha.client.get(shard["url"], HTTP_RANGE=f"bytes={half}-")
+    assert (start.status_code, rest.status_code) == (206, 206)
+    assert rest["Content-Range"] == f"bytes {half}-{size - 1}/{size}"
+    assert hashlib.sha256(streamed(start) + streamed(rest)).hexdigest() == shard["sha256"]
+    refused = alpha.client.get(shard["url"], HTTP_RANGE=f"bytes={size}-")
+    assert refused.status_code == 416
+    assert refused["Content-Range"] == f"bytes */{size}"
+
+
+def test_the_platforms_re_execution_reads_the_share_the_node_downloaded(
+    bob: Any, alpha: AslProvider, dataset: Path, tmp_path: Path
+) -> None:
+    from training.asl.run import training_plan
+    from workers.verification.base import worker_data
+
+    task = training_task(bob, dataset)
+    served = served_folder(alpha, assign(task), tmp_path / "served")
+    with worker_data(task) as share:
+        assert share is not None
+        assert training_plan(task.spec, share) == training_plan(task.spec, served)
+
+
+def test_a_recipe_reaching_outside_the_upload_is_refused_not_served(
+    bob: Any, alpha: AslProvider, dataset: Path
+) -> None:
+    from dataclasses import replace
+
+    from training.virtualzip import Recipe
+
+    task = training_task(bob, dataset)
+    name = first_shard(alpha, assign(task))["name"]
+    split = heldout.prepared(task)
+    assert split is not None
+    assert split.worker is not None
+    path = Path(default_storage.path(f"{split.worker}/{name}{RECIPE_SUFFIX}"))
+    recipe = Recipe.from_json(path.read_bytes())
+    first, *rest = recipe.members
+    path.write_bytes(replace(recipe, members=(replace(first, offset=recipe.upload_size - 1), *rest)).to_json())
+    with pytest.raises(VirtualZipError, match="lies outside the upload's"):
+        heldout.open_file(task, split.worker, name)
+
+
 def test_a_node_gets_no_shard_but_its_own_assignments_listed_ones(
     bob: Any, alpha: AslProvider, dataset: Path, tmp_path: Path
 ) -> None:
@@ -203,7 +283,9 @@ def test_a_node_gets_no_shard_but_its_own_assignments_listed_ones(
     assert split.worker is not None
     listed = {f["name"] for f in split.worker_files}
     unlisted = [f["name"] for f in split.heldout_files if f["name"] not in listed]
-    for name in [*unlisted, "manifest.json", "..", "heldout", "shard-99999.zip"]:
+    # Nor the upload, nor a recipe: only the bytes of the shards the manifest lists.
+    recipe = f"{split.worker_files[0]['name']}{RECIPE_SUFFIX}"
+    for name in [*unlisted, "manifest.json", "..", "heldout", "shard-99999.zip", recipe, UPLOAD_NAME, "upload"]:
         assert alpha.get(assignment, f"dataset/{name}/").status_code == 404, name
     # A name both shares have is the worker share's file, never the held-out one.
     served_index = streamed(alpha.get(assignment, "dataset/train.csv/"))
@@ -388,7 +470,8 @@ def test_below_the_minimum_accuracy_is_not_paid(
     save_file({k: v * 0 if v.dtype.kind == "f" else v for k, v in tensors.items()}, str(model / "model.safetensors"))
     task = training_task(bob, dataset, min_accuracy=0.5)
     assignment = assign(task)
-    honest = verify(model, heldout.prepared(task).heldout_path(), cache_dir=tmp_path / "cache")  # type: ignore[union-attr]
+    with heldout.readable(task, heldout.prepared(task).heldout) as held:  # type: ignore[union-attr]
+        honest = verify(model, held, cache_dir=tmp_path / "cache")
     assert honest["top1"] < 0.5
     verdict = quality_bar(
         submitted(assignment, model / "model.safetensors", claim(trained, honest["top1"])), artifacts_of(model)
@@ -412,7 +495,8 @@ def test_an_untrained_model_honestly_reported_is_not_paid_even_with_no_minimum(
     save_tensors(model / "model.safetensors", model_tensors(untrained))
     task = training_task(bob, dataset)  # min_accuracy 0: any accuracy "reaches" it
     assignment = assign(task)
-    honest = verify(model, heldout.prepared(task).heldout_path(), cache_dir=tmp_path / "cache")  # type: ignore[union-attr]
+    with heldout.readable(task, heldout.prepared(task).heldout) as held:  # type: ignore[union-attr]
+        honest = verify(model, held, cache_dir=tmp_path / "cache")
     verdict = quality_bar(
         submitted(assignment, model / "model.safetensors", claim(trained, honest["top1"])), artifacts_of(model)
     )

@@ -399,7 +399,8 @@ def honest_claim(task: Task, model: Path) -> int:
     from training.cube.run import validation_loss
     from workers.verification.base import worker_data
 
-    return round(validation_loss(task.spec, worker_data(task), model) * 1e6)
+    with worker_data(task) as data:
+        return round(validation_loss(task.spec, data, model) * 1e6)
 
 
 def reported_micro(trained: Path, factor: float = 1.0) -> int:

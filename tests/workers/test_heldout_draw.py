@@ -118,17 +118,17 @@ def test_an_asl_split_is_stored_as_two_folders_the_manifest_lists(bob: Any, tmp_
     archive = generate(
         tmp_path / "signs.zip", n_signs=2, n_participants=8, per_participant=1, max_frames=12, as_zip=True
     )
-    split = heldout.prepared(
-        prepared_task(bob, "asl_training", TINY_ASL, make_dataset(bob, archive.read_bytes(), "s.zip"))
-    )
+    task = prepared_task(bob, "asl_training", TINY_ASL, make_dataset(bob, archive.read_bytes(), "s.zip"))
+    split = heldout.prepared(task)
     assert split is not None
     assert split.worker is not None
     for folder, listed in ((split.worker, split.worker_files), (split.heldout, split.heldout_files)):
         stored = sorted(default_storage.listdir(folder)[1])
-        assert stored == sorted(f["name"] for f in listed)
-        assert {"train.csv", "sign_to_prediction_index_map.json", "shard-00000.zip"} <= set(stored)
+        # A shard is stored as its recipe; the manifest lists the shard it serves.
+        assert stored == sorted(f["name"] + (".recipe" if f["name"].startswith("shard-") else "") for f in listed)
+        assert {"train.csv", "sign_to_prediction_index_map.json", "shard-00000.zip.recipe"} <= set(stored)
         for entry in listed:
-            with default_storage.open(f"{folder}/{entry['name']}", "rb") as handle:
+            with heldout.open_file(task, folder, entry["name"]) as handle:
                 body = handle.read()
             assert (len(body), hashlib.sha256(body).hexdigest()) == (entry["size_bytes"], entry["sha256"])
     assert split.worker_size == sum(f["size_bytes"] for f in split.worker_files)

@@ -3,7 +3,8 @@ before anything is read.
 
 A sharded dataset is a folder holding ``train.csv`` (and the sign map) at its root and
 ``shard-00000.zip``, ``shard-00001.zip``, … beside them, each holding parquet files under
-the paths train.csv names. A path is looked up as a plain file in the folder first, then
+the paths train.csv names. A shard may be virtual (``training.virtualzip``): its recipe
+``shard-00000.zip.recipe`` in its place, read from the upload the folder links in. A path is looked up as a plain file in the folder first, then
 among the shards' members.
 
 Paths are always resolved inside the dataset: absolute paths, ``..`` parts and archive
@@ -23,6 +24,7 @@ import zlib
 from pathlib import Path, PurePosixPath
 
 from training.asl.parquet import DatasetError
+from training.virtualzip import RECIPE_SUFFIX, UPLOAD_NAME, VirtualZip, VirtualZipError
 
 # A member is read whole: an ISLR sequence file is a few MB, train.csv at most 64 MiB.
 DEFAULT_MAX_MEMBER_BYTES = 256 * 1024**2
@@ -32,6 +34,7 @@ RATIO_FROM_BYTES = 1024**2  # smaller members are not ratio-checked: they cannot
 INDEX_FILE = "train.csv"
 SIGN_MAP_FILE = "sign_to_prediction_index_map.json"
 SHARD_NAME = re.compile(r"shard-(\d{5})\.zip")
+SHARD_RECIPE = re.compile(r"shard-(\d{5})\.zip" + re.escape(RECIPE_SUFFIX))
 _READABLE_METHODS = (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED, zipfile.ZIP_BZIP2, zipfile.ZIP_LZMA)
 
 
@@ -46,13 +49,23 @@ def safe_relative(path: str, name: str) -> str:
     return "/".join(p for p in pure.parts if p != ".")
 
 
-def _open_archive(path: Path, name: str) -> zipfile.ZipFile:
+def _open_archive(path: Path | VirtualZip, name: str) -> zipfile.ZipFile:
     try:
         return zipfile.ZipFile(path)
     # A damaged directory raises more than BadZipFile: NotImplementedError for an unknown
     # zip version, UnicodeDecodeError (a ValueError) for a name flagged UTF-8 that is not.
     except (zipfile.BadZipFile, OSError, EOFError, NotImplementedError, ValueError) as exc:
         raise DatasetError(name, f"not a readable zip archive ({exc})") from None
+
+
+def _open_virtual(recipe: Path, upload: Path, name: str) -> VirtualZip:
+    """The virtual shard ``name`` (``training.virtualzip``) of the recipe file ``recipe``."""
+    if not upload.is_file():
+        raise DatasetError(name, f"is virtual and its upload ({UPLOAD_NAME}) is missing")
+    try:
+        return VirtualZip.open(recipe, upload, name)
+    except (VirtualZipError, OSError) as exc:
+        raise DatasetError(name, f"cannot be read from its upload ({exc})") from None
 
 
 class Source:
@@ -76,6 +89,7 @@ class Source:
         self.prefix = ""
         self._zip: zipfile.ZipFile | None = None
         self._archives: list[zipfile.ZipFile] = []
+        self._virtual: list[VirtualZip] = []  # zipfile leaves a file object it was given open
         # Member name (with the prefix, as looked up) → its archive and directory entry.
         self._members: dict[str, tuple[zipfile.ZipFile, zipfile.ZipInfo]] = {}
         try:
@@ -111,7 +125,9 @@ class Source:
         """Index the members of the folder's shards: each directory is read once, here."""
         root = self.location / self.prefix
         numbered = sorted(
-            (int(m.group(1)), p) for p in root.iterdir() if (m := SHARD_NAME.fullmatch(p.name)) and p.is_file()
+            (int(m.group(1)), p)
+            for p in root.iterdir()
+            if (m := SHARD_NAME.fullmatch(p.name) or SHARD_RECIPE.fullmatch(p.name)) and p.is_file()
         )
         for expected, (number, path) in enumerate(numbered):
             if number != expected:
@@ -121,14 +137,20 @@ class Source:
                 )
         seen: dict[str, str] = {}
         inside = self.location.resolve()
-        for _, path in numbered:
+        for number, path in numbered:
+            name = f"shard-{number:05d}.zip"
             if not path.resolve().is_relative_to(inside):
                 raise DatasetError(path.name, "path escapes the dataset folder")
-            archive = _open_archive(path, path.name)
+            if path.name == name:
+                archive = _open_archive(path, name)
+            else:  # a recipe: the shard is assembled from the upload the folder links in
+                virtual = _open_virtual(path, root / UPLOAD_NAME, name)
+                self._virtual.append(virtual)
+                archive = _open_archive(virtual, name)
             self._archives.append(archive)
-            for member, info in self._checked_members(archive, path.name):
-                if (first := seen.setdefault(member, path.name)) != path.name:
-                    raise DatasetError(member, f"is in both {first} and {path.name}")
+            for member, info in self._checked_members(archive, name):
+                if (first := seen.setdefault(member, name)) != name:
+                    raise DatasetError(member, f"is in both {first} and {name}")
                 self._members[self.prefix + member] = (archive, info)
 
     def _open_zip(self) -> None:
@@ -263,6 +285,8 @@ class Source:
         """Release the archive handles."""
         for archive in self._archives:
             archive.close()
+        for virtual in self._virtual:
+            virtual.close()
 
     def __enter__(self) -> Source:
         return self

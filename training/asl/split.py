@@ -8,13 +8,17 @@ holds out the same participants), and writes two sharded folders:
 ``heldout/`` (the held-out participants': what ``run.verify`` scores).
 
 A sharded folder (``training.asl.shards``; ``training.asl.source.Source`` reads one) holds
-train.csv and the sign map at its root and the sequence files in shard zips. Members are copied
-one at a time into stored (not deflated: parquet is compressed already) shards of at most
-about ``SHARD_BYTES``, so the split's memory holds one sequence file and train.csv whatever
-the dataset's size, and nothing is inflated and deflated again. Only sequence files listed
-in train.csv are copied, so nothing of a held-out participant can ride along in the
-worker's share. Both carry the full sign map, so the worker's model has a class for every
-sign even when a sign's only examples are held out.
+train.csv and the sign map at its root and the sequence files in shard zips of at most
+about ``SHARD_BYTES``. The shards are virtual (``training.virtualzip``): each is a recipe
+naming its members' raw bytes in the upload, which is the one copy of the dataset's bytes;
+a share costs its index and recipes, a small fraction of the upload, however many tasks
+use one dataset. The platform serves and reads a shard by assembling it from the upload,
+a deflated member as it is (nothing is inflated and deflated again). Only sequence files
+listed in train.csv are named, so nothing of a held-out participant can ride along in the
+worker's share. Every member is read once here (its CRC checked, and each held-out sequence
+decoded), one at a time, so the split's memory holds one sequence file and train.csv
+whatever the dataset's size. Both carry the full sign map, so the worker's model has a
+class for every sign even when a sign's only examples are held out.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import json
 import math
 import zipfile
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -33,27 +38,27 @@ import numpy as np
 from training.asl.dataset import Entry, read_index
 from training.asl.parquet import DatasetError, read_sequence
 from training.asl.shards import shard_name
-from training.asl.source import INDEX_FILE, SIGN_MAP_FILE, Source
+from training.asl.source import INDEX_FILE, SIGN_MAP_FILE, Source, safe_relative
 from training.asl.spec import TrainSpec
+from training.virtualzip import RECIPE_SUFFIX, Member, Recipe, VirtualZipError, digest, locate
 
 WORKER_DIR = "worker"
 HELDOUT_DIR = "heldout"
 HELDOUT_FRACTION = 0.1
 # One participant held out here, and the worker needs two for its own disjoint split.
 MIN_PARTICIPANTS = 3
-# A shard closes once the next member would take it past this size (one larger member is a
-# shard of its own): big enough that a full-scale set is a few hundred files, small enough
+# A shard closes once the next member's stored bytes would take it past this size (one larger
+# member is a shard of its own): big enough that a full-scale set is a few hundred files, small enough
 # that a download resumed or checked again costs little.
 SHARD_BYTES = 256 * 1024**2
 # One ISLR sequence is at most a few MB (a few hundred frames of 543 landmarks); the split
 # holds one in memory at a time, so a member larger than this is refused, naming it.
 SEQUENCE_MAX_BYTES = 64 * 1024**2
 # The sequence files train.csv lists may total this many times the archive's size (and
-# EXPANSION_FLOOR): parquet barely compresses, and what the split writes to disk is
-# bounded by the upload's size, not by what a deflated archive expands to.
+# EXPANSION_FLOOR): parquet barely compresses, and what the split reads is bounded by
+# the upload's size, not by what a deflated archive expands to.
 EXPANSION = 4
 EXPANSION_FLOOR = 8 * 1024**3
-_STAMP = (2023, 1, 1, 0, 0, 0)
 
 
 def open_upload(path: Path) -> Source:
@@ -95,10 +100,11 @@ def heldout_participants(participants: list[int], secret_seed: bytes) -> list[in
 
 
 def _write_share(
-    target: Path, source: Source, entries: list[Entry], signs: list[str], shard_bytes: int, check: bool
+    target: Path, upload: Path, source: Source, entries: list[Entry], signs: list[str], shard_bytes: int, check: bool
 ) -> None:
-    """One sharded folder of ``entries``; ``check`` decodes each sequence on the way (the
-    held-out share, which no worker ever reads and reports on)."""
+    """One sharded folder of ``entries`` whose shards are recipes over ``upload``; each member
+    is read once (its CRC checked; ``check`` also decodes it: the held-out share, which no
+    worker ever reads and reports on), and each shard once more for its digest."""
     target.mkdir(parents=True)
     index = io.StringIO()
     writer = csv.writer(index, lineterminator="\n")
@@ -106,23 +112,28 @@ def _write_share(
     writer.writerows([e.path, e.participant_id, e.sequence_id, e.sign] for e in entries)
     (target / INDEX_FILE).write_text(index.getvalue(), encoding="utf-8")
     (target / SIGN_MAP_FILE).write_text(json.dumps({s: i for i, s in enumerate(signs)}), encoding="utf-8")
-    shard: zipfile.ZipFile | None = None
-    count, filled = 0, 0
-    try:
+    size = upload.stat().st_size
+    with zipfile.ZipFile(upload) as archive, upload.open("rb") as raw:
+        infos = {safe_relative(i.filename, upload.name): i for i in archive.infolist() if not i.is_dir()}
+        shards: list[list[Member]] = []
+        filled = 0
         for entry in entries:
-            data = source.read(entry.path)
+            data = source.read(entry.path)  # a DatasetError naming a damaged member
             if check:
                 read_sequence(data, entry.path)
-            if shard is None or (filled and filled + len(data) > shard_bytes):
-                if shard is not None:
-                    shard.close()
-                shard = zipfile.ZipFile(target / shard_name(count), "w", zipfile.ZIP_STORED)
-                count, filled = count + 1, 0
-            shard.writestr(zipfile.ZipInfo(entry.path, _STAMP), data)
-            filled += len(data) + 30 + len(entry.path.encode())  # the member's local header
-    finally:
-        if shard is not None:
-            shard.close()
+            try:
+                member = locate(raw, infos[source.prefix + entry.path], size)
+            except VirtualZipError as exc:
+                raise DatasetError(entry.path, f"cannot be served from the archive ({exc})") from None
+            member = replace(member, name=entry.path)
+            if not shards or (filled and filled + member.compress_size > shard_bytes):
+                shards.append([])
+                filled = 0
+            shards[-1].append(member)
+            filled += member.compress_size + 30 + len(entry.path.encode())  # the member's local header
+    for number, members in enumerate(shards):
+        recipe = digest(Recipe(tuple(members), size), upload)
+        (target / (shard_name(number) + RECIPE_SUFFIX)).write_bytes(recipe.to_json())
 
 
 def prepare(
@@ -145,8 +156,8 @@ def prepare(
         held = set(heldout_participants([e.participant_id for e in entries], secret_seed))
         worker = [e for e in entries if e.participant_id not in held]
         kept = [e for e in entries if e.participant_id in held]
-        _write_share(out_dir / HELDOUT_DIR, archive, kept, signs, shard_bytes, check=True)
-        _write_share(out_dir / WORKER_DIR, archive, worker, signs, shard_bytes, check=False)
+        _write_share(out_dir / HELDOUT_DIR, Path(source), archive, kept, signs, shard_bytes, check=True)
+        _write_share(out_dir / WORKER_DIR, Path(source), archive, worker, signs, shard_bytes, check=False)
     return out_dir / WORKER_DIR, out_dir / HELDOUT_DIR
 
 

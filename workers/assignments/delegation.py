@@ -39,6 +39,7 @@ import logging
 import secrets
 import shutil
 from collections.abc import Callable
+from contextlib import nullcontext
 from datetime import datetime, timedelta
 from functools import partial
 from pathlib import Path
@@ -236,12 +237,9 @@ def _slots(assignment: Assignment, job_id: UUID) -> list[dict[str, Any]] | None:
             end_leaf=end,
         )
         try:
-            weights = canary(
-                assignment.task.spec,
-                None if data is None else Path(default_storage.path(data[0])),
-                committed,
-                Path(default_storage.path(name)),
-            )
+            # The worker's share as the training layer reads it (virtual shards: from the upload).
+            with nullcontext(None) if data is None else heldout.readable(assignment.task, data[0]) as share:
+                weights = canary(assignment.task.spec, share, committed, Path(default_storage.path(name)))
         except (ValueError, ArtifactError) as exc:
             log.info("no canary of segment %d of %s: %s", base, assignment.pk, exc)
             failed += 1
@@ -355,7 +353,7 @@ def served_data(job: Job, name: str | None) -> ServedFile | bytes:
     stored, _, size, fmt = data
     split = heldout.prepared(task) if heldout.needs_preparation(task) else None
     if split is not None:
-        return served_part(split, name, f"dataset.{fmt}", f"/api/v1/verifications/{job.pk}/dataset/")
+        return served_part(task, split, name, f"dataset.{fmt}", f"/api/v1/verifications/{job.pk}/dataset/")
     if name is not None:
         raise NotFound("This task's dataset is one file.")
     return ServedFile(partial(default_storage.open, stored, "rb"), size, f"dataset.{fmt}")

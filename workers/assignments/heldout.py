@@ -15,6 +15,16 @@ The hook draws the held-out rows or participants with ``heldout_seed``: the plat
 the same ones (repeated tasks show a worker nothing more) and nothing a worker is sent
 lets it compute them.
 
+A folder part may hold virtual files (``asl_training``'s shards, ``training.virtualzip``):
+a small recipe per file, stored as ``<name>.recipe``, that names its bytes in the task's
+upload, so a task's prepared share costs next to no disk whatever the dataset's size and
+the dataset's bytes are stored once, as uploaded. The manifest lists a virtual file under
+its own name with the size and sha256 of the bytes it serves (digested at preparation);
+``open_file`` assembles it from the upload, resolved from the task's dataset when
+it is read (a recipe holds no path), and ``readable`` gives the training layer such a folder
+with the upload linked in. A task's dataset cannot be deleted while the task exists
+(``Task.dataset`` protects it).
+
 Each preparation writes into its own folder ``prepared/<task>/<run>/`` (a folder part under
 ``<run>/worker/`` and ``<run>/heldout/``); the manifest ``prepared/<task>/manifest.json``
 names the winning run's files, with each folder's list of files. Storage creates it exclusively,
@@ -30,9 +40,11 @@ import logging
 import shutil
 import tempfile
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import IO, Any, TypedDict, cast
 from uuid import UUID
 
 from django.conf import settings
@@ -45,6 +57,7 @@ from django.db.models.fields.files import FieldFile
 from marketplace.kinds import KINDS
 from marketplace.lifecycle import fail_locked, lock_task
 from marketplace.models import Task, TaskStatus
+from training.virtualzip import RECIPE_SUFFIX, Recipe, VirtualZip, VirtualZipError, attach, has_recipes, virtual_name
 
 log = logging.getLogger(__name__)
 
@@ -191,10 +204,17 @@ def _store(task: Task, worker: Path | None, heldout: Path) -> None:
     names: list[str] = []
 
     def listing(path: Path) -> list[StoredFile]:
+        """The folder's files as a node is served them: a recipe as its virtual file."""
         if not path.is_dir():
             return []
-        files = sorted(p for p in path.iterdir() if p.is_file())
-        return [StoredFile(name=f.name, size_bytes=f.stat().st_size, sha256=_sha256(f)) for f in files]
+        listed = []
+        for f in sorted(p for p in path.iterdir() if p.is_file()):
+            if (served := virtual_name(f)) is not None:
+                recipe = Recipe.from_json(f.read_bytes())
+                listed.append(StoredFile(name=served, size_bytes=recipe.size, sha256=recipe.sha256))
+            else:
+                listed.append(StoredFile(name=f.name, size_bytes=f.stat().st_size, sha256=_sha256(f)))
+        return listed
 
     def put(path: Path, name: str) -> str:
         with path.open("rb") as handle:
@@ -207,8 +227,8 @@ def _store(task: Task, worker: Path | None, heldout: Path) -> None:
     def part(path: Path, listed: list[StoredFile], folder: str) -> str:
         if not listed:
             return put(path, run + path.name)
-        for f in listed:
-            put(path / f["name"], f"{run}{folder}/{f['name']}")
+        for f in sorted(p for p in path.iterdir() if p.is_file()):
+            put(f, f"{run}{folder}/{f.name}")
         return f"{run}{folder}"
 
     worker_files = listing(worker) if worker is not None else []
@@ -237,6 +257,36 @@ def _store(task: Task, worker: Path | None, heldout: Path) -> None:
     if saved != wanted:  # a concurrent preparation won; its files are the task's
         for name in [*names, saved]:
             default_storage.delete(name)
+
+
+def open_file(task: Task, folder: str, name: str) -> IO[bytes]:
+    """The file ``name`` of the task's prepared folder ``folder`` (as its listing names it),
+    opened for reading: a virtual file assembled from the task's upload
+    (``training.virtualzip``), which its dataset names here, or a stored file. A recipe
+    that does not fit the upload raises VirtualZipError: nothing outside its members is
+    ever read."""
+    stored = f"{folder}/{name}"
+    if not default_storage.exists(stored + RECIPE_SUFFIX):
+        return default_storage.open(stored, "rb")
+    if task.dataset is None:
+        raise VirtualZipError(f"{name} is virtual and task {task.pk} has no upload")
+    with default_storage.open(stored + RECIPE_SUFFIX, "rb") as handle:
+        recipe = Recipe.from_json(handle.read())
+    upload = task.dataset.file
+    return cast(IO[bytes], VirtualZip(recipe, upload.storage.open(str(upload.name), "rb"), name))
+
+
+@contextmanager
+def readable(task: Task, stored: str) -> Iterator[Path]:
+    """The prepared file or folder ``stored`` as the training layer reads it: itself, or for
+    a folder of virtual shards a temporary folder that links in the task's upload, named
+    here (``training.virtualzip.attach``)."""
+    path = Path(default_storage.path(stored))
+    if task.dataset is None or not has_recipes(path):
+        yield path
+        return
+    with attach(path, Path(task.dataset.file.path)) as view:
+        yield view
 
 
 def _sha256(path: Path) -> str:

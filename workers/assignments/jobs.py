@@ -130,13 +130,14 @@ def served_dataset(assignment: Assignment, name: str | None = None) -> ServedFil
     split = heldout.prepared(task)
     if split is None or split.worker is None:
         raise NotFound("This task's data is not prepared yet.")
-    return served_part(split, name, filename, dataset_url(assignment))
+    return served_part(task, split, name, filename, dataset_url(assignment))
 
 
-def served_part(split: heldout.Prepared, name: str | None, filename: str, url: str) -> ServedFile | bytes:
-    """A split's worker-facing part as a node downloads it from ``url``: the file (as
-    ``filename``), a folder's manifest, or with ``name`` one file the folder lists; NotFound
-    for any other name. The held-out part is never among them."""
+def served_part(task: Task, split: heldout.Prepared, name: str | None, filename: str, url: str) -> ServedFile | bytes:
+    """``task``'s split's worker-facing part as a node downloads it from ``url``: the file (as
+    ``filename``), a folder's manifest, or with ``name`` one file the folder lists (a virtual
+    shard assembled from the upload: ``heldout.open_file``); NotFound for any other
+    name. The held-out part, and the upload itself, are never among them."""
     assert split.worker is not None
     if name is None:
         if split.worker_files:
@@ -145,7 +146,7 @@ def served_part(split: heldout.Prepared, name: str | None, filename: str, url: s
     listed = split.worker_file(name)
     if listed is None:
         raise NotFound("No such file in this task's dataset.")
-    return ServedFile(partial(default_storage.open, f"{split.worker}/{name}", "rb"), listed["size_bytes"], name)
+    return ServedFile(partial(heldout.open_file, task, split.worker, name), listed["size_bytes"], name)
 
 
 def describe(assignment: Assignment) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from training.specs import default
 from workers.assignments import proof
 from workers.models import Assignment
 from workers.verification import base
-from workers.verification.base import Verdict, copy_dataset, heldout_path, read_small_json
+from workers.verification.base import Verdict, copy_dataset, heldout_data, read_small_json
 
 
 def expected_config(spec: dict[str, Any], num_classes: int) -> dict[str, Any]:
@@ -59,13 +59,13 @@ def verify_asl_training(assignment: Assignment, model_dir: Path, reported: float
     from training.asl.split import dataset_signs
 
     task = assignment.task
-    held_out = heldout_path(task)
-    signs = dataset_signs(held_out)
-    problem = model_problem(task.spec, signs, model_dir)
-    if problem:
-        return Verdict(False, problem)
-    with tempfile.TemporaryDirectory(prefix="proofwork-verify-") as cache:
-        outcome = verify(model_dir, held_out, cache_dir=Path(cache))
+    with heldout_data(task) as held_out:
+        signs = dataset_signs(held_out)
+        problem = model_problem(task.spec, signs, model_dir)
+        if problem:
+            return Verdict(False, problem)
+        with tempfile.TemporaryDirectory(prefix="proofwork-verify-") as cache:
+            outcome = verify(model_dir, held_out, cache_dir=Path(cache))
     top1, count = float(outcome["top1"]), int(outcome["count"])
     minimum = required_accuracy(task.spec)
     metrics = {

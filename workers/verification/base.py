@@ -13,7 +13,8 @@ import hashlib
 import hmac
 import json
 import shutil
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -202,13 +203,17 @@ def copy_dataset(task: Task, folder: Path, stem: str = "inputs") -> Path:
     return target
 
 
-def heldout_path(task: Task) -> Path:
-    """The held-out file of the task's split, which the platform keeps from the worker."""
+@contextmanager
+def heldout_data(task: Task) -> Iterator[Path]:
+    """The held-out file or folder of the task's split, which the platform keeps from the
+    worker, readable while the context lasts (``heldout.readable``: virtual shards read
+    from the upload)."""
     split = heldout.prepared(task)
     if split is None:
         # Cannot happen: the scheduler prepares the split before any worker is assigned.
         raise PlatformFault(f"task {task.pk} has no held-out split")
-    return split.heldout_path()
+    with heldout.readable(task, split.heldout) as path:
+        yield path
 
 
 def _hashed(artifact: str, wrapped: Callable[..., Verdict], then: Callable[[Assignment, Path], Verdict]) -> Verifier:
@@ -269,16 +274,23 @@ def quality_bar(verifier: Verifier) -> Verifier:
     return _QUALITY_BARS[verifier]
 
 
-def worker_data(task: Task) -> Path | None:
-    """The data the task's worker trained on: the worker-facing part of a held-out split
-    (a file, or a sharded folder), or the upload itself; None when the worker generates
-    its data from the spec."""
-    if heldout.needs_preparation(task):
-        split = heldout.prepared(task)
-        if split is None:
-            raise PlatformFault(f"task {task.pk} has no held-out split")
-        return Path(default_storage.path(split.worker)) if split.worker is not None else None
-    return Path(task.dataset.file.path) if task.dataset is not None else None
+@contextmanager
+def worker_data(task: Task) -> Iterator[Path | None]:
+    """The data the task's worker trained on, readable while the context lasts: the
+    worker-facing part of a held-out split (a file, or a sharded folder whose virtual shards
+    are read from the upload: ``heldout.readable``), or the upload itself; None when the
+    worker generates its data from the spec."""
+    if not heldout.needs_preparation(task):
+        yield Path(task.dataset.file.path) if task.dataset is not None else None
+        return
+    split = heldout.prepared(task)
+    if split is None:
+        raise PlatformFault(f"task {task.pk} has no held-out split")
+    if split.worker is None:
+        yield None
+        return
+    with heldout.readable(task, split.worker) as path:
+        yield path
 
 
 @dataclass(frozen=True)
@@ -302,11 +314,14 @@ def chain_problem(assignment: Assignment) -> str:
     does): ``training_proof``'s checks short of its segments'. Delegated mode offers a
     result's segments to a verifier node only once they pass, so a chain that fails here
     costs no node, and no canary, any work."""
-    checked = _chain(assignment)
+    with worker_data(assignment.task) as data:
+        checked = _chain(assignment, data)
     return checked if isinstance(checked, str) else ""
 
 
-def _chain(assignment: Assignment) -> str | tuple[Callable[..., list[str]], Path | None, dict[int, Segment]]:
+def _chain(assignment: Assignment, data: Path | None) -> str | tuple[Callable[..., list[str]], dict[int, Segment]]:
+    """Why the chain does not hold, or the kind's replay and the challenged segments;
+    ``data`` is the worker's (``worker_data``)."""
     try:
         trace = proof.committed_trace(assignment)
     except TraceError as exc:
@@ -316,7 +331,6 @@ def _chain(assignment: Assignment) -> str | tuple[Callable[..., list[str]], Path
     replay, plan_of = getattr(kind, "replay", None), getattr(kind, "plan", None)
     if replay is None or plan_of is None:
         raise PlatformFault(f"{task.kind} has no replay: the platform cannot re-execute its segments")
-    data = worker_data(task)
     plan = plan_of(task.spec, data)
     problem = _span_problem(trace, plan)
     if problem:
@@ -335,7 +349,7 @@ def _chain(assignment: Assignment) -> str | tuple[Callable[..., list[str]], Path
             if not path.is_file() or file_sha256(path) != leaf.state_sha256:
                 return f"{path.name} is missing or does not hash to its leaf."
         picked[i] = Segment(start=files[0], start_leaf=start, end=files[1], end_leaf=end)
-    return replay, data, picked
+    return replay, picked
 
 
 def training_proof(assignment: Assignment) -> ProofCheck:
@@ -347,24 +361,25 @@ def training_proof(assignment: Assignment) -> ProofCheck:
     its first checkpoint by the kind's ``replay``, must land on its second, re-executed here
     or, in delegated mode, by a verifier node whose answer the platform judges
     (``workers.assignments.delegation.referee``; ``docs/proof-of-training.md``)."""
-    checked = _chain(assignment)
-    if isinstance(checked, str):
-        return ProofCheck(checked)
-    replay, data, picked = checked
     task = assignment.task
-    replayed: set[int] = set()
+    with worker_data(task) as data:
+        checked = _chain(assignment, data)
+        if isinstance(checked, str):
+            return ProofCheck(checked)
+        replay, picked = checked
+        replayed: set[int] = set()
 
-    def on_the_platform(chosen: list[int]) -> str:
-        replayed.update(chosen)
-        if not chosen:
+        def on_the_platform(chosen: list[int]) -> str:
+            replayed.update(chosen)
+            if not chosen:
+                return ""
+            for why in replay(task.spec, data, [picked[i] for i in chosen]):
+                if why:
+                    return str(why)
             return ""
-        for why in replay(task.spec, data, [picked[i] for i in chosen]):
-            if why:
-                return str(why)
-        return ""
 
-    # Every segment here, or those a verifier node's answer leaves to the platform.
-    problem = delegation.referee(assignment, on_the_platform)
+        # Every segment here, or those a verifier node's answer leaves to the platform.
+        problem = delegation.referee(assignment, on_the_platform)
     by_node = 0 if problem else len(delegation.vouched(assignment) - replayed)
     return ProofCheck(problem, len(replayed), by_node)
 

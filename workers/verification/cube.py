@@ -28,7 +28,7 @@ from training.specs import default
 from workers.assignments import proof
 from workers.models import Assignment
 from workers.verification import base
-from workers.verification.base import Verdict, copy_dataset, heldout_path, read_small_json
+from workers.verification.base import Verdict, copy_dataset, heldout_data, read_small_json
 
 # A reported val_loss is the model's on the worker's validation rows, recomputed in fp32:
 # only float summation order may differ (another device, another batch kernel).
@@ -98,14 +98,16 @@ def verify_cube_training(assignment: Assignment, model_dir: Path, reported: floa
     # The claim is the model's loss on the worker's own validation rows, which the platform
     # recomputes exactly from the same data and spec; the held-out rows then set the bar.
     try:
-        claimed = validation_loss(task.spec, base.worker_data(task), model_dir)
+        with base.worker_data(task) as data:
+            claimed = validation_loss(task.spec, data, model_dir)
     except ArtifactError as exc:
         return Verdict(False, str(exc))
     if not math.isclose(claimed, reported, rel_tol=CLAIM_RELATIVE_TOLERANCE, abs_tol=1e-6):
         return Verdict(
             False, f"val_loss on the worker's validation rows {claimed:.6g} differs from reported {reported:.6g}."
         )
-    inputs, targets = load_heldout(heldout_path(task))
+    with heldout_data(task) as held_out:
+        inputs, targets = load_heldout(held_out)
     outcome = verify(
         model_dir, inputs, targets, {"val_loss": reported}, relative_tolerance=0.0, absolute_tolerance=math.inf
     )
