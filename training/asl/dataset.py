@@ -7,8 +7,8 @@ keyed by a digest of the points, train.csv, the label map and every parquet file
 so a changed dataset is re-read and an unchanged one never is.
 
 Building it streams: sequences are decoded by a bounded pool of threads and appended to
-the file one by one, so memory does not grow with the dataset, only the cache on disk does
-(checked against the free space before and while it is written).
+the file one by one (``building_cache``), so memory does not grow with the dataset, only
+the cache on disk does (checked against the free space before and while it is written).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import tempfile
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
@@ -304,41 +305,97 @@ def _build_cache(
     workers: int,
     progress: Callable[[int, int], None] | None,
 ) -> None:
-    """Write the cache of ``entries`` to ``folder``: into a temporary folder beside it,
-    renamed into place once complete, so no reader ever sees half a cache."""
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    check_free_space(folder.parent, estimate)
-    tmp = Path(tempfile.mkdtemp(prefix=".building-", dir=folder.parent))
-    try:
-        lengths = np.zeros(len(entries), dtype=np.int64)
-        written = 0
-        with open(tmp / "frames.f32", "wb") as out:
-            for i, seq in enumerate(iter_sequences(source, [e.path for e in entries], workers, points)):
-                lengths[i] = seq.shape[0]
-                data = np.ascontiguousarray(seq, dtype=np.float32)
-                out.write(data.data)
-                written += data.nbytes
-                if (i + 1) % DISK_CHECK_EVERY == 0:
-                    # The estimate is only an estimate: project from what the cache holds so far.
-                    out.flush()
-                    check_free_space(tmp, written * (len(entries) - i - 1) // (i + 1))
-                if progress is not None and (i % 256 == 0 or i + 1 == len(entries)):
-                    progress(i + 1, len(entries))
-        label_of = {s: i for i, s in enumerate(signs)}
+    """Write the cache of ``entries``, read from ``source``, to ``folder`` (``building_cache``)."""
+    with building_cache(folder, entries, signs, points, estimate, progress) as cache:
+        for seq in iter_sequences(source, [e.path for e in entries], workers, points):
+            cache.append(seq)
+        cache.finish()
+
+
+class CacheBuilder:
+    """A cache being written: ``append`` each sequence of its entries in order, then
+    ``finish``. Made by ``building_cache``, which owns its temporary folder."""
+
+    def __init__(
+        self,
+        tmp: Path,
+        folder: Path,
+        entries: list[Entry],
+        signs: list[str],
+        points: np.ndarray | None,
+        progress: Callable[[int, int], None] | None,
+    ) -> None:
+        self.tmp, self.folder, self.entries, self.signs = tmp, folder, entries, signs
+        self.points, self.progress = points, progress
+        self.lengths = np.zeros(len(entries), dtype=np.int64)
+        self.count = 0
+        self.written = 0
+        self.out = open(tmp / "frames.f32", "wb")  # noqa: SIM115 (closed by finish or building_cache)
+
+    def append(self, seq: np.ndarray) -> None:
+        """Append the next entry's sequence (its kept points)."""
+        i, total = self.count, len(self.entries)
+        if i >= total:
+            raise ValueError(f"the cache holds {total} sequences; one more was appended")
+        self.lengths[i] = seq.shape[0]
+        data = np.ascontiguousarray(seq, dtype=np.float32)
+        self.out.write(data.data)
+        self.written += data.nbytes
+        self.count = i + 1
+        if self.count % DISK_CHECK_EVERY == 0:
+            # The estimate is only an estimate: project from what the cache holds so far.
+            self.out.flush()
+            check_free_space(self.tmp, self.written * (total - self.count) // self.count)
+        if self.progress is not None and (i % 256 == 0 or self.count == total):
+            self.progress(self.count, total)
+
+    def finish(self) -> None:
+        """Write the index and rename the cache into place; ValueError unless every entry's
+        sequence was appended."""
+        if self.count != len(self.entries):
+            raise ValueError(f"the cache holds {self.count} of its {len(self.entries)} sequences")
+        self.out.close()
+        entries = self.entries
+        label_of = {s: i for i, s in enumerate(self.signs)}
         np.savez(
-            tmp / "index.npz",
-            offsets=np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64),
+            self.tmp / "index.npz",
+            offsets=np.concatenate([[0], np.cumsum(self.lengths)]).astype(np.int64),
             labels=np.array([label_of[e.sign] for e in entries], dtype=np.int64),
             participants=np.array([e.participant_id for e in entries], dtype=np.int64),
             sequence_ids=np.array([e.sequence_id for e in entries], dtype=np.int64),
-            points=ALL_POINTS if points is None else points,
+            points=ALL_POINTS if self.points is None else self.points,
         )
-        (tmp / "signs.json").write_text(json.dumps(signs))
+        (self.tmp / "signs.json").write_text(json.dumps(self.signs))
         try:
-            tmp.rename(folder)
+            self.tmp.rename(self.folder)
         except OSError:
-            if not (folder / "index.npz").is_file():  # not merely a concurrent builder winning
+            if not (self.folder / "index.npz").is_file():  # not merely a concurrent builder winning
                 raise
+
+
+@contextmanager
+def building_cache(
+    folder: Path,
+    entries: list[Entry],
+    signs: list[str],
+    points: np.ndarray | None,
+    estimate: int,
+    progress: Callable[[int, int], None] | None = None,
+) -> Iterator[CacheBuilder]:
+    """A ``CacheBuilder`` of ``entries`` for ``folder``, written into a temporary folder
+    beside it and renamed into place by ``finish``, so no reader ever sees half a cache:
+    leaving the block without ``finish`` (an error, a stop) removes what was written.
+
+    CacheSpaceError when ``estimate`` bytes do not fit beside ``folder`` at the start, when
+    the projection from what is written says the rest will not, or when the disk fills up.
+    """
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    check_free_space(folder.parent, estimate)
+    tmp = Path(tempfile.mkdtemp(prefix=".building-", dir=folder.parent))
+    cache: CacheBuilder | None = None
+    try:
+        cache = CacheBuilder(tmp, folder, entries, signs, points, progress)
+        yield cache
     except OSError as exc:
         if exc.errno == errno.ENOSPC and not isinstance(exc, CacheSpaceError):
             raise CacheSpaceError(
@@ -346,6 +403,8 @@ def _build_cache(
             ) from None
         raise
     finally:
+        if cache is not None:
+            cache.out.close()
         shutil.rmtree(tmp, ignore_errors=True)
 
 
