@@ -9,12 +9,15 @@ so a changed dataset is re-read and an unchanged one never is.
 Building it streams: sequences are decoded by a bounded pool of threads and appended to
 the file one by one (``building_cache``), so memory does not grow with the dataset, only
 the cache on disk does (checked against the free space before and while it is written).
+A node builds it the same way as its shards download (``training.asl.ingest``), and the
+folder then keeps the cache in place of the shards, keyed on their sha256.
 """
 
 from __future__ import annotations
 
 import csv
 import errno
+import hashlib
 import io
 import json
 import os
@@ -50,6 +53,11 @@ PARQUET_BYTES_PER_FRAME = 8 * 1024
 # Free space left on the cache's disk after the cache, and how often the build re-checks.
 DISK_RESERVE_BYTES = 256 * 1024**2
 DISK_CHECK_EVERY = 1024
+# A sharded folder whose shards were read into its cache as they downloaded, and deleted
+# (``training.asl.ingest``): it keeps train.csv, the sign map, this record of its shards
+# and, under INGESTED_CACHE, the cache.
+INGESTED_FILE = "ingested.json"
+INGESTED_CACHE = ".islr_cache"
 INDEX_COLUMNS = ("path", "participant_id", "sequence_id", "sign")
 # train.csv is read whole, in the web process when a task is posted: its size is bounded
 # (64 MiB holds about a million rows; the Kaggle ASL index is 5 MB for 94,477).
@@ -130,8 +138,10 @@ class LandmarkDataset:
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
-def read_index(source: Source) -> tuple[list[Entry], list[str]]:
-    """Rows of train.csv and the label list (from the sign map when the dataset has one)."""
+def read_index(source: Source, *, check_files: bool = True) -> tuple[list[Entry], list[str]]:
+    """Rows of train.csv and the label list (from the sign map when the dataset has one).
+    With ``check_files`` a row naming a file the dataset lacks is a DatasetError; without,
+    the caller finds the files (``training.asl.ingest``, as the shards arrive)."""
     name = INDEX_FILE
     if source.exists(INDEX_FILE) and (size := source.size(INDEX_FILE)) > INDEX_MAX_BYTES:
         raise DatasetError(name, f"is {size:,} bytes; at most {INDEX_MAX_BYTES:,} are read")
@@ -167,7 +177,7 @@ def read_index(source: Source) -> tuple[list[Entry], list[str]]:
         if (first := listed_on.setdefault(path, line)) != line:
             # One row per file: a file listed many times would be copied and read as often.
             raise DatasetError(where, f"sequence file {path!r} is listed twice (first on line {first})")
-        if not source.exists(path):
+        if check_files and not source.exists(path):
             raise DatasetError(where, f"sequence file {path!r} is missing from the dataset")
         entries.append(Entry(path, participant, sequence, sign))
     if not entries:
@@ -250,17 +260,22 @@ def load_dataset(
     folder of zip shards. The cache holds ``points`` of each frame (indices into the 543,
     in that order; all of them by default).
 
+    A sharded folder whose shards were ingested as they downloaded (``INGESTED_FILE``,
+    ``training.asl.ingest``) holds no shard any more, only its cache: that cache is opened
+    (``cache_dir`` does not apply), and asking it for other points is a DatasetError.
+
     Raises DatasetError, naming the file, for anything malformed, and CacheSpaceError when
     the cache would not fit on its disk. The dataset's size is not limited here.
     """
     kept = ALL_POINTS if points is None else np.asarray(points, dtype=np.int64)
     if kept.ndim != 1 or kept.size == 0 or kept.min() < 0 or kept.max() >= N_LANDMARKS:
         raise ValueError(f"points must be indices into the {N_LANDMARKS} landmarks of a frame")
+    if (Path(location) / INGESTED_FILE).is_file():
+        return open_cache(_ingested_cache(Path(location), kept))
     with Source(location, max_member_bytes=max_member_bytes) as source:
         entries, signs = read_index(source)
         paths = [e.path for e in entries]
-        version = f"{CACHE_VERSION}:{','.join(map(str, kept.tolist()))}"
-        key = source.fingerprint(paths, version)[:24]
+        key = source.fingerprint(paths, cache_version(kept))[:24]
         folder = Path(cache_dir or default_cache_dir(location)) / key
         if not (folder / "index.npz").is_file():
             parquet_bytes = sum(source.size(p) for p in paths)
@@ -276,6 +291,49 @@ def load_dataset(
                 progress,
             )
     return open_cache(folder)
+
+
+def cache_version(points: np.ndarray) -> str:
+    """What a cache's key starts from: the cache format and the points it holds."""
+    return f"{CACHE_VERSION}:{','.join(map(str, points.tolist()))}"
+
+
+def ingested_cache(location: Path, shards: Sequence[tuple[str, str]], points: np.ndarray) -> Path:
+    """Where the cache of ``points`` of the ingested sharded folder ``location`` lives: keyed
+    like ``Source.fingerprint``, on the index files and, for each shard, its name and the
+    sha256 it was checked against when it downloaded, not on files that are gone."""
+    digest = hashlib.sha256(f"ingested:{cache_version(points)}".encode())
+    for special in (INDEX_FILE, SIGN_MAP_FILE):
+        if (location / special).is_file():
+            digest.update((location / special).read_bytes())
+    for name, sha256 in shards:
+        digest.update(f"{name}\0{sha256}\n".encode())
+    return location / INGESTED_CACHE / digest.hexdigest()[:24]
+
+
+def record_ingested(location: Path, shards: Sequence[tuple[str, str]]) -> None:
+    """Mark ``location`` as ingested (``INGESTED_FILE``: each shard's name and sha256),
+    written whole or not at all; its cache must be in place first."""
+    tmp = location / f".{INGESTED_FILE}.tmp"
+    tmp.write_text(json.dumps({"shards": [{"name": n, "sha256": s} for n, s in shards]}))
+    tmp.replace(location / INGESTED_FILE)
+
+
+def _ingested_cache(location: Path, points: np.ndarray) -> Path:
+    """The cache folder of an ingested sharded folder; DatasetError when it holds none of ``points``."""
+    try:
+        record = json.loads((location / INGESTED_FILE).read_text())
+        shards = [(str(s["name"]), str(s["sha256"])) for s in record["shards"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        raise DatasetError(INGESTED_FILE, "is not a record of ingested shards") from None
+    folder = ingested_cache(location, shards, points)
+    if not (folder / "index.npz").is_file():
+        raise DatasetError(
+            str(location),
+            "holds no cache of these landmarks: its shards were read into the cache of its task's"
+            " landmarks as they downloaded, and are gone",
+        )
+    return folder
 
 
 def frame_bytes(points: int) -> int:
