@@ -6,13 +6,13 @@ What each kind's runner commits to and proves is written beside it, in
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 from training import kinds
-from training.plugin import FetchListed, Listed, Outcome, Progress, UnsupportedKind, sha256_file
+from training.plugin import Outcome, Progress, UnsupportedKind, sha256_file
+from workers.agent.transfer import BoundIngest
 
 __all__ = ["Outcome", "Progress", "UnsupportedKind", "ingest", "run", "sha256_file"]
 
@@ -22,7 +22,7 @@ def run(job: dict[str, Any], workdir: Path, progress: Progress) -> Outcome:
     return kinds.run(job, workdir, progress)
 
 
-def ingest(job: dict[str, Any]) -> Callable[[Path, Sequence[Listed], FetchListed], None] | None:
+def ingest(job: dict[str, Any]) -> BoundIngest | None:
     """How the job's kind takes in a dataset in shards (``Kind.ingest``, bound to the job's
     spec); None when it has no such hook (or this node no such kind): every file is kept."""
     kind = kinds.KINDS.get(str(job.get("kind")))
