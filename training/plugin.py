@@ -21,7 +21,7 @@ so it carries integers only: losses in micro-units, durations in microseconds.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -101,6 +101,26 @@ Prepare = Callable[[Spec, Path | None, Path, bytes], tuple[Path | None, Path]]
 SHARDED_DATASETS = "dataset:shards"
 # The format a job names for such a folder (its URL serves the folder's manifest).
 SHARDS_FORMAT = "shards"
+
+
+@dataclass(frozen=True)
+class Listed:
+    """One file of a dataset in shards as its manifest lists it: the node checks the file
+    against this size and sha256 when it downloads it."""
+
+    name: str
+    size_bytes: int
+    sha256: str
+
+
+# fetch(name, path): download the manifest's file ``name`` to ``path``, checked against its
+# size and sha256 (the job fails, naming the file, when it differs).
+FetchListed = Callable[[str, Path], None]
+# fn(spec, folder, the manifest's files, fetch) -> None: take in a dataset in shards as it
+# downloads, into ``folder`` (where the runner then finds it, as ``dataset.shards``), in place
+# of the node's download of every file: a kind that reads each shard into a cache can delete
+# it there, so the node never holds the raw dataset whole. Raising fails the job.
+Ingest = Callable[[Spec, Path, Sequence[Listed], FetchListed], None]
 # fn(spec, the worker-facing data prepare wrote, file or folder (None: synthetic), challenged segments)
 # -> per segment, "" when its re-execution lands on its committed end, else the reason a
 # requester reads (``training.replay.check_segments``); keyword ``device`` (default "cpu").
@@ -209,6 +229,8 @@ class Kind:
     # platform's canary. A kind without both is re-executed on the platform only.
     measure: Measure | None = None
     canary: Canary | None = None
+    # How a node takes in a dataset in shards (``Ingest``); None: it downloads every file.
+    ingest: Ingest | None = None
 
 
 class UnsupportedKind(Exception):
@@ -266,12 +288,14 @@ Train = Callable[[dict[str, Any], Path, Path, Progress], dict[str, Any]]
 @dataclass(frozen=True)
 class Datasets:
     """The datasets a kind takes: their formats, whether a spec needs one, the pure check
-    that refuses one before a task is funded, and the platform's held-out split."""
+    that refuses one before a task is funded, the platform's held-out split, and how a node
+    takes in the split's worker share when it comes in shards."""
 
     formats: tuple[str, ...]
     required: Callable[[Spec], bool] = always
     check: CheckDataset | None = None
     prepare: Prepare | None = None
+    ingest: Ingest | None = None
 
     def kind_fields(self) -> dict[str, Any]:
         """The datasets as a ``Kind``'s fields."""
@@ -280,6 +304,7 @@ class Datasets:
             "dataset_required": self.required,
             "check_dataset": self.check,
             "prepare": self.prepare,
+            "ingest": self.ingest,
         }
 
 

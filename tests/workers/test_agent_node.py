@@ -25,6 +25,10 @@ import httpx
 import pytest
 
 from protocol import keys
+from training.asl.dataset import load_dataset
+from training.asl.landmarks import selected_landmarks
+from training.asl.split import prepare as prepare_asl
+from training.asl.synthetic import generate
 from workers.agent import bar, jobs, runners, transfer
 from workers.agent.identity import Credentials
 from workers.agent.jobs import Node
@@ -561,6 +565,81 @@ def test_a_manifest_other_than_the_job_names_is_refused(
     assert server.sent == 0
     (fail,) = platform.bodies["fail"]
     assert "dataset.shards.manifest.json is" in fail["reason"]
+
+
+# --- an asl_training share, read into its cache as it arrives ------------------------------
+
+
+ASL_SPEC: dict[str, Any] = {"dim": 192, "blocks": 1, "max_len": 32, "epochs": 1, "batch_size": 8, "seed": 0}
+
+
+@pytest.fixture(scope="module")
+def asl_share(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
+    """The files of a worker share the platform's split writes, in several shards."""
+    root = tmp_path_factory.mktemp("asl-share")
+    upload = generate(root / "signs.zip", n_signs=3, n_participants=3, per_participant=2, max_frames=12, as_zip=True)
+    worker, _ = prepare_asl(ASL_SPEC, upload, root / "split", bytes(32), shard_bytes=15_000)
+    assert worker is not None
+    files = {p.name: p.read_bytes() for p in sorted(worker.iterdir())}
+    assert sum(name.startswith("shard-") for name in files) >= 3
+    return files
+
+
+@pytest.fixture
+def asl_trained_on(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[tuple[list[str], int]]:
+    """Replaces the kind's runner: records what its dataset folder holds and how many
+    sequences the trainer's reader opens from it."""
+    seen: list[tuple[list[str], int]] = []
+
+    def run(job: dict[str, Any], workdir: Path, progress: runners.Progress) -> runners.Outcome:
+        folder = workdir / f"dataset.{job['dataset']['format']}"
+        read = load_dataset(folder, workdir / "cache", points=selected_landmarks(False))
+        seen.append((sorted(p.name for p in folder.iterdir()), len(read)))
+        artifact = tmp_path / "model.safetensors"
+        artifact.write_bytes(b"weights")
+        return runners.Outcome(result_hash="ab" * 32, proof={"steps": 1}, artifacts={"model.safetensors": artifact})
+
+    monkeypatch.setattr(runners, "run", run)
+    return seen
+
+
+def test_an_asl_share_is_read_into_its_cache_as_it_arrives_and_no_shard_is_kept(
+    node: Node,
+    platform: Platform,
+    clock: Clock,
+    asl_share: dict[str, bytes],
+    asl_trained_on: list[tuple[list[str], int]],
+) -> None:
+    server = ShardServer(asl_share, break_after={"shard-00001.zip": 4_000})
+    sharded_job(platform, server, shard_manifest(asl_share))
+    platform.job.update(kind="asl_training", spec=dict(ASL_SPEC))
+    assert node.run_assignment(ASSIGNMENT) == "submitted"
+    rows = asl_share["train.csv"].decode().count("\n") - 1
+    # The trainer reads every sequence from the cache; the folder holds no shard.
+    assert asl_trained_on == [
+        ([".islr_cache", "ingested.json", "sign_to_prediction_index_map.json", "train.csv"], rows)
+    ]
+    assert server.ranges == ["shard-00001.zip bytes=4000-"]  # still resumed where it broke off
+    assert server.sent == sum(len(body) for body in asl_share.values())
+
+
+def test_an_asl_shard_that_is_not_what_the_manifest_says_fails_the_job_before_training(
+    node: Node,
+    platform: Platform,
+    clock: Clock,
+    asl_share: dict[str, bytes],
+    asl_trained_on: list[tuple[list[str], int]],
+) -> None:
+    body = asl_share["shard-00001.zip"]
+    forged = {**asl_share, "shard-00001.zip": body[:100] + bytes([body[100] ^ 1]) + body[101:]}
+    server = ShardServer(forged)
+    sharded_job(platform, server, shard_manifest(asl_share))
+    platform.job.update(kind="asl_training", spec=dict(ASL_SPEC))
+    assert node.run_assignment(ASSIGNMENT) == "failed"
+    assert asl_trained_on == []
+    (fail,) = platform.bodies["fail"]
+    assert "shard-00001.zip has sha256" in fail["reason"]
+    assert f"but the platform said {hashlib.sha256(body).hexdigest()}" in fail["reason"]
 
 
 # --- #7: the SUBMIT_RESULT template -------------------------------------------------------

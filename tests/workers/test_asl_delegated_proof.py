@@ -2,7 +2,8 @@
 dataset, trained by the agent's own code against the in-process platform, its challenged
 segments offered to a node of another provider, which downloads the worker-facing archive
 (never the held-out participant) and the slots' checkpoints, re-executes them with the
-kind's ``measure`` and answers; the platform judges, and the honest worker is paid."""
+kind's ``measure`` and answers (both nodes reading the shards into the cache as they
+arrive, keeping none); the platform judges, and the honest worker is paid."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import torch
 
 from tests.factories import CAPS, TINY_ASL, make_dataset, post_task
 from tests.workers.proving import RestNode, in_process_agent
+from training.asl import run as asl_run
 from training.asl.source import Source
 from training.asl.synthetic import generate
 from workers.agent import verify_job
@@ -53,9 +55,22 @@ def test_an_asl_run_re_executed_by_a_verifier_node_of_another_provider_is_paid(
     upload = make_dataset(bob, archive.read_bytes(), "signs.zip")
     task = post_task(bob, "asl_training", dict(TINY_ASL), dataset=upload.pk, budget=10 * 10**9, max_attempts=1)
     worker = RestNode(alice, "asl-node", ASL_CAPS)
+    # What the nodes' trainers read: each node reads its shards into the cache as they
+    # arrive and keeps none of them.
+    node_reads: list[list[str]] = []
+    real_load = asl_run.load_dataset
+
+    def load(location: Path, *args: Any, **kwargs: Any) -> Any:
+        if Path(location).name == "dataset.shards":  # a node's download, not the platform's share
+            node_reads.append(sorted(p.name for p in Path(location).iterdir()))
+        return real_load(location, *args, **kwargs)
+
+    monkeypatch.setattr(asl_run, "load_dataset", load)
+    ingested = [".islr_cache", "ingested.json", "sign_to_prediction_index_map.json", "train.csv"]
     (assignment,) = scheduler.schedule(task.pk)
     with in_process_agent(worker) as agent:
         assert agent.run_assignment(str(assignment.pk)) == "submitted"
+    assert node_reads == [ingested]
     verifier = RestNode(carol, "asl-verifier", {**ASL_CAPS, "features": [*CAPS["features"], delegation.FEATURE]})
     assert verify_assignment(str(assignment.pk)) == "delegated"
     job = VerificationJob.objects.get(assignment=assignment, verifier=verifier.worker)
@@ -77,6 +92,8 @@ def test_an_asl_run_re_executed_by_a_verifier_node_of_another_provider_is_paid(
 
     with in_process_agent(verifier) as other:
         assert verify_job.run(other, other.key, str(job.pk)) == "answered"
+    assert len(node_reads) > 1
+    assert all(names == ingested for names in node_reads)
     job.refresh_from_db()
     by_role: dict[str, list[int]] = {}
     for slot, entry in zip(job.slots, job.answer["answer"]["slots"], strict=True):

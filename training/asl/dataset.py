@@ -7,14 +7,17 @@ keyed by a digest of the points, train.csv, the label map and every parquet file
 so a changed dataset is re-read and an unchanged one never is.
 
 Building it streams: sequences are decoded by a bounded pool of threads and appended to
-the file one by one, so memory does not grow with the dataset, only the cache on disk does
-(checked against the free space before and while it is written).
+the file one by one (``building_cache``), so memory does not grow with the dataset, only
+the cache on disk does (checked against the free space before and while it is written).
+A node builds it the same way as its shards download (``training.asl.ingest``), and the
+folder then keeps the cache in place of the shards, keyed on their sha256.
 """
 
 from __future__ import annotations
 
 import csv
 import errno
+import hashlib
 import io
 import json
 import os
@@ -23,6 +26,7 @@ import tempfile
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
@@ -49,6 +53,11 @@ PARQUET_BYTES_PER_FRAME = 8 * 1024
 # Free space left on the cache's disk after the cache, and how often the build re-checks.
 DISK_RESERVE_BYTES = 256 * 1024**2
 DISK_CHECK_EVERY = 1024
+# A sharded folder whose shards were read into its cache as they downloaded, and deleted
+# (``training.asl.ingest``): it keeps train.csv, the sign map, this record of its shards
+# and, under INGESTED_CACHE, the cache.
+INGESTED_FILE = "ingested.json"
+INGESTED_CACHE = ".islr_cache"
 INDEX_COLUMNS = ("path", "participant_id", "sequence_id", "sign")
 # train.csv is read whole, in the web process when a task is posted: its size is bounded
 # (64 MiB holds about a million rows; the Kaggle ASL index is 5 MB for 94,477).
@@ -129,8 +138,10 @@ class LandmarkDataset:
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
-def read_index(source: Source) -> tuple[list[Entry], list[str]]:
-    """Rows of train.csv and the label list (from the sign map when the dataset has one)."""
+def read_index(source: Source, *, check_files: bool = True) -> tuple[list[Entry], list[str]]:
+    """Rows of train.csv and the label list (from the sign map when the dataset has one).
+    With ``check_files`` a row naming a file the dataset lacks is a DatasetError; without,
+    the caller finds the files (``training.asl.ingest``, as the shards arrive)."""
     name = INDEX_FILE
     if source.exists(INDEX_FILE) and (size := source.size(INDEX_FILE)) > INDEX_MAX_BYTES:
         raise DatasetError(name, f"is {size:,} bytes; at most {INDEX_MAX_BYTES:,} are read")
@@ -166,7 +177,7 @@ def read_index(source: Source) -> tuple[list[Entry], list[str]]:
         if (first := listed_on.setdefault(path, line)) != line:
             # One row per file: a file listed many times would be copied and read as often.
             raise DatasetError(where, f"sequence file {path!r} is listed twice (first on line {first})")
-        if not source.exists(path):
+        if check_files and not source.exists(path):
             raise DatasetError(where, f"sequence file {path!r} is missing from the dataset")
         entries.append(Entry(path, participant, sequence, sign))
     if not entries:
@@ -249,17 +260,22 @@ def load_dataset(
     folder of zip shards. The cache holds ``points`` of each frame (indices into the 543,
     in that order; all of them by default).
 
+    A sharded folder whose shards were ingested as they downloaded (``INGESTED_FILE``,
+    ``training.asl.ingest``) holds no shard any more, only its cache: that cache is opened
+    (``cache_dir`` does not apply), and asking it for other points is a DatasetError.
+
     Raises DatasetError, naming the file, for anything malformed, and CacheSpaceError when
     the cache would not fit on its disk. The dataset's size is not limited here.
     """
     kept = ALL_POINTS if points is None else np.asarray(points, dtype=np.int64)
     if kept.ndim != 1 or kept.size == 0 or kept.min() < 0 or kept.max() >= N_LANDMARKS:
         raise ValueError(f"points must be indices into the {N_LANDMARKS} landmarks of a frame")
+    if (Path(location) / INGESTED_FILE).is_file():
+        return open_cache(_ingested_cache(Path(location), kept))
     with Source(location, max_member_bytes=max_member_bytes) as source:
         entries, signs = read_index(source)
         paths = [e.path for e in entries]
-        version = f"{CACHE_VERSION}:{','.join(map(str, kept.tolist()))}"
-        key = source.fingerprint(paths, version)[:24]
+        key = source.fingerprint(paths, cache_version(kept))[:24]
         folder = Path(cache_dir or default_cache_dir(location)) / key
         if not (folder / "index.npz").is_file():
             parquet_bytes = sum(source.size(p) for p in paths)
@@ -275,6 +291,49 @@ def load_dataset(
                 progress,
             )
     return open_cache(folder)
+
+
+def cache_version(points: np.ndarray) -> str:
+    """What a cache's key starts from: the cache format and the points it holds."""
+    return f"{CACHE_VERSION}:{','.join(map(str, points.tolist()))}"
+
+
+def ingested_cache(location: Path, shards: Sequence[tuple[str, str]], points: np.ndarray) -> Path:
+    """Where the cache of ``points`` of the ingested sharded folder ``location`` lives: keyed
+    like ``Source.fingerprint``, on the index files and, for each shard, its name and the
+    sha256 it was checked against when it downloaded, not on files that are gone."""
+    digest = hashlib.sha256(f"ingested:{cache_version(points)}".encode())
+    for special in (INDEX_FILE, SIGN_MAP_FILE):
+        if (location / special).is_file():
+            digest.update((location / special).read_bytes())
+    for name, sha256 in shards:
+        digest.update(f"{name}\0{sha256}\n".encode())
+    return location / INGESTED_CACHE / digest.hexdigest()[:24]
+
+
+def record_ingested(location: Path, shards: Sequence[tuple[str, str]]) -> None:
+    """Mark ``location`` as ingested (``INGESTED_FILE``: each shard's name and sha256),
+    written whole or not at all; its cache must be in place first."""
+    tmp = location / f".{INGESTED_FILE}.tmp"
+    tmp.write_text(json.dumps({"shards": [{"name": n, "sha256": s} for n, s in shards]}))
+    tmp.replace(location / INGESTED_FILE)
+
+
+def _ingested_cache(location: Path, points: np.ndarray) -> Path:
+    """The cache folder of an ingested sharded folder; DatasetError when it holds none of ``points``."""
+    try:
+        record = json.loads((location / INGESTED_FILE).read_text())
+        shards = [(str(s["name"]), str(s["sha256"])) for s in record["shards"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        raise DatasetError(INGESTED_FILE, "is not a record of ingested shards") from None
+    folder = ingested_cache(location, shards, points)
+    if not (folder / "index.npz").is_file():
+        raise DatasetError(
+            str(location),
+            "holds no cache of these landmarks: its shards were read into the cache of its task's"
+            " landmarks as they downloaded, and are gone",
+        )
+    return folder
 
 
 def frame_bytes(points: int) -> int:
@@ -304,41 +363,97 @@ def _build_cache(
     workers: int,
     progress: Callable[[int, int], None] | None,
 ) -> None:
-    """Write the cache of ``entries`` to ``folder``: into a temporary folder beside it,
-    renamed into place once complete, so no reader ever sees half a cache."""
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    check_free_space(folder.parent, estimate)
-    tmp = Path(tempfile.mkdtemp(prefix=".building-", dir=folder.parent))
-    try:
-        lengths = np.zeros(len(entries), dtype=np.int64)
-        written = 0
-        with open(tmp / "frames.f32", "wb") as out:
-            for i, seq in enumerate(iter_sequences(source, [e.path for e in entries], workers, points)):
-                lengths[i] = seq.shape[0]
-                data = np.ascontiguousarray(seq, dtype=np.float32)
-                out.write(data.data)
-                written += data.nbytes
-                if (i + 1) % DISK_CHECK_EVERY == 0:
-                    # The estimate is only an estimate: project from what the cache holds so far.
-                    out.flush()
-                    check_free_space(tmp, written * (len(entries) - i - 1) // (i + 1))
-                if progress is not None and (i % 256 == 0 or i + 1 == len(entries)):
-                    progress(i + 1, len(entries))
-        label_of = {s: i for i, s in enumerate(signs)}
+    """Write the cache of ``entries``, read from ``source``, to ``folder`` (``building_cache``)."""
+    with building_cache(folder, entries, signs, points, estimate, progress) as cache:
+        for seq in iter_sequences(source, [e.path for e in entries], workers, points):
+            cache.append(seq)
+        cache.finish()
+
+
+class CacheBuilder:
+    """A cache being written: ``append`` each sequence of its entries in order, then
+    ``finish``. Made by ``building_cache``, which owns its temporary folder."""
+
+    def __init__(
+        self,
+        tmp: Path,
+        folder: Path,
+        entries: list[Entry],
+        signs: list[str],
+        points: np.ndarray | None,
+        progress: Callable[[int, int], None] | None,
+    ) -> None:
+        self.tmp, self.folder, self.entries, self.signs = tmp, folder, entries, signs
+        self.points, self.progress = points, progress
+        self.lengths = np.zeros(len(entries), dtype=np.int64)
+        self.count = 0
+        self.written = 0
+        self.out = open(tmp / "frames.f32", "wb")  # noqa: SIM115 (closed by finish or building_cache)
+
+    def append(self, seq: np.ndarray) -> None:
+        """Append the next entry's sequence (its kept points)."""
+        i, total = self.count, len(self.entries)
+        if i >= total:
+            raise ValueError(f"the cache holds {total} sequences; one more was appended")
+        self.lengths[i] = seq.shape[0]
+        data = np.ascontiguousarray(seq, dtype=np.float32)
+        self.out.write(data.data)
+        self.written += data.nbytes
+        self.count = i + 1
+        if self.count % DISK_CHECK_EVERY == 0:
+            # The estimate is only an estimate: project from what the cache holds so far.
+            self.out.flush()
+            check_free_space(self.tmp, self.written * (total - self.count) // self.count)
+        if self.progress is not None and (i % 256 == 0 or self.count == total):
+            self.progress(self.count, total)
+
+    def finish(self) -> None:
+        """Write the index and rename the cache into place; ValueError unless every entry's
+        sequence was appended."""
+        if self.count != len(self.entries):
+            raise ValueError(f"the cache holds {self.count} of its {len(self.entries)} sequences")
+        self.out.close()
+        entries = self.entries
+        label_of = {s: i for i, s in enumerate(self.signs)}
         np.savez(
-            tmp / "index.npz",
-            offsets=np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64),
+            self.tmp / "index.npz",
+            offsets=np.concatenate([[0], np.cumsum(self.lengths)]).astype(np.int64),
             labels=np.array([label_of[e.sign] for e in entries], dtype=np.int64),
             participants=np.array([e.participant_id for e in entries], dtype=np.int64),
             sequence_ids=np.array([e.sequence_id for e in entries], dtype=np.int64),
-            points=ALL_POINTS if points is None else points,
+            points=ALL_POINTS if self.points is None else self.points,
         )
-        (tmp / "signs.json").write_text(json.dumps(signs))
+        (self.tmp / "signs.json").write_text(json.dumps(self.signs))
         try:
-            tmp.rename(folder)
+            self.tmp.rename(self.folder)
         except OSError:
-            if not (folder / "index.npz").is_file():  # not merely a concurrent builder winning
+            if not (self.folder / "index.npz").is_file():  # not merely a concurrent builder winning
                 raise
+
+
+@contextmanager
+def building_cache(
+    folder: Path,
+    entries: list[Entry],
+    signs: list[str],
+    points: np.ndarray | None,
+    estimate: int,
+    progress: Callable[[int, int], None] | None = None,
+) -> Iterator[CacheBuilder]:
+    """A ``CacheBuilder`` of ``entries`` for ``folder``, written into a temporary folder
+    beside it and renamed into place by ``finish``, so no reader ever sees half a cache:
+    leaving the block without ``finish`` (an error, a stop) removes what was written.
+
+    CacheSpaceError when ``estimate`` bytes do not fit beside ``folder`` at the start, when
+    the projection from what is written says the rest will not, or when the disk fills up.
+    """
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    check_free_space(folder.parent, estimate)
+    tmp = Path(tempfile.mkdtemp(prefix=".building-", dir=folder.parent))
+    cache: CacheBuilder | None = None
+    try:
+        cache = CacheBuilder(tmp, folder, entries, signs, points, progress)
+        yield cache
     except OSError as exc:
         if exc.errno == errno.ENOSPC and not isinstance(exc, CacheSpaceError):
             raise CacheSpaceError(
@@ -346,6 +461,8 @@ def _build_cache(
             ) from None
         raise
     finally:
+        if cache is not None:
+            cache.out.close()
         shutil.rmtree(tmp, ignore_errors=True)
 
 

@@ -4,7 +4,7 @@ sequences) and asl_inference (the top signs for uploaded sequences)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,14 @@ def prepare(spec: Spec, source: Path | None, out_dir: Path, secret_seed: bytes) 
     from training.asl.split import prepare as split
 
     return split(spec, source, out_dir, secret_seed)
+
+
+def ingest(spec: Spec, folder: Path, listed: Sequence[plugin.Listed], fetch: plugin.FetchListed) -> None:
+    """The node's download of the worker share, each shard read into the dataset's cache and
+    deleted as it arrives (training.asl.ingest)."""
+    from training.asl.ingest import ingest as read_in
+
+    read_in(spec, folder, listed, fetch)
 
 
 def _archive(upload: Upload, check: str, read: Callable[[Path], object]) -> None:
@@ -87,7 +95,8 @@ def _gpu_capabilities() -> dict[str, Any]:
 
 def train(job: dict[str, Any], workdir: Path, out_dir: Path, progress: Progress) -> dict[str, Any]:
     """Train with training.asl.run on the downloaded (held-out-free) data, the sharded folder
-    ``dataset.shards`` or a zip; claim val_top1."""
+    ``dataset.shards`` (ingested into its cache as it downloaded, ``ingest``) or a zip;
+    claim val_top1."""
     from training.asl.run import run as train_asl
 
     if not job.get("dataset"):
@@ -163,7 +172,7 @@ ASL_TRAINING = plugin.training_kind(
     label="ASL recognition training",
     description="Train an isolated sign recogniser on ISLR-format landmark sequences.",
     spec=AslTrainingSpec,
-    datasets=plugin.Datasets(("zip",), check=check_training_dataset, prepare=prepare),
+    datasets=plugin.Datasets(("zip",), check=check_training_dataset, prepare=prepare, ingest=ingest),
     # The worker downloads the split's sharded folder file by file.
     features=lambda spec: (plugin.SHARDED_DATASETS,),
     model_files=MODEL_FILES,

@@ -341,20 +341,20 @@ class Node(PlatformClient):
         """Download, run, upload the artifacts (in ``workdir``): the run's outcome. Raises on any failure.
 
         The dataset lands at ``workdir/dataset.<format>``: a file, or for a dataset in
-        shards the folder of its files, which the kind's runner reads as it would a zip."""
+        shards the folder of its files, which the kind's runner reads as it would a zip
+        (or, for a kind that ingests shards as they arrive, what its ingest left there)."""
         dataset = job["dataset"]
         if dataset:
             fmt = dataset.get("format")
             if not isinstance(fmt, str) or not DATASET_FORMAT.fullmatch(fmt):
                 raise JobError(f"the platform sent a dataset format this node will not use: {fmt!r}")
             size = dataset.get("size_bytes")
-            fetch = self.download_folder if fmt == SHARDS_FORMAT else self.download
-            fetch(
-                dataset["url"],
-                workdir / f"dataset.{fmt}",
-                sha256=str(dataset.get("sha256") or ""),
-                size=size if type(size) is int else None,
-            )
+            target, digest = workdir / f"dataset.{fmt}", str(dataset.get("sha256") or "")
+            known = size if type(size) is int else None
+            if fmt == SHARDS_FORMAT:
+                self.download_folder(dataset["url"], target, sha256=digest, size=known, ingest=runners.ingest(job))
+            else:
+                self.download(dataset["url"], target, sha256=digest, size=known)
         # Inference runners fetch their model over the same authenticated client.
         outcome = runners.run({**job, "fetch": self.download}, workdir, progress)
         for name, path in outcome.artifacts.items():

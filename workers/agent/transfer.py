@@ -5,7 +5,8 @@ Every call goes to the node's own server with its worker token. Connection error
 about a minute and a half; an upload streams the file from disk, in parts when it is
 larger than one request may be (``workers/assignments/uploads.py``); a download resumes by
 byte ranges where it broke off and is checked against the size and sha256 the platform
-announced; a dataset in shards is a manifest and then its files, each downloaded so.
+announced; a dataset in shards is a manifest and then its files, each downloaded so (by
+the kind's ingest, when it has one, which may read each into its cache and delete it).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import json
 import logging
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ import httpx
 
 from training import stop
 from training.asl.shards import is_sharded_file
+from training.plugin import FetchListed, Listed
 from workers.agent import trust
 
 log = logging.getLogger("workers.agent")
@@ -38,6 +40,8 @@ DOWNLOAD_PIECE = 64 << 20
 MANIFEST_MAX_BYTES = 16 << 20  # a dataset's manifest: about 100,000 files' entries
 MANIFEST_FILES = 100_000
 _SHA256 = re.compile(r"[0-9a-f]{64}")
+# A kind's ``Kind.ingest`` bound to its job's spec: (folder, the manifest's files, fetch).
+BoundIngest = Callable[[Path, Sequence[Listed], FetchListed], None]
 
 
 class JobError(RuntimeError):
@@ -290,7 +294,9 @@ class PlatformClient:
         if sha256 and digest.hexdigest() != sha256.lower():
             raise JobError(f"{dest.name} has sha256 {digest.hexdigest()}, but the platform said {sha256}")
 
-    def download_folder(self, url: str, dest: Path, *, sha256: str, size: int | None) -> None:
+    def download_folder(
+        self, url: str, dest: Path, *, sha256: str, size: int | None, ingest: BoundIngest | None = None
+    ) -> None:
         """Download a dataset in shards into the folder ``dest``: first its manifest (at
         ``url``, checked against the job's ``sha256`` and ``size``), then each file it
         lists, resumably, each checked against the manifest's size and sha256.
@@ -298,7 +304,9 @@ class PlatformClient:
         The manifest is refused unless it names at most ``MANIFEST_FILES`` distinct plain
         file names of a sharded folder (``training.asl.shards``: never a path, so nothing
         is written outside ``dest``), each with its size, sha256 and a URL on this node's
-        own server.
+        own server. With ``ingest`` (the kind's ``Kind.ingest``, bound to the job's spec)
+        the kind fetches the files itself, each through the same checked download, and may
+        read them into what its runner reads and delete them as they arrive.
         """
         if size is None or not 0 < size <= MANIFEST_MAX_BYTES:
             raise JobError(f"refused the dataset's manifest: its size {size!r} is not 1 to {MANIFEST_MAX_BYTES} bytes")
@@ -306,5 +314,15 @@ class PlatformClient:
         self.download(url, manifest, sha256=sha256, size=size)
         files = _manifest_files(manifest.read_bytes())
         dest.mkdir()
-        for name, entry in files.items():
-            self.download(entry["url"], dest / name, sha256=entry["sha256"], size=entry["size_bytes"])
+
+        def fetch(name: str, path: Path) -> None:
+            entry = files.get(name)
+            if entry is None:
+                raise JobError(f"the dataset's manifest lists no file {name!r:.80}")
+            self.download(entry["url"], path, sha256=entry["sha256"], size=entry["size_bytes"])
+
+        if ingest is None:
+            for name in files:
+                fetch(name, dest / name)
+            return
+        ingest(dest, [Listed(name, e["size_bytes"], e["sha256"]) for name, e in files.items()], fetch)

@@ -2,8 +2,9 @@
 segments and answer with their distances, signed (docs/proof-of-training.md#delegated-re-execution).
 
 The platform sends the job's id on the node's own queue (``agent.verify_segments``). The
-node fetches the job, downloads the worker's data and each slot's two checkpoints (each
-checked against the sha256 the job gives), re-executes every slot with the kind's
+node fetches the job, downloads the worker's data (a dataset in shards through the kind's
+ingest, as the job's own run does) and each slot's two checkpoints (each checked against
+the sha256 the job gives), re-executes every slot with the kind's
 ``measure`` (the same replay code the platform runs), and posts, signed with its node key,
 each slot's distance in micro steps' updates, or why it could not be re-executed. Some
 slots are canaries whose ends the platform moved: a node that answers without computing
@@ -26,6 +27,7 @@ from training import kinds as node_kinds
 from training.device import select_device
 from training.plugin import SHARDS_FORMAT
 from training.trace import Leaf, Segment
+from workers.agent import runners
 from workers.agent.transfer import JobError, PlatformClient
 
 log = logging.getLogger("workers.agent")
@@ -90,13 +92,13 @@ def run(client: PlatformClient, key: keys.KeyPair, job_id: str, device: str | No
                 raise JobError(f"the platform sent a dataset format this node will not use: {fmt!r}")
             size = dataset.get("size_bytes")
             data = folder / f"dataset.{fmt}"
-            fetch = client.download_folder if fmt == SHARDS_FORMAT else client.download
-            fetch(
-                f"{base}/dataset/",
-                data,
-                sha256=str(dataset.get("sha256") or ""),
-                size=size if type(size) is int else None,
-            )
+            digest, known = str(dataset.get("sha256") or ""), size if type(size) is int else None
+            if fmt == SHARDS_FORMAT:
+                # Ingested as the job's own run would be: the replay reads the same cache.
+                ingest = runners.ingest(job)
+                client.download_folder(f"{base}/dataset/", data, sha256=digest, size=known, ingest=ingest)
+            else:
+                client.download(f"{base}/dataset/", data, sha256=digest, size=known)
         ids, segments = [], []
         for slot in raw_slots:
             slot_id = str(slot.get("id")) if isinstance(slot, dict) else ""
