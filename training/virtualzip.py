@@ -289,3 +289,21 @@ def attach(folder: Path, upload: Path) -> Iterator[Path]:
                 shutil.copyfile(path, view / path.name)
         (view / UPLOAD_NAME).symlink_to(Path(upload).resolve())
         yield view
+
+
+def materialise(folder: Path, upload: Path, out: Path) -> Path:
+    """Write into the new folder ``out`` the files ``folder`` serves: its plain files as they
+    are and each recipe's virtual zip under its served name, byte for byte what a node
+    downloads. Returns ``out``."""
+    out = Path(out)
+    out.mkdir(parents=True)
+    for path in sorted(Path(folder).iterdir()):
+        if not path.is_file() or path.name.startswith("."):
+            continue
+        name = virtual_name(path)
+        if name is None:
+            shutil.copyfile(path, out / path.name)
+            continue
+        with VirtualZip.open(path, upload, name) as served, (out / name).open("wb") as target:
+            shutil.copyfileobj(served, target, _CHUNK)
+    return out

@@ -23,6 +23,7 @@ from training.asl.parquet import DatasetError
 from training.asl.split import prepare
 from training.asl.synthetic import generate
 from training.plugin import Listed
+from training.virtualzip import materialise
 
 SMALL: dict[str, Any] = {"n_signs": 4, "n_participants": 3, "per_participant": 3, "max_frames": 16, "seed": 3}
 POINTS = selected_landmarks(False)
@@ -85,8 +86,10 @@ def share(tmp_path: Path) -> Path:
     upload = generate(tmp_path / "upload.zip", as_zip=True, **SMALL)
     worker, _ = prepare(SPEC, upload, tmp_path / "split", bytes(32), shard_bytes=20_000)
     assert worker is not None
-    assert len(list(worker.glob("shard-*.zip"))) >= 4
-    return worker
+    # What the platform serves of its virtual shards: the node's download.
+    served = materialise(worker, upload, tmp_path / "share")
+    assert len(list(served.glob("shard-*.zip"))) >= 4
+    return served
 
 
 @pytest.mark.parametrize("made_by", ["split", "generator"])

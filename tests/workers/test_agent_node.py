@@ -29,6 +29,7 @@ from training.asl.dataset import load_dataset
 from training.asl.landmarks import selected_landmarks
 from training.asl.split import prepare as prepare_asl
 from training.asl.synthetic import generate
+from training.virtualzip import materialise
 from workers.agent import bar, jobs, runners, transfer
 from workers.agent.identity import Credentials
 from workers.agent.jobs import Node
@@ -580,7 +581,8 @@ def asl_share(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
     upload = generate(root / "signs.zip", n_signs=3, n_participants=3, per_participant=2, max_frames=12, as_zip=True)
     worker, _ = prepare_asl(ASL_SPEC, upload, root / "split", bytes(32), shard_bytes=15_000)
     assert worker is not None
-    files = {p.name: p.read_bytes() for p in sorted(worker.iterdir())}
+    served = materialise(worker, upload, root / "served")  # what the platform serves of its virtual shards
+    files = {p.name: p.read_bytes() for p in sorted(served.iterdir())}
     assert sum(name.startswith("shard-") for name in files) >= 3
     return files
 
