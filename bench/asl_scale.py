@@ -14,18 +14,21 @@
    the node's download, cache and epoch, and the verification.
 
 Stage times come from the bench's own clock (generate, upload, post) and the assignment's
-timestamps (split: post answered → assignment made; node: started → first progress →
-result submitted; verify: submitted → settled). The node's download is taken as done when
-the files in its temporary folder first hold as many bytes as the platform's prepared
-worker files. A sampler reads, every half second, the resident memory of each process and
-its children (/proc, summed over the tree) and the bytes in each disk area:
+timestamps (split: post answered → assignment made; node: started → first progress (its
+download, and its cache filled as each shard arrives) → result submitted; verify:
+submitted → settled). A sampler reads, every half second, the resident memory of each
+process and its children (/proc, summed over the tree) and the bytes on disk in each area:
 
+- ``generated``: the generated zip, whose blocks are released part by part as the platform
+  takes them (``release``), so the dataset is on the disk once during the upload;
 - ``upload``: the media folder's ``dataset-uploads/`` and ``datasets/`` (parts, then the dataset);
 - ``platform``: the media folder's ``prepared/`` and the platform worker's TMPDIR (the split);
 - ``artifacts``: the media folder's ``artifacts/`` (the model, and the checkpoints the
   proof of training asked for);
 - ``node``: the node's TMPDIR (its download, cache and checkpoints).
 
+Each area's peak, the largest sum of the areas in one sample (``disk_total_peak_bytes``,
+the run's real peak) and the disk's own use over its use at the start are reported.
 Each process gets its own TMPDIR under the work folder. The peak is the largest sample, so
 a spike shorter than half a second may be missed; ``hwm`` adds each process's VmHWM read
 just before it stops (its own peak; children that exited earlier are not in it). Resident
@@ -33,9 +36,9 @@ memory counts the pages of memory-mapped files (the node's cache is one), which 
 can drop; ``peak_anon_rss_bytes`` is the peak without them. The web process's peak is also
 kept per phase: the upload, the post, and the run (the node's download is served then).
 
-Before anything is written, the disk's use after the run is estimated
-(``DISK_FACTOR`` × the estimated dataset size) and the bench refuses to start when that
-would fill the disk past 85 %.
+Before anything is written, the disk the run holds at once is estimated (``disk_needed``:
+``DISK_FACTOR`` × the estimated dataset size, and the checkpoints) and the bench refuses to
+start when that and ``DISK_RESERVE`` are more than the disk has free.
 
 Prints one JSON line: the stages' seconds, peaks, disk, the task's outcome, linear
 estimates for the full set, and the target (node peak ≤ 4 GiB).
@@ -45,6 +48,7 @@ estimates for the full set, and the target (node peak ≤ 4 GiB).
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import os
 import shutil
@@ -64,13 +68,17 @@ from training.asl.synthetic import ISLR_PARTICIPANTS, ISLR_SEQUENCES, ISLR_SIGNS
 
 GIB = 1024**3
 NODE_TARGET_BYTES = 4 * GIB
-DISK_LIMIT = 0.85
-# Zip bytes a sequence takes at ISLR_LENGTHS (532,360 and 543,821 measured at 0.05 and 0.01).
+# Zip bytes a sequence takes at ISLR_LENGTHS (529,330 to 543,821 measured at 0.1 to 0.01).
 BYTES_PER_SEQUENCE_ESTIMATE = 560_000
-# The areas' peaks over the dataset's size, summed, at 0.05: the generated zip 1, the upload
-# 1, the split 2.8 (its copy of the upload, the two halves, their stored copies), the node
-# 2.3 (download, cache, a checkpoint a step), the checkpoints the platform kept 0.4.
-DISK_FACTOR = 8
+# The disk the run holds at once, over the dataset's size: the dataset once (the generated
+# zip gives its blocks up as the upload takes them; the platform's shares are recipes over
+# the upload), the node's cache and the platform's for its re-execution (0.09 each at 0.1).
+DISK_FACTOR = 1.25
+# Plus the trace checkpoints, whose number the segment rule bounds (about 450 to 500 at any
+# scale over 0.05; 14.6 MB each at SPEC) on the node, and those the platform kept.
+CHECKPOINT_BYTES = 9 * GIB
+# What the disk keeps free beyond the estimate.
+DISK_RESERVE = 4 * GIB
 SPEC: dict[str, Any] = {
     "dim": 192,
     "blocks": 1,
@@ -85,9 +93,9 @@ SPEC: dict[str, Any] = {
 SAMPLE_S = 0.5
 
 
-def percent_used_after(path: Path, extra: int) -> float:
-    usage = shutil.disk_usage(path)
-    return (usage.used + extra) / (usage.used + usage.free)
+def disk_needed(sequences: int) -> int:
+    """The bytes the run holds on its disk at once, estimated before anything is written."""
+    return round(DISK_FACTOR * sequences * BYTES_PER_SEQUENCE_ESTIMATE) + CHECKPOINT_BYTES
 
 
 # --- What the sampler reads -----------------------------------------------------------
@@ -135,32 +143,38 @@ def folder_bytes(*folders: Path, skip: Callable[[Path], bool] = lambda path: Fal
     """Bytes of the files under ``folders``, each file once (a hard link is not a copy)."""
     seen: dict[tuple[int, int], int] = {}
     for folder in folders:
+        if folder.is_file():
+            stat = folder.stat()
+            seen[stat.st_dev, stat.st_ino] = min(stat.st_size, stat.st_blocks * 512)
         for dirpath, _, files in os.walk(folder):
             for name in files:
                 path = Path(dirpath) / name
                 if skip(path):
                     continue
                 try:
-                    stat = path.stat()
+                    stat = path.lstat()  # a link (the upload, linked where it is read) is no copy
                 except OSError:
                     continue
-                seen[stat.st_dev, stat.st_ino] = stat.st_size
+                # Blocks on disk, not the size: the generated zip is released as it is uploaded.
+                seen[stat.st_dev, stat.st_ino] = min(stat.st_size, stat.st_blocks * 512)
     return sum(seen.values())
 
 
 class Sampler(threading.Thread):
     """Peaks of each process tree's memory and each disk area's bytes, every SAMPLE_S."""
 
-    def __init__(self, areas: dict[str, list[Path]], prepared: Path, node_tmp: Path) -> None:
+    def __init__(self, areas: dict[str, list[Path]], node_tmp: Path) -> None:
         super().__init__(daemon=True, name="sampler")
-        self.areas, self.prepared, self.node_tmp = areas, prepared, node_tmp
+        self.areas, self.node_tmp = areas, node_tmp
         self.roots: dict[str, int] = {}
         self.rss: dict[str, int] = {}
         self.anon: dict[str, int] = {}
         self.phase = "start"  # what the bench is waiting for; the web's peak is kept per phase
         self.web_phases: dict[str, int] = {}
         self.disk: dict[str, int] = {}
-        self.download_done: float | None = None  # wall clock (time.time)
+        self.disk_total = 0  # the largest sum of the areas in one sample: the run's real peak
+        self.fs_start = shutil.disk_usage(node_tmp).used
+        self.fs_peak = 0  # the disk's use over its use at the start, at its largest
         self.halt = threading.Event()
 
     def run(self) -> None:
@@ -174,13 +188,13 @@ class Sampler(threading.Thread):
             self.anon[role] = max(self.anon.get(role, 0), tree_rss(pid, "RssAnon"))
             if role == "web":
                 self.web_phases[self.phase] = max(self.web_phases.get(self.phase, 0), rss)
+        total = 0
         for area, folders in self.areas.items():
-            self.disk[area] = max(self.disk.get(area, 0), folder_bytes(*folders))
-        if self.download_done is None:
-            worker = folder_bytes(self.prepared, skip=lambda p: "heldout" in p.name or p.name == "manifest.json")
-            downloaded = folder_bytes(self.node_tmp, skip=lambda p: "cache" in p.parts)
-            if worker and downloaded >= worker:
-                self.download_done = time.time()
+            held = folder_bytes(*folders)
+            self.disk[area] = max(self.disk.get(area, 0), held)
+            total += held
+        self.disk_total = max(self.disk_total, total)
+        self.fs_peak = max(self.fs_peak, shutil.disk_usage(self.node_tmp).used - self.fs_start)
 
 
 # --- The run ----------------------------------------------------------------------------
@@ -199,20 +213,35 @@ def setup_django(var_dir: Path) -> None:
     call_command("migrate", verbosity=0)
 
 
-def upload_in_parts(client: Any, path: Path) -> tuple[str, int]:
-    """The dataset's id, through /api/v1/dataset-uploads/; and the parts it took."""
+def release(handle: Any, start: int, length: int) -> bool:
+    """Give the disk blocks of ``length`` bytes at ``start`` of an open file back to the
+    filesystem, the file keeping its size (``fallocate`` with FALLOC_FL_PUNCH_HOLE): the
+    generated zip shrinks on disk as its parts reach the platform, so the dataset is on the
+    disk once, not twice. False where the filesystem cannot."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+    punch_hole, keep_size = 0x02, 0x01
+    return libc.fallocate(handle.fileno(), punch_hole | keep_size, start, length) == 0
+
+
+def upload_in_parts(client: Any, path: Path, release_sent: bool = True) -> tuple[str, int]:
+    """The dataset's id, through /api/v1/dataset-uploads/; and the parts it took. With
+    ``release_sent``, each part's blocks of the file are released once the platform took it."""
     size = path.stat().st_size
     begun = client.post("/api/v1/dataset-uploads/", json={"size_bytes": size, "name": path.name})
     assert begun.status_code == 201, begun.text
     upload_id, part = begun.json()["id"], int(begun.json()["part_bytes"])
     parts = 0
-    with path.open("rb") as data:
+    with path.open("r+b") as data:
         for start in range(0, size, part):
+            data.seek(start)
             chunk = data.read(part)
             end = start + len(chunk) - 1
             headers = {"Content-Range": f"bytes {start}-{end}/{size}", "Content-Type": "application/octet-stream"}
             answer = client.put(f"/api/v1/dataset-uploads/{upload_id}/", content=chunk, headers=headers)
             parts += 1
+            if answer.status_code in (201, 202) and release_sent:
+                release_sent = release(data, start, len(chunk))
             if end + 1 < size:
                 assert answer.status_code == 202, answer.text
             else:
@@ -222,17 +251,22 @@ def upload_in_parts(client: Any, path: Path) -> tuple[str, int]:
 
 
 def run(
-    scale: float, workdir: Path, processes: int, timeout: float, signs: int = ISLR_SIGNS, epochs: int = 1
+    scale: float,
+    workdir: Path,
+    processes: int,
+    timeout: float,
+    signs: int = ISLR_SIGNS,
+    epochs: int = 1,
+    batch: int = SPEC["batch_size"],
 ) -> dict[str, Any]:
     """The whole rehearsal in ``workdir``; the summary ``main`` prints."""
     sequences = max(1, round(ISLR_SEQUENCES * scale))
-    spec = {**SPEC, "epochs": epochs}
-    estimate = sequences * BYTES_PER_SEQUENCE_ESTIMATE
-    after = percent_used_after(workdir, DISK_FACTOR * estimate)
-    if after > DISK_LIMIT:
+    spec = {**SPEC, "epochs": epochs, "batch_size": batch}
+    needed, free = disk_needed(sequences), shutil.disk_usage(workdir).free
+    if needed + DISK_RESERVE > free:
         raise SystemExit(
-            f"refused: {sequences} sequences need about {DISK_FACTOR * estimate / GIB:.1f} GiB of disk at once,"
-            f" which would fill {workdir}'s disk to {after:.0%} (the limit is {DISK_LIMIT:.0%})"
+            f"refused: {sequences} sequences need about {needed / GIB:.1f} GiB of disk at once, and {workdir}'s"
+            f" disk has {free / GIB:.1f} GiB free ({DISK_RESERVE / GIB:.0f} GiB are kept spare)"
         )
     stages: dict[str, float | None] = {}
 
@@ -275,12 +309,12 @@ def run(
 
     sampler = Sampler(
         {
+            "generated": [zip_path],
             "upload": [media / "dataset-uploads", media / "datasets"],
             "platform": [media / "prepared", tmp["platform"]],
             "artifacts": [media / "artifacts"],
             "node": [tmp["node"]],
         },
-        media / "prepared",
         tmp["node"],
     )
     hwm: dict[str, int] = {}
@@ -358,7 +392,6 @@ def run(
 
     made, started = at(assignment and assignment.created_at), at(assignment and assignment.started_at)
     submitted, settled_at = at(assignment and assignment.submitted_at), at(assignment and assignment.settled_at)
-    download = sampler.download_done
 
     def span(a: float | None, b: float | None) -> float | None:
         return b - a if a is not None and b is not None else None
@@ -366,8 +399,7 @@ def run(
     stages.update(
         {
             "split": span(posted_at, made),  # the platform's held-out split, and scheduling
-            "download": span(started, download),
-            "cache": span(download, first_step),  # the node's cache of the 118 points
+            # The node's download, and its cache of the 118 points as each shard arrives.
             "node_until_first_step": span(started, first_step),
             "train": span(first_step, submitted),  # one epoch, and the node's own validation
             "verify": span(submitted, settled_at),
@@ -400,10 +432,12 @@ def run(
         "web_peak_rss_by_phase": sampler.web_phases,
         "hwm_bytes": hwm,
         "disk_peak_bytes": sampler.disk,
+        "disk_total_peak_bytes": sampler.disk_total,
+        "filesystem_used_peak_bytes": sampler.fs_peak,
         "disk_final_bytes": disk_final,
         "full_scale_linear": {
             "dataset_bytes": round(dataset_bytes * factor),
-            "disk_peak_bytes": round(sum(sampler.disk.values()) * factor + dataset_bytes * factor),
+            "disk_total_peak_bytes": round(sampler.disk_total * factor),
             "stages_s": {name: round(value * factor) for name in timed if (value := stages.get(name)) is not None},
         },
         "target_node_peak_bytes": NODE_TARGET_BYTES,
@@ -428,6 +462,7 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=0, help="seconds to wait for the task (default: by scale)")
     parser.add_argument("--signs", type=int, default=ISLR_SIGNS, help=f"signs (default {ISLR_SIGNS})")
     parser.add_argument("--epochs", type=int, default=1, help="training epochs (default 1)")
+    parser.add_argument("--batch", type=int, default=SPEC["batch_size"], help="the task's batch size (default 16)")
     args = parser.parse_args()
     if not 0 < args.scale <= 1:
         parser.error("--scale: a fraction in (0, 1]")
@@ -437,7 +472,7 @@ def main() -> int:
     workdir.mkdir(parents=True, exist_ok=True)
     timeout = args.timeout or 600 + 0.5 * ISLR_SEQUENCES * args.scale
     try:
-        result = run(args.scale, workdir, max(1, args.processes), timeout, args.signs, args.epochs)
+        result = run(args.scale, workdir, max(1, args.processes), timeout, args.signs, args.epochs, args.batch)
     finally:
         if not args.keep:
             shutil.rmtree(workdir, ignore_errors=True)
