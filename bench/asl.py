@@ -7,6 +7,8 @@ A real run reads its dataset once into the cache and then trains for many epochs
 the figures are split the same way:
 
 - **first read**: parquet → cache, sequences/s (target ≥ 500 on two cores);
+- **augmentation**: µs a sample, of a padded batch of ``--batch`` at once (as the loader
+  does) and of each sample alone;
 - **start-up**: from the start of training to its first step (loader workers starting,
   their first batches, the first kernels), in seconds;
 - **steady state**: samples/s over the epochs after the first, for the model alone (the
@@ -31,9 +33,11 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, cast
 
+import numpy as np
 import torch
 import torch.nn.functional as F  # noqa: N812
 from torch.utils.data import Dataset
@@ -41,7 +45,7 @@ from torch.utils.data import Dataset
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from training.asl.augment import Augmenter
-from training.asl.data import SequenceDataset, collate, loader_settings, make_loader
+from training.asl.data import SequenceDataset, loader_settings, make_loader, pad
 from training.asl.dataset import load_dataset
 from training.asl.model import ModelConfig, SignModel
 from training.asl.synthetic import generate
@@ -72,9 +76,36 @@ class Repeated(Dataset[dict[str, Any]]):
     def __len__(self) -> int:
         return self.size * self.times
 
-    def __getitem__(self, key: int | tuple[int, int]) -> dict[str, Any]:
+    def inner(self, key: int | tuple[int, int]) -> tuple[int, int]:
+        """The wrapped dataset's key for ``key``."""
         seed, i = key if isinstance(key, tuple) else (0, key)
-        return self.dataset[(seed * self.times + i // self.size, i % self.size)]
+        return seed * self.times + i // self.size, i % self.size
+
+    def __getitem__(self, key: int | tuple[int, int]) -> dict[str, Any]:
+        return self.dataset[self.inner(key)]
+
+    def batch(self, keys: Sequence[int | tuple[int, int]]) -> dict[str, torch.Tensor]:
+        return self.dataset.batch([self.inner(key) for key in keys])
+
+
+def augmentation_us_per_sample(dataset: SequenceDataset, batch: int, batches: int) -> tuple[float, float]:
+    """Microseconds per sample that augmentation takes (median over ``batches`` batches of
+    ``batch`` sequences): of a padded batch at once, as the loader does, and of each
+    sample alone."""
+    augmenter = cast(Augmenter, dataset.augmenter)
+    together, alone = [], []
+    for k in range(batches):
+        keys = [(k, (k * batch + j) % len(dataset)) for j in range(batch)]
+        raw = [dataset.raw(i) for _, i in keys]
+        x, lengths = pad(raw)
+        started = time.perf_counter()
+        augmenter.batch(x, lengths, [np.random.default_rng(key) for key in keys])
+        together.append((time.perf_counter() - started) / batch)
+        started = time.perf_counter()
+        for key, seq in zip(keys, raw, strict=True):
+            augmenter(seq, np.random.default_rng(key))
+        alone.append((time.perf_counter() - started) / batch)
+    return 1e6 * statistics.median(together), 1e6 * statistics.median(alone)
 
 
 class StepClock:
@@ -162,7 +193,12 @@ def main() -> None:
         # un-augmented batches would be a different workload), a few dozen visited per epoch.
         prepared = min(steps_per_epoch, 32)
         order = torch.randperm(len(live), generator=torch.Generator().manual_seed(1)).tolist()
-        ready = [collate([live[(0, order[i * args.batch + j])] for j in range(args.batch)]) for i in range(prepared)]
+        ready = [live.batch([(0, order[i * args.batch + j]) for j in range(args.batch)]) for i in range(prepared)]
+        augment_us, augment_alone_us = augmentation_us_per_sample(live.dataset, args.batch, min(prepared, 16))
+        print(
+            f"augmentation: {augment_us:.0f} µs a sample in batches of {args.batch}, {augment_alone_us:.0f} alone",
+            flush=True,
+        )
         alone_epochs = max(args.epochs, 1 + -(-steps_per_epoch * (args.epochs - 1) // prepared))
 
         def model_alone() -> float:
@@ -173,7 +209,7 @@ def main() -> None:
 
         def end_to_end() -> float:
             loader = make_loader(
-                cast(SequenceDataset, live),
+                live,
                 args.batch,
                 shuffle=True,
                 device=device,
@@ -218,6 +254,8 @@ def main() -> None:
                 "mean_frames": round(mean_frames, 1),
                 "reader_target": READER_TARGET,
                 "reader_ok": best_reader >= READER_TARGET,
+                "augment_us_per_sample": round(augment_us, 1),
+                "augment_us_per_sample_alone": round(augment_alone_us, 1),
                 "startup_s": round(statistics.median(startups), 3),
                 "model_alone_samples_per_s": round(alone, 1),
                 "end_to_end_samples_per_s": round(e2e, 1),

@@ -1,6 +1,8 @@
 """The ASL loader: worker processes (persistent across epochs, as on a GPU) give exactly
 the batches the in-process loader gives, epoch after epoch, and a run that starts at a later
-epoch (a resume) gets that epoch's batches."""
+epoch (a resume) gets that epoch's batches. Each batch is built whole, augmented as one, and
+is exactly its samples augmented one by one: worker count, timing and batch size change no
+sample."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ import pytest
 import torch
 
 from training.asl.augment import Augmenter
-from training.asl.data import SequenceDataset, loader_settings, make_loader
+from training.asl.data import SequenceDataset, collate, loader_settings, make_loader
 from training.asl.dataset import LandmarkDataset
 from training.asl.landmarks import selected_landmarks
 
@@ -115,3 +117,83 @@ def test_a_gpu_run_gets_a_loader_worker_per_core_but_one(monkeypatch: pytest.Mon
     monkeypatch.setattr(data.os, "sched_getaffinity", lambda pid: {0})
     assert loader_settings(torch.device("cuda"))["num_workers"] == 1
     assert loader_settings(torch.device("cpu"))["num_workers"] == 0
+
+
+def _everything() -> SequenceDataset:
+    """Sequences of 3 to 39 frames, some frames empty, every augmentation on (the crop and
+    max_len cut the longer ones)."""
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(3, 40, SEQUENCES)
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+    frames = rng.uniform(0.2, 0.8, (int(lengths.sum()), 543, 3)).astype(np.float32)
+    frames[rng.random(len(frames)) < 0.1] = np.nan  # empty frames, which the loader drops
+    data = LandmarkDataset(
+        frames=frames,
+        starts=starts,
+        lengths=lengths,
+        labels=np.arange(SEQUENCES) % 5,
+        participants=np.arange(SEQUENCES) % 4,
+        sequence_ids=np.arange(SEQUENCES),
+        signs=[f"sign{i}" for i in range(5)],
+    )
+    policy = Augmenter(POINTS, 1.0, 1.0, 1.0, 1.0, p_flip=0.5, p_spatial_mask=1.0, interpolation="mixed", crop=24)
+    return SequenceDataset(data, POINTS, 20, policy)
+
+
+def _same_x(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Equal to the bit, NaN and ±inf in the same places."""
+    return a.shape == b.shape and np.array_equal(a.numpy(), b.numpy(), equal_nan=True)
+
+
+def _same_batch(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
+    return torch.equal(a["y"], b["y"]) and torch.equal(a["lengths"], b["lengths"]) and _same_x(a["x"], b["x"])
+
+
+def test_a_batch_is_its_samples_augmented_one_by_one_and_padded() -> None:
+    """Empty frames dropped, at most max_len kept, padded with NaN: the batch the per-sample
+    path gives, and each sample the same whatever batch it is in."""
+    data = _everything()
+    keys = [(7, i) for i in range(SEQUENCES)]
+    whole = data.batch(keys)
+    assert _same_batch(whole, collate([data[key] for key in keys]))
+    assert int(whole["lengths"].max()) == 20  # some sequences were cut to max_len
+    for start in range(0, SEQUENCES, 7):
+        assert _same_batch(data.batch(keys[start : start + 7]), collate([data[key] for key in keys[start : start + 7]]))
+    alone = data.batch(keys[3:4])
+    assert _same_x(alone["x"][0, : int(alone["lengths"][0])], whole["x"][3, : int(whole["lengths"][3])])
+
+
+def _samples(batches: list[dict[str, torch.Tensor]]) -> list[torch.Tensor]:
+    """Each sample of an epoch, without its padding."""
+    return [batch["x"][row, : int(n)] for batch in batches for row, n in enumerate(batch["lengths"])]
+
+
+def _epoch(data: SequenceDataset, workers: int, batch: int = BATCH, seed: int = 3) -> list[dict[str, torch.Tensor]]:
+    loader = make_loader(data, batch, shuffle=True, device=torch.device("cpu"), num_workers=workers)
+    assert loader.loader.num_workers == workers
+    torch.manual_seed(seed)
+    return list(loader)
+
+
+class Jittery(SequenceDataset):
+    """A dataset whose reads take a varying while, so workers finish out of turn."""
+
+    def raw(self, i: int) -> np.ndarray:
+        time.sleep(0.001 * (hash((i, time.perf_counter_ns())) % 8))
+        return super().raw(i)
+
+
+def test_worker_count_timing_and_batch_size_change_no_sample() -> None:
+    """The adversary's angle: augmentation must come from the seeded streams alone. One,
+    two or no loader workers, reads that take varying time, batches of 8 or 5: the same
+    samples in the same order, augmented alike."""
+    data = _everything()
+    in_process = _epoch(data, 0)
+    assert all(_same_batch(a, b) for a, b in zip(in_process, _epoch(data, 1), strict=True))
+    jittery = Jittery(data.data, POINTS, data.max_len, data.augmenter)
+    assert all(_same_batch(a, b) for a, b in zip(in_process, _epoch(jittery, 2), strict=True))
+    by_eight, by_five = _samples(in_process), _samples(_epoch(data, 0, batch=5))
+    assert len(by_eight) == len(by_five) == SEQUENCES
+    assert all(_same_x(a, b) for a, b in zip(by_eight, by_five, strict=True))
+    # And the seed matters: another epoch seed orders and augments otherwise.
+    assert not all(_same_batch(a, b) for a, b in zip(in_process, _epoch(data, 0, seed=4), strict=True))

@@ -1,8 +1,11 @@
-"""From a cached dataset to batches: participant split, per-sample augmentation, padding.
+"""From a cached dataset to batches: participant split, padding, augmentation of the batch.
 
 A batch is ``{"x": [B, T, P, 3] raw landmarks (NaN-padded), "lengths": [B], "y": [B]}``;
 the model's featurizer turns it into features, so the exported graph and training share
-one implementation of preprocessing.
+one implementation of preprocessing. The loader builds each batch whole
+(``SequenceDataset.batch``): it pads the raw sequences, augments the padded batch at once
+and drops empty frames, which gives exactly the batch that augmenting each sample alone
+and padding would.
 """
 
 from __future__ import annotations
@@ -11,8 +14,8 @@ import math
 import os
 import queue
 import threading
-from collections.abc import Generator, Iterator
-from typing import Any
+from collections.abc import Generator, Iterator, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -62,28 +65,82 @@ class SequenceDataset(Dataset[dict[str, Any]]):
         neither thread, worker process nor batch order.
         """
         seed, i = key if isinstance(key, tuple) else (0, key)
-        seq = self.data.sequence(i)
-        x = np.array(seq if self.columns is None else seq[:, self.columns], dtype=np.float32)
+        x = self.raw(i)
         if self.augmenter is not None:
-            rng = np.random.default_rng((seed, i))
-            x = self.augmenter(x, rng).astype(np.float32, copy=False)
+            x = self.augmenter(x, np.random.default_rng((seed, i)))
         x = drop_empty_frames(x, self.max_len)
         return {"x": x, "y": int(self.data.labels[i])}
+
+    def raw(self, i: int) -> np.ndarray:
+        """Sequence ``i``'s model points, float32."""
+        seq = self.data.sequence(i)
+        return np.array(seq if self.columns is None else seq[:, self.columns], dtype=np.float32)
+
+    def batch(self, keys: Sequence[int | tuple[int, int]]) -> dict[str, torch.Tensor]:
+        """The batch of ``keys`` (as ``__getitem__`` takes them): exactly
+        ``collate([self[key] for key in keys])``, each sample augmented by its own seeded
+        generator, but padded first and augmented as one batch."""
+        pairs = [key if isinstance(key, tuple) else (0, key) for key in keys]
+        x, lengths = pad([self.raw(i) for _, i in pairs])
+        if self.augmenter is not None:
+            x, lengths = self.augmenter.batch(x, lengths, [np.random.default_rng(pair) for pair in pairs])
+        x, lengths = _drop_empty_frames(x, lengths, self.max_len)
+        return {
+            "x": torch.from_numpy(x),
+            "lengths": torch.from_numpy(lengths),
+            "y": torch.tensor([int(self.data.labels[i]) for _, i in pairs], dtype=torch.long),
+        }
+
+
+def pad(sequences: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """[B, T, P, 3] float32, NaN after each sequence's frames (T the longest, at least 1), and the lengths."""
+    lengths = np.array([len(seq) for seq in sequences], dtype=np.int64)
+    x = np.full((len(sequences), max(1, int(lengths.max())), sequences[0].shape[1], 3), np.nan, dtype=np.float32)
+    for row, seq in enumerate(sequences):
+        x[row, : len(seq)] = seq
+    return x, lengths
+
+
+def _drop_empty_frames(x: np.ndarray, lengths: np.ndarray, max_len: int) -> tuple[np.ndarray, np.ndarray]:
+    """``drop_empty_frames`` on each row of a padded batch: its kept frames moved to the
+    front in order, the first ``max_len`` of them kept, NaN after; the batch as long as its
+    longest row (at least 1 frame)."""
+    xy = x[..., :2]
+    keep = np.isfinite(xy).all(-1).any(-1) | np.isinf(xy).any((-1, -2))
+    keep &= np.arange(x.shape[1])[None, :] < lengths[:, None]
+    kept = np.minimum(keep.sum(1), max_len)
+    order = np.argsort(~keep, axis=1, kind="stable")[:, : max(1, int(kept.max(initial=0)))]
+    out = x[np.arange(x.shape[0])[:, None], order]
+    out[np.arange(order.shape[1])[None, :] >= kept[:, None]] = np.nan
+    return out, kept.astype(np.int64)
 
 
 def collate(items: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
     """Pad a list of samples with NaN into one batch."""
-    lengths = [item["x"].shape[0] for item in items]
-    longest = max(1, max(lengths))
-    points = items[0]["x"].shape[1]
-    x = np.full((len(items), longest, points, 3), np.nan, dtype=np.float32)
-    for row, item in enumerate(items):
-        x[row, : lengths[row]] = item["x"]
+    x, lengths = pad([item["x"] for item in items])
     return {
         "x": torch.from_numpy(x),
-        "lengths": torch.tensor(lengths, dtype=torch.long),
+        "lengths": torch.from_numpy(lengths),
         "y": torch.tensor([item["y"] for item in items], dtype=torch.long),
     }
+
+
+class Batchable(Protocol):
+    """What a loader reads: a sized dataset that builds a whole batch from a list of keys."""
+
+    def __len__(self) -> int: ...
+
+    def batch(self, keys: Sequence[int | tuple[int, int]]) -> dict[str, torch.Tensor]: ...
+
+
+class _Batches(Dataset[dict[str, torch.Tensor]]):
+    """``dataset``'s batches, keyed by the list of sample keys each one holds."""
+
+    def __init__(self, dataset: Batchable) -> None:
+        self.dataset = dataset
+
+    def __getitem__(self, keys: list[tuple[int, int]]) -> dict[str, torch.Tensor]:
+        return self.dataset.batch(keys)
 
 
 def loader_settings(device: torch.device) -> dict[str, Any]:
@@ -124,6 +181,28 @@ class SeededSampler(Sampler[tuple[int, int]]):
     def __iter__(self) -> Iterator[tuple[int, int]]:
         seed = self.seed
         return ((seed, i) for i in self.order)
+
+
+class BatchKeys(Sampler[list[tuple[int, int]]]):
+    """``sampler``'s keys in lists of ``size``, in its order: the last list shorter, or
+    left out with ``drop_last``."""
+
+    def __init__(self, sampler: SeededSampler, size: int, drop_last: bool) -> None:
+        self.sampler, self.size, self.drop_last = sampler, size, drop_last
+
+    def __len__(self) -> int:
+        whole, rest = divmod(len(self.sampler), self.size)
+        return whole + int(bool(rest) and not self.drop_last)
+
+    def __iter__(self) -> Iterator[list[tuple[int, int]]]:
+        keys: list[tuple[int, int]] = []
+        for key in self.sampler:
+            keys.append(key)
+            if len(keys) == self.size:
+                yield keys
+                keys = []
+        if keys and not self.drop_last:
+            yield keys
 
 
 class EpochLoader:
@@ -197,7 +276,7 @@ def _prefetch(source: Iterator[dict[str, torch.Tensor]], depth: int = 3) -> Gene
 
 
 def make_loader(
-    dataset: SequenceDataset,
+    dataset: Batchable,
     batch_size: int,
     shuffle: bool,
     device: torch.device,
@@ -212,11 +291,11 @@ def make_loader(
         settings = {"num_workers": 0, "pin_memory": settings["pin_memory"]}
     sampler = SeededSampler(len(dataset), shuffle)
     loader: DataLoader[dict[str, Any]] = DataLoader(
-        dataset,
-        batch_size=batch_size,
-        sampler=sampler,
-        collate_fn=collate,
-        drop_last=drop_last,
+        _Batches(dataset),
+        # Each of the sampler's lists of keys is one batch, built whole by one worker (or the
+        # prefetching thread): the workers split the batches, never a batch.
+        sampler=BatchKeys(sampler, batch_size, drop_last),
+        batch_size=None,
         # A training loader's workers persist: a GPU run starts them once, not every epoch.
         # Validation and inference start theirs per pass, so two sets never idle side by
         # side. The loader's own generator seeds only the workers' RNGs (augmentation takes
