@@ -88,9 +88,8 @@ def one_run(variant: str, seed: int, setup: dict[str, Any], root: str) -> dict[s
     from training.asl.run import run, verify
 
     base = Path(root) / f"seed{seed}"
-    prepared = base / "prepared"
     spec = {**COMMON, **setup["spec"], **THEIRS, **VARIANTS[variant], "seed": seed}
-    worker, heldout = prepared / "worker.zip", prepared / "heldout.zip"
+    worker, heldout = base / "worker", base / "heldout"
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix=f"recipe-{variant}-") as out:
         metrics = run(spec, worker, Path(out) / "model", cache_dir=Path(out) / "cache", device="cpu")
@@ -106,13 +105,18 @@ def one_run(variant: str, seed: int, setup: dict[str, Any], root: str) -> dict[s
 
 
 def prepare_data(seed: int, setup: dict[str, Any], root: str) -> None:
-    """The seed's generated dataset, split as the platform splits it."""
+    """The seed's generated dataset, split as the platform splits it, its two shares written
+    out as a node and the verifier read them (the split's shards are recipes over the upload)."""
     from training.asl.split import prepare
     from training.asl.synthetic import generate
+    from training.virtualzip import materialise
 
     base = Path(root) / f"seed{seed}"
     archive = generate(base / "data.zip", seed=1000 + seed, as_zip=True, **setup["data"])
-    prepare({}, archive, base / "prepared", secret_seed=f"recipe-{seed}".encode())
+    worker, heldout = prepare({}, archive, base / "prepared", secret_seed=f"recipe-{seed}".encode())
+    assert worker is not None
+    materialise(worker, archive, base / "worker")
+    materialise(heldout, archive, base / "heldout")
 
 
 def main() -> None:
