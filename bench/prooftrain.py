@@ -305,19 +305,19 @@ def main() -> None:
         cost = check_seconds / bf16["metrics"]["seconds"]
         print(f"one challenge: {s} of {n} segments checked in {check_seconds:.1f} s: cost share {cost:.3f}")
         assert all(r == "" for r in reasons), reasons
+        figures.update(
+            {
+                "steps": bf16["metrics"]["steps"],
+                "k": trace.every,
+                "segments": n,
+                "challenged": s,
+                "train_seconds_bf16": bf16["metrics"]["seconds"],
+                "check_seconds": check_seconds,
+                "cost_share": cost,
+                "target_cost_share": TARGET_COST,
+            }
+        )
         if args.cost_only:
-            figures.update(
-                {
-                    "steps": bf16["metrics"]["steps"],
-                    "k": trace.every,
-                    "segments": n,
-                    "challenged": s,
-                    "train_seconds_bf16": bf16["metrics"]["seconds"],
-                    "check_seconds": check_seconds,
-                    "cost_share": cost,
-                    "target_cost_share": TARGET_COST,
-                }
-            )
             print(json.dumps(figures))
             return
 
@@ -363,16 +363,8 @@ def main() -> None:
             figures[f"{how}_segments_rejected_share"] = sum(1 for r in reasons if r) / len(reasons)
         figures.update(
             {
-                "steps": bf16["metrics"]["steps"],
-                "k": k,
-                "segments": n,
-                "challenged": s,
-                "train_seconds_bf16": bf16["metrics"]["seconds"],
-                "check_seconds": check_seconds,
-                "cost_share": cost,
                 **{f"detection_{name}": rate for name, rate in detection.items()},
                 **{f"detection_exact_{name}": rate for name, rate in exact_detection.items()},
-                "target_cost_share": TARGET_COST,
                 "target_detection": TARGET_DETECTION,
                 "target_false_rejection": TARGET_FALSE_REJECTION,
             }
