@@ -24,12 +24,16 @@ SEQUENCES = 48
 BATCH = 8
 
 
-def _dataset() -> SequenceDataset:
+def _landmarks(low: int, high: int, empty: float = 0.0) -> LandmarkDataset:
+    """SEQUENCES random sequences of ``low`` to ``high - 1`` frames, about ``empty`` of the
+    frames with no point detected."""
     rng = np.random.default_rng(0)
-    lengths = rng.integers(5, 20, SEQUENCES)
+    lengths = rng.integers(low, high, SEQUENCES)
     starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
     frames = rng.uniform(0.2, 0.8, (int(lengths.sum()), 543, 3)).astype(np.float32)
-    data = LandmarkDataset(
+    if empty:
+        frames[rng.random(len(frames)) < empty] = np.nan
+    return LandmarkDataset(
         frames=frames,
         starts=starts,
         lengths=lengths,
@@ -38,7 +42,10 @@ def _dataset() -> SequenceDataset:
         sequence_ids=np.arange(SEQUENCES),
         signs=[f"sign{i}" for i in range(5)],
     )
-    return SequenceDataset(data, POINTS, max_len=32, augmenter=Augmenter(POINTS, 1.0, 1.0, 1.0, 1.0))
+
+
+def _dataset() -> SequenceDataset:
+    return SequenceDataset(_landmarks(5, 20), POINTS, max_len=32, augmenter=Augmenter(POINTS, 1.0, 1.0, 1.0, 1.0))
 
 
 def _epochs(workers: int, epochs: range) -> list[list[dict[str, Any]]]:
@@ -122,20 +129,7 @@ def test_a_gpu_run_gets_a_loader_worker_per_core_but_one(monkeypatch: pytest.Mon
 def _everything() -> SequenceDataset:
     """Sequences of 3 to 39 frames, some frames empty, every augmentation on (the crop and
     max_len cut the longer ones)."""
-    rng = np.random.default_rng(0)
-    lengths = rng.integers(3, 40, SEQUENCES)
-    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
-    frames = rng.uniform(0.2, 0.8, (int(lengths.sum()), 543, 3)).astype(np.float32)
-    frames[rng.random(len(frames)) < 0.1] = np.nan  # empty frames, which the loader drops
-    data = LandmarkDataset(
-        frames=frames,
-        starts=starts,
-        lengths=lengths,
-        labels=np.arange(SEQUENCES) % 5,
-        participants=np.arange(SEQUENCES) % 4,
-        sequence_ids=np.arange(SEQUENCES),
-        signs=[f"sign{i}" for i in range(5)],
-    )
+    data = _landmarks(3, 40, empty=0.1)  # empty frames, which the loader drops
     policy = Augmenter(POINTS, 1.0, 1.0, 1.0, 1.0, p_flip=0.5, p_spatial_mask=1.0, interpolation="mixed", crop=24)
     return SequenceDataset(data, POINTS, 20, policy)
 
