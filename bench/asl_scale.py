@@ -219,6 +219,8 @@ def release(handle: Any, start: int, length: int) -> bool:
     generated zip shrinks on disk as its parts reach the platform, so the dataset is on the
     disk once, not twice. False where the filesystem cannot."""
     libc = ctypes.CDLL(None, use_errno=True)
+    if not hasattr(libc, "fallocate"):  # Linux's; elsewhere the zip keeps its blocks
+        return False
     libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
     punch_hole, keep_size = 0x02, 0x01
     return libc.fallocate(handle.fileno(), punch_hole | keep_size, start, length) == 0
