@@ -44,7 +44,7 @@ import hashlib
 import logging
 import math
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -421,12 +421,7 @@ class _LoopState:
         last = self.steps_per_epoch if steps is None else min(self.steps_per_epoch, skip + steps)
         steps_this_epoch = skip
         self.optimizer.zero_grad(set_to_none=True)
-        batches = iter(loader)
-        # The data order follows from the epoch's seed alone: it is drawn before any step
-        # re-seeds the RNGs, and the batches of skipped steps are drawn the same way.
-        for _ in range(skip * config.grad_accumulation):
-            if next(batches, None) is None:
-                break
+        batches = _batches_after(loader, skip * config.grad_accumulation)
         while steps_this_epoch < last:
             stop.check()
             batch = next(batches, None)
@@ -684,6 +679,21 @@ class _LoopState:
                 },
             },
         )
+
+
+def _batches_after(loader: Iterable[Any], skip: int) -> Iterator[Any]:
+    """The loader's batches of this epoch after its first ``skip``. The data order follows
+    from the epoch's seed alone, drawn before any step re-seeds the RNGs: a loader that can
+    start past a batch without building it (``iter_from``, the ASL loader's) does; any other
+    has its batches drawn and dropped, as the run drew them."""
+    start = getattr(loader, "iter_from", None)
+    if skip and callable(start):
+        return iter(start(skip))
+    batches = iter(loader)
+    for _ in range(skip):
+        if next(batches, None) is None:
+            break
+    return batches
 
 
 class _StandIn(nn.Module):
