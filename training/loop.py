@@ -44,7 +44,7 @@ import hashlib
 import logging
 import math
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -421,12 +421,7 @@ class _LoopState:
         last = self.steps_per_epoch if steps is None else min(self.steps_per_epoch, skip + steps)
         steps_this_epoch = skip
         self.optimizer.zero_grad(set_to_none=True)
-        batches = iter(loader)
-        # The data order follows from the epoch's seed alone: it is drawn before any step
-        # re-seeds the RNGs, and the batches of skipped steps are drawn the same way.
-        for _ in range(skip * config.grad_accumulation):
-            if next(batches, None) is None:
-                break
+        batches = _batches_after(loader, skip * config.grad_accumulation)
         while steps_this_epoch < last:
             stop.check()
             batch = next(batches, None)
@@ -649,7 +644,7 @@ class _LoopState:
         fresh = [{k: v for k, v in g.items() if k != "params"} for g in self.optimizer.param_groups]
         try:
             # A copy: the optimizer steps its state tensors in place, and the caller keeps its own.
-            self.optimizer.load_state_dict(copy.deepcopy(state["optimizer"]))
+            self.optimizer.load_state_dict(_copy_state(state["optimizer"]))
         except (KeyError, ValueError, TypeError, IndexError, AttributeError) as exc:
             raise ArtifactError(f"{source}: its optimizer state does not fit ({exc}).") from None
         factor = lr_factor(step, self.total_steps, self.config)
@@ -686,15 +681,69 @@ class _LoopState:
         )
 
 
-def _optimizer_template(model: nn.Module, config: LoopConfig) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
+def _batches_after(loader: Iterable[Any], skip: int) -> Iterator[Any]:
+    """The loader's batches of this epoch after its first ``skip``. The data order follows
+    from the epoch's seed alone, drawn before any step re-seeds the RNGs: a loader that can
+    start past a batch without building it (``iter_from``, the ASL loader's) does; any other
+    has its batches drawn and dropped, as the run drew them."""
+    start = getattr(loader, "iter_from", None)
+    if skip and callable(start):
+        return iter(start(skip))
+    batches = iter(loader)
+    for _ in range(skip):
+        if next(batches, None) is None:
+            break
+    return batches
+
+
+class _StandIn(nn.Module):
+    """Zero parameters of the shapes, types and order of ``model``'s, and nothing else: what
+    ``build_optimizer`` groups the same way without copying the model's buffers and code."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.params = nn.ParameterList(
+            nn.Parameter(torch.zeros_like(p, device="cpu"), requires_grad=p.requires_grad) for p in model.parameters()
+        )
+
+
+Template = dict[str, tuple[tuple[int, ...], torch.dtype]]
+# Templates by optimizer and parameter signature: a verifier re-executing many segments of
+# one run loads as many states into the same model.
+_TEMPLATES: dict[tuple[Any, ...], Template] = {}
+
+
+def _optimizer_template(model: nn.Module, config: LoopConfig) -> Template:
     """The (shape, dtype) of every tensor a trained optimizer's state holds, by the dotted
-    key ``flatten_tensors`` gives it: one step of a throwaway copy."""
-    clone = copy.deepcopy(model)
-    optimizer = build_optimizer(clone, config)
-    for p in clone.parameters():
-        p.grad = torch.zeros_like(p)
-    optimizer.step()
-    return {k: (tuple(t.shape), t.dtype) for k, t in flatten_tensors(optimizer.state_dict(), "o").items()}
+    key ``flatten_tensors`` gives it: one step of an optimizer over a stand-in of the
+    model's parameters (the same groups, in the same order, so the same keys). It depends
+    on the optimizer and on the parameters' shapes, types and order only."""
+    key = (config.optimizer, tuple((tuple(p.shape), p.dtype, p.requires_grad) for p in model.parameters()))
+    template = _TEMPLATES.get(key)
+    if template is None:
+        stand_in = _StandIn(model)
+        optimizer = build_optimizer(stand_in, config)
+        for p in stand_in.parameters():
+            p.grad = torch.zeros_like(p)
+        optimizer.step()
+        template = {k: (tuple(t.shape), t.dtype) for k, t in flatten_tensors(optimizer.state_dict(), "o").items()}
+        if len(_TEMPLATES) >= 16:
+            _TEMPLATES.clear()
+        _TEMPLATES[key] = template
+    return template
+
+
+def _copy_state(value: Any) -> Any:
+    """A copy of a training state's part, as ``read_state_file`` gives it (maps, lists and
+    numbers around tensors), with every tensor cloned: what ``copy.deepcopy`` makes of it,
+    without its memo's cost on thousands of small objects."""
+    if isinstance(value, torch.Tensor):
+        return value.clone()
+    if isinstance(value, dict):
+        return {k: _copy_state(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(_copy_state(v) for v in value)
+    return value
 
 
 @dataclass

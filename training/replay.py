@@ -18,7 +18,6 @@ read, is read as safetensors only, size-bounded, and must fit the spec's model.
 
 from __future__ import annotations
 
-import copy
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -161,14 +160,16 @@ def segment_distance(
         loop = state.get("loop")
         if not isinstance(loop, dict) or loop.get("global_step") != leaf.step:
             raise ArtifactError(f"checkpoint {leaf.index} was not taken at step {leaf.step}, as its leaf says.")
-    committed = copy.deepcopy(trainer.model)
+    model = trainer.model
     end_weights = end.get("model")
     if not isinstance(end_weights, dict):
         raise ArtifactError(f"checkpoint {end_leaf.index} holds no weights.")
-    load_model_tensors(committed, end_weights, source=f"checkpoint {end_leaf.index}")
-    if weights_sha256(committed) != end_leaf.weights_sha256:
+    # The committed end goes through the model (strict names and shapes, the leaf's sha256)
+    # before the replay loads the start over it.
+    load_model_tensors(model, end_weights, source=f"checkpoint {end_leaf.index}")
+    if weights_sha256(model) != end_leaf.weights_sha256:
         raise ArtifactError(f"checkpoint {end_leaf.index}'s weights do not match the sha256 its leaf commits to.")
-    model = trainer.model
+    committed = {k: v.detach().clone() for k, v in model.state_dict().items()}
     reached = replay(
         model,
         trainer.train_loader,
@@ -183,7 +184,7 @@ def segment_distance(
         mixed_precision=mixed_precision,
     )
     model.cpu()
-    weights = distance(start["model"], model.state_dict(), committed.state_dict(), steps)
+    weights = distance(start["model"], model.state_dict(), committed, steps)
     moments = distance(first_moments(start), first_moments(reached), first_moments(end), steps)
     return max(weights, moments)
 

@@ -191,3 +191,35 @@ def test_worker_count_timing_and_batch_size_change_no_sample() -> None:
     assert all(_same_x(a, b) for a, b in zip(by_eight, by_five, strict=True))
     # And the seed matters: another epoch seed orders and augments otherwise.
     assert not all(_same_batch(a, b) for a, b in zip(in_process, _epoch(data, 0, seed=4), strict=True))
+
+
+class _Counting(SequenceDataset):
+    """Counts the batches it builds."""
+
+    built = 0
+
+    def batch(self, keys: Any) -> dict[str, torch.Tensor]:
+        type(self).built += 1
+        return super().batch(keys)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_replay_starting_mid_epoch_gets_the_epochs_later_batches_without_building_the_earlier(
+    workers: int,
+) -> None:
+    # What a verifier re-executing a segment in the middle of an epoch reads: before, it
+    # built (read and augmented) every batch of the epoch before the segment and dropped it.
+    dataset = _Counting(_landmarks(5, 20), POINTS, max_len=32, augmenter=Augmenter(POINTS, 1.0, 1.0, 1.0, 1.0))
+    loader = make_loader(dataset, BATCH, shuffle=True, device=torch.device("cpu"), num_workers=workers)
+    torch.manual_seed(7)
+    whole = list(loader)
+    for skip in (2, 0, len(whole) - 1, len(whole) + 3):
+        torch.manual_seed(7)
+        _Counting.built = 0
+        later = list(loader.iter_from(skip))
+        assert _same(later, whole[skip:]), skip
+        if not workers:  # the workers' processes count their own copies
+            assert _Counting.built == len(whole[skip:]), skip
+    # The skip held for that iteration only: the next epoch is whole.
+    torch.manual_seed(7)
+    assert _same(list(loader), whole)

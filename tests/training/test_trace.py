@@ -198,6 +198,7 @@ def test_a_trained_model_passed_off_as_the_untrained_one_is_refused(cube_fp32: R
         ("pickle", "not a safetensors file"),
         ("extra", "tensors it does not describe"),
         ("shape", "do not fit the model: wrong shape"),
+        ("moments", "its optimizer state does not fit the model"),
     ],
 )
 def test_malformed_checkpoint_files_are_refused(cube_fp32: Run, tmp_path: Path, make: str, says: str) -> None:
@@ -210,6 +211,12 @@ def test_malformed_checkpoint_files_are_refused(cube_fp32: Run, tmp_path: Path, 
         if make == "shape":
             name = next(iter(state["model"]))
             state["model"][name] = torch.zeros(2, 2)
+        if make == "moments":
+            # A running mean of another shape: refused before the optimizer ever sees it,
+            # however many states of the right shapes this model has loaded before.
+            cube_fp32.replay(cube_fp32.spec, None, [seg])
+            first = next(iter(state["optimizer"]["state"].values()))
+            first["exp_avg"] = torch.zeros(*first["exp_avg"].shape, 2)
         save_state_file(path, state)
         if make == "extra":
             from safetensors import safe_open

@@ -185,23 +185,32 @@ class SeededSampler(Sampler[tuple[int, int]]):
 
 class BatchKeys(Sampler[list[tuple[int, int]]]):
     """``sampler``'s keys in lists of ``size``, in its order: the last list shorter, or
-    left out with ``drop_last``."""
+    left out with ``drop_last``. ``skip`` lists are left out at the start of the next
+    iteration only (``EpochLoader.iter_from``): their keys are drawn, their samples never
+    read or augmented."""
 
     def __init__(self, sampler: SeededSampler, size: int, drop_last: bool) -> None:
         self.sampler, self.size, self.drop_last = sampler, size, drop_last
+        self.skip = 0
 
     def __len__(self) -> int:
         whole, rest = divmod(len(self.sampler), self.size)
         return whole + int(bool(rest) and not self.drop_last)
 
     def __iter__(self) -> Iterator[list[tuple[int, int]]]:
+        # ``skip`` is taken when the first list is asked for: DataLoader makes (and drops)
+        # more than one of these iterators before it reads from one.
+        skip, self.skip = self.skip, 0
         keys: list[tuple[int, int]] = []
         for key in self.sampler:
             keys.append(key)
             if len(keys) == self.size:
-                yield keys
+                if skip:
+                    skip -= 1
+                else:
+                    yield keys
                 keys = []
-        if keys and not self.drop_last:
+        if keys and not self.drop_last and not skip:
             yield keys
 
 
@@ -224,9 +233,19 @@ class EpochLoader:
         return len(self.loader)
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+        return self.iter_from(0)
+
+    def iter_from(self, skip: int) -> Iterator[dict[str, torch.Tensor]]:
+        """The epoch's batches after its first ``skip``, which are never built: each
+        sample's augmentation is seeded by the epoch's seed and its index, not by what was
+        drawn before it, so the batches that follow are those of the whole epoch. What a
+        replay of a segment in the middle of an epoch reads (``training.loop``)."""
         seed = int(torch.randint(0, 2**31 - 1, (1,)).item())
         self.sampler.seed = seed
         self.sampler.generator.manual_seed(seed)
+        keys = self.loader.batch_sampler if self.loader.batch_sampler is not None else self.loader.sampler
+        if isinstance(keys, BatchKeys):
+            keys.skip = max(0, skip)
         if self.loader.num_workers:
             return iter(self.loader)
         return _prefetch(iter(self.loader))
