@@ -44,7 +44,9 @@ def download(request: Any, handle: IO[bytes], filename: str) -> FileResponse:
     return response
 
 
-_RANGE = re.compile(r"bytes=(\d*)-(\d*)")
+_RANGE = re.compile(r"bytes=([0-9]*)-([0-9]*)")
+# More digits than this name a byte past any file (int() refuses strings of thousands of digits).
+_DIGITS = 19
 
 
 class RangeNotSatisfiable(Exception):
@@ -55,8 +57,9 @@ def byte_range(header: str | None, size: int) -> tuple[int, int] | None:
     """The first and last byte (inclusive) a ``Range`` header asks of a ``size``-byte file;
     None for the whole file (no header, or a unit other than bytes, which a server ignores).
 
-    One range only (``a-b``, ``a-``, or the last ``n`` bytes as ``-n``); a malformed one,
-    several, or one that starts past the end raises RangeNotSatisfiable."""
+    One range only (``a-b``, ``a-``, or the last ``n`` bytes as ``-n``, in ASCII digits of
+    any length); a malformed one, several, or one that starts past the end raises
+    RangeNotSatisfiable."""
     if header is None or not header.strip().lower().startswith("bytes="):
         return None
     found = _RANGE.fullmatch(header.strip().replace(" ", "").lower())
@@ -64,14 +67,20 @@ def byte_range(header: str | None, size: int) -> tuple[int, int] | None:
         raise RangeNotSatisfiable(header)
     first, last = found.groups()
     if not first:
-        if not last or int(last) == 0 or size == 0:
+        if not last or _number(last) == 0 or size == 0:
             raise RangeNotSatisfiable(header)
-        return max(0, size - int(last)), size - 1
-    start = int(first)
-    end = size - 1 if not last else min(int(last), size - 1)
-    if start >= size or (last and int(last) < start):
+        return max(0, size - _number(last)), size - 1
+    start = _number(first)
+    end = size - 1 if not last else min(_number(last), size - 1)
+    if start >= size or (last and _number(last) < start):
         raise RangeNotSatisfiable(header)
     return start, end
+
+
+def _number(digits: str) -> int:
+    """The value of a run of ASCII digits; one past any file's size stands as 2**64."""
+    significant = digits.lstrip("0")
+    return int(significant or "0") if len(significant) <= _DIGITS else 1 << 64
 
 
 def ranged_download(request: Any, handle: IO[bytes], filename: str, size: int) -> HttpResponseBase:

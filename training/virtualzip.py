@@ -97,10 +97,12 @@ class Recipe:
         return recipe
 
 
-def locate(upload: IO[bytes], info: zipfile.ZipInfo, upload_size: int) -> Member:
+def locate(upload: IO[bytes], info: zipfile.ZipInfo, upload_size: int, *, end: int | None = None) -> Member:
     """The member ``info`` of the zip open as ``upload`` (``upload_size`` bytes), with where its
     raw data starts: past its local header, whose name and extra field may differ in length
-    from the central directory's. VirtualZipError for a member that cannot be served raw."""
+    from the central directory's. ``end``, where the next member's local header (or the
+    central directory) starts, bounds its data: members whose bytes overlap would serve the
+    same upload bytes many times over. VirtualZipError for a member that cannot be served raw."""
     if info.flag_bits & 0x1:
         raise VirtualZipError(f"member {info.filename!r} is encrypted")
     if info.compress_type not in _SERVED_METHODS:
@@ -113,6 +115,8 @@ def locate(upload: IO[bytes], info: zipfile.ZipInfo, upload_size: int) -> Member
     offset = info.header_offset + _LOCAL_HEADER.size + fields[10] + fields[11]  # name and extra lengths
     if offset + info.compress_size > upload_size:
         raise VirtualZipError(f"member {info.filename!r} runs past the end of the archive")
+    if end is not None and offset + info.compress_size > end:
+        raise VirtualZipError(f"member {info.filename!r}: its bytes in the archive overlap the next member's")
     return Member(info.filename, offset, info.compress_size, info.file_size, info.CRC, info.compress_type)
 
 

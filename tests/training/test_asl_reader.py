@@ -186,6 +186,37 @@ def test_validation_errors_name_the_file(tmp_path: Path, damage: str, named: str
     assert problem in str(excinfo.value)
 
 
+def write_long_sequence(path: Path, frames: int, per_group: int = 1024) -> None:
+    """A valid sequence file of ``frames`` identical frames in row groups of ``per_group``:
+    run-length and dictionary encoding bring it to a few hundred KB however many frames."""
+    one = frame_rows(0, 0.1)
+    schema = pa.schema(
+        [("frame", pa.int16()), ("row_id", pa.string()), ("type", pa.string()), ("landmark_index", pa.int16())]
+        + [(c, pa.float64()) for c in ("x", "y", "z")]
+    )
+    with pq.ParquetWriter(path, schema, compression="zstd") as writer:
+        for start in range(0, frames, per_group):
+            count = min(per_group, frames - start)
+            columns = {k: np.tile(np.asarray(v), count) for k, v in one.items() if k != "frame"}
+            columns["row_id"] = np.full(count * len(one["frame"]), "r")
+            columns["frame"] = np.repeat(np.arange(start, start + count, dtype=np.int16), len(one["frame"]))
+            writer.write_table(pa.table({f.name: pa.array(columns[f.name], f.type) for f in schema}, schema=schema))
+
+
+def test_a_sequence_file_declaring_more_frames_than_are_read_is_refused_before_decoding(tmp_path: Path) -> None:
+    folder = make_dataset(tmp_path / "ds")
+    target = folder / "landmarks/1/10.parquet"
+    write_long_sequence(target, 8192 + 1)
+    # 2 MB holding 4.4 million rows (0.2 KB a frame; the competition's files take about
+    # 15 KB): refused from its row groups' counts, before a row is decoded.
+    assert target.stat().st_size < 4 * 1024**2
+    with pytest.raises(DatasetError, match=r"^landmarks/1/10\.parquet: holds 4,448,799 rows, over the 8,192 frames"):
+        load_dataset(folder, tmp_path / "cache")
+    # At the bound it is read, every frame.
+    write_long_sequence(target, 600)
+    assert int(load_dataset(folder, tmp_path / "cache").lengths.max()) == 600
+
+
 def test_zip_member_escaping_the_archive_is_refused(tmp_path: Path) -> None:
     folder = make_dataset(tmp_path / "ds")
     archive = zip_folder(folder, tmp_path / "evil.zip", extra={"../../outside.txt": b"x"})

@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import struct
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -313,6 +314,40 @@ def test_an_oversized_sequence_file_is_refused_naming_it(tmp_path: Path, monkeyp
         DatasetError, match=r"train.csv line 2: sequence file '.+\.parquet' is [\d,]+ bytes; at most 100"
     ):
         prepare_asl({"dim": 192, "blocks": 1, "max_len": 32}, archive, tmp_path / "out", SECRET)
+
+
+def overlapping(upload: Path, target: Path) -> Path:
+    """``upload`` (deflated) with every member's compressed size in its central directory
+    stretched to the directory's start: each deflate stream still ends where it did, so
+    every member reads back whole with its CRC, but each one's bytes now take in every
+    member after it, held-out ones included."""
+    data = bytearray(upload.read_bytes())
+    with zipfile.ZipFile(upload) as archive:
+        start = archive.start_dir
+    at = start
+    while data[at : at + 4] == b"PK\x01\x02":
+        name, extra, comment = struct.unpack_from("<HHH", data, at + 28)
+        (header,) = struct.unpack_from("<I", data, at + 42)
+        local_name, local_extra = struct.unpack_from("<HH", data, header + 26)
+        struct.pack_into("<I", data, at + 20, start - (header + 30 + local_name + local_extra))
+        at += 46 + name + extra + comment
+    target.write_bytes(bytes(data))
+    return target
+
+
+def test_members_whose_bytes_overlap_are_refused_not_served_over_and_over(tmp_path: Path) -> None:
+    archive = generate(
+        tmp_path / "signs.zip", n_signs=2, n_participants=4, per_participant=2, max_frames=12, as_zip=True
+    )
+    forged = overlapping(repack(archive, tmp_path / "deflated.zip"), tmp_path / "forged.zip")
+    with zipfile.ZipFile(forged) as check:
+        assert check.testzip() is None  # every member reads back whole, its CRC right
+    # Served as recipes, the worker's share would be the upload's bytes once a member, the
+    # held-out participants' among them: a small upload served and digested as many times over.
+    with pytest.raises(
+        DatasetError, match=r"\.parquet: cannot be served .+ its bytes in the archive overlap the next member's"
+    ):
+        prepare_asl({"dim": 192, "blocks": 1, "max_len": 32}, forged, tmp_path / "out", SECRET)
 
 
 def test_the_sharded_worker_share_loads_as_the_sequences_it_lists(tmp_path: Path) -> None:

@@ -20,6 +20,12 @@ from training.asl.landmarks import N_LANDMARKS, TYPES
 
 COLUMNS = ("frame", "row_id", "type", "landmark_index", "x", "y", "z")
 _READ = ["frame", "type", "landmark_index", "x", "y", "z"]
+# The most frames one file may hold, checked against its row groups before anything is
+# decoded: a few KB of run-length-encoded parquet can declare billions of rows, which would
+# be decoded whole (on the platform for the held-out share, on the node for its own). The
+# competition's longest sequence is 537 frames; at this bound one file decodes to a few
+# hundred MB.
+MAX_FRAMES = 8192
 
 
 class DatasetError(ValueError):
@@ -91,6 +97,12 @@ def read_sequence(source: str | bytes | BinaryIO, name: str, points: np.ndarray 
     try:
         handle = pq.ParquetFile(source, read_dictionary=["type"])
         _check_schema(handle.schema_arrow, name)
+        meta = handle.metadata
+        declared = max(meta.num_rows, sum(meta.row_group(i).num_rows for i in range(meta.num_row_groups)))
+        if declared > MAX_FRAMES * N_LANDMARKS:
+            raise DatasetError(
+                name, f"holds {declared:,} rows, over the {MAX_FRAMES:,} frames of {N_LANDMARKS} landmarks read"
+            )
         table = handle.read(columns=_READ, use_threads=False)
     except DatasetError:
         raise

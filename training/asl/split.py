@@ -23,6 +23,7 @@ class for every sign even when a sign's only examples are held out.
 
 from __future__ import annotations
 
+import bisect
 import csv
 import io
 import json
@@ -115,14 +116,18 @@ def _write_share(
     size = upload.stat().st_size
     with zipfile.ZipFile(upload) as archive, upload.open("rb") as raw:
         infos = {safe_relative(i.filename, upload.name): i for i in archive.infolist() if not i.is_dir()}
+        # Where each member's data must end: the next local header, or the central directory.
+        starts = sorted({i.header_offset for i in archive.infolist()} | {archive.start_dir, size})
         shards: list[list[Member]] = []
         filled = 0
         for entry in entries:
             data = source.read(entry.path)  # a DatasetError naming a damaged member
             if check:
                 read_sequence(data, entry.path)
+            info = infos[source.prefix + entry.path]
             try:
-                member = locate(raw, infos[source.prefix + entry.path], size)
+                end = starts[min(bisect.bisect_right(starts, info.header_offset), len(starts) - 1)]
+                member = locate(raw, info, size, end=end)
             except VirtualZipError as exc:
                 raise DatasetError(entry.path, f"cannot be served from the archive ({exc})") from None
             member = replace(member, name=entry.path)
