@@ -40,14 +40,22 @@ Before anything is written, the disk the run holds at once is estimated (``disk_
 ``DISK_FACTOR`` × the estimated dataset size, and the checkpoints) and the bench refuses to
 start when that and ``DISK_RESERVE`` are more than the disk has free.
 
+``--node-memory 4`` runs the node's process tree in a memory cgroup capped at 4 GiB (root,
+cgroup v1 or v2): the kernel charges it its anonymous memory and the page cache of its
+files (the memory-mapped cache among them), reclaims those pages within the cap, and kills
+the node if what it cannot reclaim passes it. Its resident peak then says how much RAM the
+node used because it was there; the cap says what it needs.
+
 Prints one JSON line: the stages' seconds, peaks, disk, the task's outcome, linear
-estimates for the full set, and the target (node peak ≤ 4 GiB).
-``.venv/bin/python bench/asl_scale.py [--scale 0.01] [--workdir DIR] [--keep]``
+estimates for the full set, and the target (the node's work in 4 GiB: under the cap, never
+killed and verified; uncapped, its resident peak).
+``.venv/bin/python bench/asl_scale.py [--scale 0.01] [--workdir DIR] [--keep] [--node-memory GiB]``
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import json
 import os
@@ -200,6 +208,60 @@ class Sampler(threading.Thread):
 # --- The run ----------------------------------------------------------------------------
 
 
+class MemoryCap:
+    """A memory cgroup of its own for the node's process tree, capped at ``limit`` bytes:
+    the kernel reclaims the tree's file pages (its memory-mapped cache, what it writes)
+    within the cap, and kills it if what it cannot reclaim passes it. Cgroup v2 where the
+    memory controller is there, else v1's memory hierarchy; None where neither can be
+    written (not root, no cgroup file system)."""
+
+    def __init__(self, path: Path, version: int, limit: int) -> None:
+        self.path, self.version, self.limit = path, version, limit
+
+    @classmethod
+    def make(cls, name: str, limit: int) -> MemoryCap | None:
+        v2, v1 = Path("/sys/fs/cgroup"), Path("/sys/fs/cgroup/memory")
+        try:
+            if "memory" in (v2 / "cgroup.controllers").read_text().split():
+                (v2 / name).mkdir()
+                (v2 / name / "memory.max").write_text(str(limit))
+                (v2 / name / "memory.swap.max").write_text("0")
+                return cls(v2 / name, 2, limit)
+        except OSError:
+            pass
+        try:
+            (v1 / name).mkdir()
+            (v1 / name / "memory.limit_in_bytes").write_text(str(limit))
+            return cls(v1 / name, 1, limit)
+        except OSError:
+            return None
+
+    def add(self, pid: int) -> None:
+        """Move ``pid`` (and the children it starts from now on) into the cgroup."""
+        (self.path / "cgroup.procs").write_text(str(pid))
+
+    def peak(self) -> int:
+        """The most the tree was charged at once: anonymous memory and page cache."""
+        name = "memory.peak" if self.version == 2 else "memory.max_usage_in_bytes"
+        try:
+            return int((self.path / name).read_text())
+        except (OSError, ValueError):
+            return 0
+
+    def oom_kills(self) -> int:
+        """Processes the kernel killed for passing the cap."""
+        name = "memory.events" if self.version == 2 else "memory.oom_control"
+        try:
+            fields = dict(line.split() for line in (self.path / name).read_text().splitlines() if line.strip())
+        except (OSError, ValueError):
+            return 0
+        return int(fields.get("oom_kill", 0))
+
+    def remove(self) -> None:
+        with contextlib.suppress(OSError):  # a process still in it: left for the next boot
+            self.path.rmdir()
+
+
 def setup_django(var_dir: Path) -> None:
     os.environ["PROOFWORK_VAR_DIR"] = str(var_dir)
     os.environ.pop("DATABASE_URL", None)  # a fresh SQLite file under the work folder
@@ -260,8 +322,10 @@ def run(
     signs: int = ISLR_SIGNS,
     epochs: int = 1,
     batch: int = SPEC["batch_size"],
+    node_memory: int = 0,
 ) -> dict[str, Any]:
-    """The whole rehearsal in ``workdir``; the summary ``main`` prints."""
+    """The whole rehearsal in ``workdir``; the summary ``main`` prints. ``node_memory``
+    bytes, when given, cap the node's process tree (``MemoryCap``)."""
     sequences = max(1, round(ISLR_SEQUENCES * scale))
     spec = {**SPEC, "epochs": epochs, "batch_size": batch}
     needed, free = disk_needed(sequences), shutil.disk_usage(workdir).free
@@ -333,7 +397,12 @@ def run(
         key = p.register_agent(logs, url, provider, "bench")
         worker = Worker.objects.get(owner=provider)
         web_pid = next(pid for pid in tree(os.getpid()) if "daphne" in _cmdline(pid))
+        cap = MemoryCap.make(f"proofwork-asl-scale-{os.getpid()}", node_memory) if node_memory else None
+        if node_memory and cap is None:
+            raise SystemExit("--node-memory: no memory cgroup can be made here (cgroup v1 or v2, as root)")
         with p.spawn(p.agent_cmd(key, "run", *p.broker_args()), logs / "agent.log", env["node"]) as agent:
+            if cap is not None:
+                cap.add(agent.pid)  # before it has started any job
             p.wait_for(lambda: Worker.objects.get(pk=worker.pk).is_online, 120, "the node never came online")
             sampler.roots = {"web": web_pid, "platform": platform.pid, "node": agent.pid}
             sampler.start()
@@ -377,6 +446,9 @@ def run(
             sampler.halt.set()
             disk_final = {area: folder_bytes(*folders) for area, folders in sampler.areas.items()}
             p.stop(agent, platform)
+        capped = {"peak": cap.peak(), "oom_kills": cap.oom_kills()} if cap is not None else {}
+        if cap is not None:
+            cap.remove()
         from django.conf import settings
 
         if settings.NODE_BROKER_URL:
@@ -443,7 +515,18 @@ def run(
             "stages_s": {name: round(value * factor) for name in timed if (value := stages.get(name)) is not None},
         },
         "target_node_peak_bytes": NODE_TARGET_BYTES,
-        "node_ok": max(sampler.rss.get("node", 0), hwm.get("node", 0)) <= NODE_TARGET_BYTES,
+        # Under a cap: what the kernel charged the node's tree at most (its anonymous memory
+        # and the page cache of its files, reclaimed within the cap), and its OOM kills.
+        "node_memory_limit_bytes": node_memory or None,
+        "node_cgroup_peak_bytes": capped.get("peak"),
+        "node_oom_kills": capped.get("oom_kills"),
+        # The node did its work in NODE_TARGET_BYTES: run under that cap, it was never
+        # killed and its result verified; or, uncapped, its resident peak stayed under it.
+        "node_ok": (
+            node_memory <= NODE_TARGET_BYTES and capped["oom_kills"] == 0 and task.status == TaskStatus.COMPLETED
+            if capped
+            else max(sampler.rss.get("node", 0), hwm.get("node", 0)) <= NODE_TARGET_BYTES
+        ),
         "verified": task.status == TaskStatus.COMPLETED,
     }
 
@@ -465,7 +548,15 @@ def main() -> int:
     parser.add_argument("--signs", type=int, default=ISLR_SIGNS, help=f"signs (default {ISLR_SIGNS})")
     parser.add_argument("--epochs", type=int, default=1, help="training epochs (default 1)")
     parser.add_argument("--batch", type=int, default=SPEC["batch_size"], help="the task's batch size (default 16)")
+    parser.add_argument(
+        "--node-memory",
+        type=float,
+        default=0,
+        help="GiB the node's process tree may use, enforced by a memory cgroup (needs root; default: no cap)",
+    )
     args = parser.parse_args()
+    if args.node_memory < 0:
+        parser.error("--node-memory: GiB, 0 for no cap")
     if not 0 < args.scale <= 1:
         parser.error("--scale: a fraction in (0, 1]")
     # Stopped from outside: unwind, so that the processes it started are stopped too.
@@ -474,7 +565,16 @@ def main() -> int:
     workdir.mkdir(parents=True, exist_ok=True)
     timeout = args.timeout or 600 + 0.5 * ISLR_SEQUENCES * args.scale
     try:
-        result = run(args.scale, workdir, max(1, args.processes), timeout, args.signs, args.epochs, args.batch)
+        result = run(
+            args.scale,
+            workdir,
+            max(1, args.processes),
+            timeout,
+            args.signs,
+            args.epochs,
+            args.batch,
+            round(args.node_memory * GIB),
+        )
     finally:
         if not args.keep:
             shutil.rmtree(workdir, ignore_errors=True)

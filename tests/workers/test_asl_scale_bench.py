@@ -24,6 +24,9 @@ def test_the_rehearsal_ends_verified_with_every_stage_measured(tmp_path: Path) -
     env.pop("PROOFWORK_VAR_DIR", None)
     args = [sys.executable, "bench/asl_scale.py", "--scale", "0.001", "--signs", "4", "--epochs", "8"]
     args += ["--processes", "1", "--workdir", str(tmp_path / "run")]
+    capped = _can_cap_memory()
+    if capped:  # the node under the 4 GiB cap the full-scale rehearsal runs it with
+        args += ["--node-memory", "4"]
     done = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-4000:])
     result = json.loads(done.stdout.strip().splitlines()[-1])
@@ -48,4 +51,22 @@ def test_the_rehearsal_ends_verified_with_every_stage_measured(tmp_path: Path) -
     assert result["disk_final_bytes"]["upload"] >= result["dataset_bytes"]
     assert 0 < result["disk_total_peak_bytes"] <= sum(result["disk_peak_bytes"].values())
     assert result["node_ok"] is True
+    if capped:
+        assert result["node_memory_limit_bytes"] == 4 * 1024**3
+        assert result["node_oom_kills"] == 0
+        assert 0 < result["node_cgroup_peak_bytes"] <= 4 * 1024**3
     assert not (tmp_path / "run").exists()  # removed without --keep
+
+
+def _can_cap_memory() -> bool:
+    """Whether this machine lets the bench make a memory cgroup (as root, v1 or v2)."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        from asl_scale import MemoryCap
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    cap = MemoryCap.make(f"proofwork-test-{os.getpid()}", 1024**3)
+    if cap is None:
+        return False
+    cap.remove()
+    return True
