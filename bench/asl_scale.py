@@ -58,6 +58,7 @@ import argparse
 import contextlib
 import ctypes
 import json
+import math
 import os
 import shutil
 import signal
@@ -82,9 +83,11 @@ BYTES_PER_SEQUENCE_ESTIMATE = 560_000
 # zip gives its blocks up as the upload takes them; the platform's shares are recipes over
 # the upload), the node's cache and the platform's for its re-execution (0.09 each at 0.1).
 DISK_FACTOR = 1.25
-# Plus the trace checkpoints, whose number the segment rule bounds (about 450 to 500 at any
-# scale over 0.05; 14.6 MB each at SPEC) on the node, and those the platform kept.
-CHECKPOINT_BYTES = 9 * GIB
+# Plus the trace checkpoints: on the node, one every k steps of the run (the segment rule,
+# ``training.trace.trace_every``: from about 730 for a long run to one a step, up to about
+# 1,450, for a shorter one), and those the platform keeps; a training state at SPEC's model
+# takes 14.6 MB.
+STATE_BYTES = 15_300_000
 # What the disk keeps free beyond the estimate.
 DISK_RESERVE = 4 * GIB
 SPEC: dict[str, Any] = {
@@ -101,9 +104,23 @@ SPEC: dict[str, Any] = {
 SAMPLE_S = 0.5
 
 
-def disk_needed(sequences: int) -> int:
+def checkpoints_needed(sequences: int, batch: int, epochs: int) -> int:
+    """The trace checkpoints a run of ``epochs`` on ``sequences`` in batches of ``batch``
+    writes: the worker's share (the held-out participants out, the validation tenth out)
+    in optimizer steps, one checkpoint every ``trace_every`` of them and at each epoch's end."""
+    from training.asl.split import HELDOUT_FRACTION
+    from training.trace import trace_every
+
+    held = math.ceil(HELDOUT_FRACTION * ISLR_PARTICIPANTS)  # the split's rule (``heldout_participants``)
+    train = sequences * (ISLR_PARTICIPANTS - held) / ISLR_PARTICIPANTS * (1 - SPEC["validation_fraction"])
+    steps = max(1, math.ceil(train / batch)) * epochs
+    return math.ceil(steps / trace_every(steps)) + epochs + 1
+
+
+def disk_needed(sequences: int, batch: int = SPEC["batch_size"], epochs: int = 1) -> int:
     """The bytes the run holds on its disk at once, estimated before anything is written."""
-    return round(DISK_FACTOR * sequences * BYTES_PER_SEQUENCE_ESTIMATE) + CHECKPOINT_BYTES
+    data = DISK_FACTOR * sequences * BYTES_PER_SEQUENCE_ESTIMATE
+    return round(data + checkpoints_needed(sequences, batch, epochs) * STATE_BYTES)
 
 
 # --- What the sampler reads -----------------------------------------------------------
@@ -328,7 +345,7 @@ def run(
     bytes, when given, cap the node's process tree (``MemoryCap``)."""
     sequences = max(1, round(ISLR_SEQUENCES * scale))
     spec = {**SPEC, "epochs": epochs, "batch_size": batch}
-    needed, free = disk_needed(sequences), shutil.disk_usage(workdir).free
+    needed, free = disk_needed(sequences, batch, epochs), shutil.disk_usage(workdir).free
     if needed + DISK_RESERVE > free:
         raise SystemExit(
             f"refused: {sequences} sequences need about {needed / GIB:.1f} GiB of disk at once, and {workdir}'s"

@@ -16,7 +16,7 @@ distance), keeping per segment the distance of the committed end and of the ends
 dishonest worker would have committed from the same start:
 
 - skip (spread): one step of the segment left out (the committed end less the last step's
-  update), in half the segments (a tenth of all steps at k = 5);
+  update), in a share 0.1 · k of the segments (a tenth of all steps);
 - skip (concentrated): whole segments copied (the end is the start), a tenth of them;
 - fabricated: every checkpoint interpolated between the untrained and the final weights.
 

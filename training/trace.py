@@ -185,15 +185,21 @@ def segments_needed(segments: int, detect: float, bad_fraction: float) -> int:
 
 # What the challenge is sized for: a chain with a tenth of its segments wrong is caught with
 # probability 0.99, and re-executing the challenged segments costs at most a tenth of training.
+# Their steps are budgeted at 6 % of the training's, not 10: a replayed step costs more than
+# a trained one where the run trains in bf16 and the check replays in fp32 (about 1.1× on a
+# CPU with native bf16), and each segment adds its set-up (two checkpoint reads and hashes,
+# the state load: about 80 ms at the cube defaults). At 10 % the check cost 0.123 of the
+# training there (bench/prooftrain.py). The price is more checkpoints on the worker's disk:
+# about s / 0.06 ≈ 730 for a long run, against 440.
 DETECT = 0.99
 BAD_FRACTION = 0.1
-VERIFY_SHARE = 0.1
+VERIFY_SHARE = 0.06
 
 
 def trace_every(total_steps: int) -> int:
     """The segment length k for a run of ``total_steps`` optimizer steps: the longest whose
-    challenge (``segments_needed`` segments of k steps) costs at most ``VERIFY_SHARE`` of the
-    training, k = max(1, ⌊VERIFY_SHARE · T / s⌋) with s = segments_needed(T, DETECT,
+    challenge (``segments_needed`` segments of k steps) replays at most ``VERIFY_SHARE`` of the
+    training's steps, k = max(1, ⌊VERIFY_SHARE · T / s⌋) with s = segments_needed(T, DETECT,
     BAD_FRACTION). Longer segments would cost more to check; shorter ones, more checkpoints."""
     s = segments_needed(max(1, total_steps), DETECT, BAD_FRACTION)
     return max(1, math.floor(VERIFY_SHARE * total_steps / max(1, s)))

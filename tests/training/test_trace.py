@@ -26,7 +26,20 @@ from training.cube.run import replay_segments as cube_replay
 from training.cube.run import run as cube_run
 from training.cube.run import trainer as cube_trainer
 from training.replay import CANARY_DISTANCE, TOLERANCE
-from training.trace import Leaf, Segment, Trace, checkpoint_name, file_sha256, read_trace, trace_root
+from training.trace import (
+    BAD_FRACTION,
+    DETECT,
+    VERIFY_SHARE,
+    Leaf,
+    Segment,
+    Trace,
+    checkpoint_name,
+    file_sha256,
+    read_trace,
+    segments_needed,
+    trace_every,
+    trace_root,
+)
 
 CUBE = {**TINY_CUBE, "synthetic_samples": 96, "epochs": 2, "mixed_precision": False}
 ASL = {**TINY_ASL, "epochs": 2, "mixed_precision": False}
@@ -323,3 +336,17 @@ def test_no_canary_is_made_where_other_rows_do_not_move_the_segment_far_enough(a
             least=1.5,
         )
     assert not out.exists()
+
+
+@pytest.mark.parametrize("steps", [800, 1_124, 2_310, 4_500, 20_000, 250_000])
+def test_a_challenge_replays_at_most_the_budgeted_share_of_the_steps(steps: int) -> None:
+    # The budget leaves room within the 10 % goal for a replayed step costing more than a
+    # trained one (fp32 against bf16) and for each segment's set-up.
+    assert VERIFY_SHARE <= 0.06
+    k = trace_every(steps)
+    segments = -(-steps // k)
+    drawn = segments_needed(segments, DETECT, BAD_FRACTION)
+    if VERIFY_SHARE * steps >= segments_needed(steps, DETECT, BAD_FRACTION):
+        assert drawn * k <= VERIFY_SHARE * steps
+    else:  # too short a run for segments of more than one step
+        assert k == 1
