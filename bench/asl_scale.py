@@ -86,7 +86,7 @@ DISK_FACTOR = 1.25
 # Plus the trace checkpoints: on the node, one every k steps of the run (the segment rule,
 # ``training.trace.trace_every``: from about 730 for a long run to one a step, up to about
 # 1,450, for a shorter one), and those the platform keeps; a training state at SPEC's model
-# takes 14.6 MB.
+# takes 14.6 MiB.
 STATE_BYTES = 15_300_000
 # What the disk keeps free beyond the estimate.
 DISK_RESERVE = 4 * GIB
