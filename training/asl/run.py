@@ -36,6 +36,7 @@ from training.asl.spec import TrainSpec, preset_batch
 from training.device import seed_everything, select_device
 from training.loop import LoopConfig, fit
 from training.plugin import TrainingPlan
+from training.portable import portable_init
 from training.replay import Trainer, canary_state, check_segments, plan_of, total_steps
 from training.replay import measure_segments as measure
 from training.trace import Segment, trace_every
@@ -105,7 +106,7 @@ def trainer(
         loaded.participants, settings.validation_fraction, settings.seed
     )
     seed_everything(settings.seed)  # the initial weights are part of a replayable run
-    model = build_model(settings, len(loaded.signs))
+    model = portable_init(build_model(settings, len(loaded.signs)), settings.seed)  # the same bits everywhere
     points = model.config.points
     target = select_device(device)
     batch, accumulation = preset_batch(settings, capabilities)

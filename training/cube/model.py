@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 from torch import nn
 
 from training.cube.config import CubeConfig, uses_checkpointing
 from training.cube.lattice import Lattice3D, LatticeOutput
+from training.portable import uniform_bound_std
 
 
 def fourier_features(coords: torch.Tensor, bands: int = 3) -> torch.Tensor:
@@ -64,6 +66,8 @@ class EmbeddingToLatticeMapper(nn.Module):
     plus a learned per-cell positional encoding."""
 
     face_features: torch.Tensor
+    # The positional encoding's draw in training.portable: uniform, standard deviation 0.02.
+    PORTABLE_BOUNDS: ClassVar[dict[str, float]] = {"position": uniform_bound_std(0.02)}
 
     def __init__(self, edge: int, d: int) -> None:
         super().__init__()

@@ -34,6 +34,7 @@ from training.cube.spec import RETIRED_TRAINING_FIELDS, CubeInferenceSpec, CubeT
 from training.device import pin_memory, select_device
 from training.loop import FitResult, LoopConfig, fit
 from training.plugin import TrainingPlan
+from training.portable import portable_init
 from training.replay import Trainer, canary_state, check_segments, plan_of, total_steps
 from training.replay import measure_segments as measure
 from training.specs import defaults
@@ -151,7 +152,7 @@ def trainer(
     train_idx, val_idx = split_indices(inputs.shape[0], VALIDATION_FRACTION, spec["seed"])
     dev = select_device(device)
     torch.manual_seed(spec["seed"])
-    model = CubeModel(config)
+    model = portable_init(CubeModel(config), spec["seed"])  # the same bits on every machine
     model.set_batch_size(batch_size)
     weights = weights_from_spec(spec)
     train_loader = _loader(inputs[train_idx], _rows(targets, train_idx), batch_size, True, dev)
