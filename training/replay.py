@@ -9,7 +9,11 @@ moments (where the data a step trained on shows most); the larger of the two cou
 whatever the learning rate or the layer sizes (Proof-of-Learning, Jia et al. 2021, uses
 such normalised distances). A skipped, shortened or fabricated segment lands about a step
 or more away; an honest one, trained in bf16 autocast or on another device, lands within
-``TOLERANCE`` (measured by ``bench/prooftrain.py``, written down in docs/kinds.md).
+``TOLERANCE`` (measured by ``bench/prooftrain.py``, written down in docs/kinds.md). Another
+device differs from the replay in arithmetic only: the loop re-seeds every generator before
+each micro-batch, and a model draws its random masks from the CPU's generator and moves
+them to its device (``training.asl.model.dropout``; the cube model draws none), so a GPU
+worker's masks are the replay's.
 
 Each kind says how to build its trainer from a spec and the worker's data (``Build``); the
 rest is shared. Checkpoint files are untrusted: each must hash to its leaf before it is

@@ -5,10 +5,15 @@ projection, masked mean pooling, late dropout and a classifier. Padding never le
 zeroed after every block, excluded from BatchNorm statistics, from attention keys and from
 pooling, and the convolution is causal so padded frames (always at the end) cannot reach
 real ones.
+
+Every dropout mask (drop path, attention dropout, late dropout) is drawn on the CPU by
+``dropout`` below, whatever device the model trains on, so a step's masks depend on its
+seed alone and the platform's CPU replay of a GPU-trained step draws the same ones.
 """
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 
 import torch
@@ -54,6 +59,35 @@ class ModelConfig:
     def to_dict(self) -> dict[str, object]:
         """A JSON-ready copy."""
         return asdict(self)
+
+
+@torch.compiler.disable
+def _keep_mask(shape: tuple[int, ...], rate: float) -> torch.Tensor:
+    # Eager even inside torch.compile: Inductor would otherwise generate its own random numbers.
+    return torch.rand(shape, dtype=torch.float32, device="cpu") >= rate
+
+
+def dropout(x: torch.Tensor, rate: float, shape: tuple[int, ...] | None = None) -> torch.Tensor:
+    """``x`` with elements zeroed at ``rate`` and the rest scaled by 1 / (1 - rate), as
+    ``F.dropout`` does, through a mask of ``shape`` (``x``'s own when None) broadcast over ``x``.
+
+    The mask is drawn from the CPU's default generator and then moved to ``x``'s device.
+    Proof of training re-executes a worker's steps on the platform's CPU, seeding the
+    global generators before each micro-batch (``training.loop``): a mask drawn on a CUDA
+    device comes from its Philox generator (and ``scaled_dot_product_attention``'s fused
+    kernels map their draws their own way), which the CPU cannot reproduce, so every
+    honest GPU-trained segment would be rejected. ``torch.rand`` on the CPU gives the same
+    numbers for the same seed on any CPU, and the model draws its masks in the forward's
+    fixed order, so the masks are a function of the step's seed alone. Only the boolean
+    mask crosses to the device. ``torch.rand`` rather than ``torch.bernoulli``, whose CPU
+    kernel may take a vectorised (MKL) path.
+    """
+    if rate <= 0.0:
+        return x
+    if rate >= 1.0:
+        return x * 0.0
+    keep = _keep_mask(tuple(x.shape) if shape is None else shape, rate).to(x.device, non_blocking=True)
+    return x * keep / (1.0 - rate)
 
 
 class MaskedBatchNorm(nn.Module):
@@ -114,10 +148,9 @@ class DropPath(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Zero or rescale each sample's branch."""
-        if not self.training or self.rate == 0.0:
+        if not self.training:
             return x
-        keep = torch.rand(x.shape[0], 1, 1, device=x.device) >= self.rate
-        return x * keep.to(x.dtype) / (1.0 - self.rate)
+        return dropout(x, self.rate, (x.shape[0], 1, 1))
 
 
 class Conv1DBlock(nn.Module):
@@ -167,16 +200,31 @@ class TransformerBlock(nn.Module):
         # Padded keys are hidden; key 0 always stays visible so an empty sequence gives no NaN.
         keys = mask.clone()
         keys[:, 0] = True
-        attn = F.scaled_dot_product_attention(
-            q.transpose(1, 2),
-            k.transpose(1, 2),
-            v.transpose(1, 2),
-            attn_mask=keys[:, None, None, :],
-            dropout_p=self.attn_dropout if self.training else 0.0,
-        )
+        attn = self.attend(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), keys[:, None, None, :])
         x = (x + self.drop(self.out(attn.transpose(1, 2).reshape(b, length, c)))) * m
         h = self.mlp_out(F.silu(self.mlp_in(self.norm2(x, mask))))
         return (x + self.drop(h)) * m
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+        """Attention of ``q``, ``k``, ``v`` [B, H, L, D] over the keys where ``keys`` [B, 1, 1, L] is True.
+
+        With attention dropout (training), the attention is written out, as the math path of
+        ``scaled_dot_product_attention`` computes it (in float32 whatever autocast would
+        pick, the result in the inputs' dtype), because the fused kernels cannot take a
+        dropout mask drawn elsewhere and this one must come from ``dropout``'s CPU draw.
+        """
+        if not self.training or self.attn_dropout <= 0.0:
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=keys)
+        dtype = q.dtype
+        device = q.device.type
+        full = torch.autocast(device, enabled=False) if torch.amp.is_autocast_available(device) else nullcontext()
+        with full:
+            # q and k each scaled by the root of 1/√D, then an additive mask, as the math path.
+            root_scale = q.shape[-1] ** -0.25
+            scores = (q.float() * root_scale) @ (k.float() * root_scale).transpose(-2, -1)
+            probs = scores.masked_fill(~keys, float("-inf")).softmax(-1)
+            probs = dropout(probs, self.attn_dropout)
+            return (probs @ v.float()).to(dtype)
 
 
 class LateDropout(nn.Module):
@@ -189,7 +237,9 @@ class LateDropout(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Dropout when training and active."""
-        return F.dropout(x, self.rate, training=self.training and self.active)
+        if not (self.training and self.active):
+            return x
+        return dropout(x, self.rate)
 
 
 class SignModel(nn.Module):
