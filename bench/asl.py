@@ -55,7 +55,7 @@ from training.loop import LoopConfig, fit
 READER_TARGET = 500.0
 E2E_TARGET_CPU = 0.8
 E2E_TARGET_CUDA = 0.9
-SHORT_DTYPE = {torch.bfloat16: "bf16", torch.float16: "fp16"}
+SHORT_DTYPE = {torch.bfloat16: "bf16", None: "fp32"}
 
 
 def step_fn(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, Any]]:

@@ -1,8 +1,12 @@
 """Device, mixed-precision and seeding choices shared by every trainer.
 
-One place decides what "mixed precision" means on the machine at hand: bf16 autocast on
-CPU (no loss scaling needed, bf16 keeps fp32's exponent range), fp16 autocast with a
-GradScaler on CUDA (fp16 gradients underflow without scaling).
+One place decides what "mixed precision" means on the machine at hand: bf16 autocast, on
+the CPU and on a GPU with native bf16 (no loss scaling needed: bf16 keeps fp32's exponent
+range); full fp32 on a GPU without it. Never fp16: its gradients need a GradScaler, which
+skips the optimizer step whenever the scaled gradients overflow, and a step the worker's
+scaler skipped is one the platform's replay on the CPU takes (``training.replay``). An
+honest segment would then land a whole step from its replay, as a segment with a skipped
+step does.
 """
 
 from __future__ import annotations
@@ -28,26 +32,23 @@ def select_device(preferred: str | None = None) -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
-def autocast_dtype(device: torch.device) -> torch.dtype:
-    """The reduced precision used under autocast on ``device``."""
-    return torch.float16 if device.type == "cuda" else torch.bfloat16
+def autocast_dtype(device: torch.device) -> torch.dtype | None:
+    """The reduced precision autocast uses on ``device``: bf16 on the CPU and on a GPU that
+    computes in bf16 natively (Ampere and later); None (fp32) on an older GPU."""
+    if device.type == "cuda":
+        return torch.bfloat16 if torch.cuda.is_bf16_supported(including_emulation=False) else None
+    return torch.bfloat16
 
 
 @contextlib.contextmanager
 def autocast(device: torch.device, enabled: bool) -> Iterator[None]:
-    """Autocast to bf16 (CPU) or fp16 (CUDA) when ``enabled``; a no-op otherwise."""
-    if not enabled:
+    """Autocast to ``autocast_dtype(device)`` when ``enabled``; a no-op otherwise."""
+    dtype = autocast_dtype(device) if enabled else None
+    if dtype is None:
         yield
         return
-    with torch.autocast(device_type=device.type, dtype=autocast_dtype(device)):
+    with torch.autocast(device_type=device.type, dtype=dtype):
         yield
-
-
-def make_grad_scaler(device: torch.device, enabled: bool) -> torch.amp.GradScaler | None:
-    """A GradScaler for fp16 on CUDA; None where no scaling is needed (CPU, or AMP off)."""
-    if enabled and device.type == "cuda":
-        return torch.amp.GradScaler("cuda")
-    return None
 
 
 def pin_memory(device: torch.device) -> bool:

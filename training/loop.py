@@ -14,7 +14,7 @@ A trainer supplies a model, two DataLoaders and two callables:
 
 ``fit`` owns everything else: the optimizer (AdamW, or RAdam wrapped in Lookahead), the
 schedule (cosine with linear warm-up, one-cycle, or constant), gradient clipping and
-accumulation, adversarial weight perturbation from a given epoch (``awp_lambda``), mixed precision (bf16 autocast on CPU, fp16 with a GradScaler on CUDA),
+accumulation, adversarial weight perturbation from a given epoch (``awp_lambda``), mixed precision (bf16 autocast: ``training.device``),
 optional ``torch.compile``, early stopping with restore of the best weights, deterministic
 seeding, resumable checkpoints (safetensors + JSON, see ``training.artifacts``) and a
 progress callback.
@@ -63,7 +63,7 @@ from training.artifacts import (
     state_exists,
     weights_sha256,
 )
-from training.device import autocast, keep_freed_memory, make_grad_scaler, seed_everything, select_device
+from training.device import autocast, keep_freed_memory, seed_everything, select_device
 from training.trace import TRACE_FILE, Leaf, Trace, checkpoint_name, file_sha256, read_trace
 
 log = logging.getLogger("training.loop")
@@ -324,7 +324,6 @@ class _LoopState:
     device: torch.device
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.LambdaLR
-    scaler: torch.amp.GradScaler | None
     steps_per_epoch: int
     total_steps: int
     progress: Progress | None
@@ -353,7 +352,7 @@ class _LoopState:
         checkpoint_dir: Path | None,
         on_epoch: Callable[[int], None] | None = None,
     ) -> _LoopState:
-        """Seed, move ``model`` to its device, and build its optimizer, schedule and scaler."""
+        """Seed, move ``model`` to its device, and build its optimizer and schedule."""
         device = select_device(config.device)
         if device.type == "cpu":
             keep_freed_memory()
@@ -363,7 +362,6 @@ class _LoopState:
         per_epoch = steps_per_epoch(train_loader, config)
         total_steps = per_epoch * config.epochs
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_factor(s, total_steps, config))
-        scaler = make_grad_scaler(device, config.mixed_precision)
         runner: nn.Module = model
         if config.compile and hasattr(torch, "compile"):
             runner = torch.compile(model)  # type: ignore[assignment]
@@ -374,7 +372,6 @@ class _LoopState:
             device=device,
             optimizer=optimizer,
             scheduler=scheduler,
-            scaler=scaler,
             steps_per_epoch=per_epoch,
             total_steps=total_steps,
             progress=progress,
@@ -391,8 +388,6 @@ class _LoopState:
         load_model_tensors(self.model, state["model"], source=str(ckpt / CHECKPOINT_STEM))
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
-        if self.scaler is not None and state.get("scaler"):
-            self.scaler.load_state_dict(state["scaler"])
         loop = state["loop"]
         self.next_epoch, self.global_step = int(loop["epoch"]) + 1, int(loop["global_step"])
         self.best_value, self.best_epoch = loop["best_value"], int(loop["best_epoch"])
@@ -483,7 +478,7 @@ class _LoopState:
                 "lower the learning rate or turn off mixed precision."
             )
         scaled = loss / self.config.grad_accumulation
-        (self.scaler.scale(scaled) if self.scaler is not None else scaled).backward()
+        scaled.backward()
         if perturbed is not None:
             self._restore(perturbed[2])
             metrics = perturbed[1]
@@ -506,7 +501,7 @@ class _LoopState:
             loss, metrics = step_fn(self.runner, batch)
         loss_value = _as_float(loss)
         if math.isfinite(loss_value):
-            (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
+            loss.backward()
         with torch.no_grad():
             for p in params:
                 grad, p.grad = p.grad, None
@@ -530,20 +525,14 @@ class _LoopState:
     def _optimizer_step(self, micro: int) -> float:
         """One optimizer step over the ``micro`` micro-batches gathered (fewer at the epoch's
         end); returns the learning rate it stepped with."""
-        config, optimizer, scaler = self.config, self.optimizer, self.scaler
+        config, optimizer = self.config, self.optimizer
         if micro < config.grad_accumulation:
             for p in self.model.parameters():
                 if p.grad is not None:
                     p.grad.mul_(config.grad_accumulation / micro)
-        if scaler is not None:
-            scaler.unscale_(optimizer)
         if config.grad_clip > 0:
             nn.utils.clip_grad_norm_(self.model.parameters(), config.grad_clip)
-        if scaler is not None:
-            scaler.step(optimizer)
-            scaler.update()
-        else:
-            optimizer.step()
+        optimizer.step()
         lr = float(optimizer.param_groups[0]["lr"])
         self.scheduler.step()
         optimizer.zero_grad(set_to_none=True)
@@ -608,12 +597,13 @@ class _LoopState:
 
     def training_state(self, epoch: int) -> dict[str, Any]:
         """What a replay needs to go on from here: weights, optimizer (AdamW moments, or the
-        Lookahead slow weights), schedule, scaler and the step counter."""
+        Lookahead slow weights), schedule and the step counter. ``scaler`` is part of the
+        format and always empty: no precision here scales its loss (``training.device``)."""
         return {
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
-            "scaler": self.scaler.state_dict() if self.scaler is not None else {},
+            "scaler": {},
             "loop": {"epoch": epoch, "global_step": self.global_step, "seed": self.config.seed},
         }
 
@@ -666,7 +656,7 @@ class _LoopState:
                 "model": self.model.state_dict(),
                 "optimizer": self.optimizer.state_dict(),
                 "scheduler": self.scheduler.state_dict(),
-                "scaler": self.scaler.state_dict() if self.scaler is not None else {},
+                "scaler": {},
                 "loop": {
                     "epoch": epoch,
                     "global_step": self.global_step,

@@ -11,6 +11,8 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
+from training.artifacts import read_state_file
+from training.device import autocast_dtype
 from training.loop import FitResult, LoopConfig, NonFiniteLossError, fit, lr_factor
 
 
@@ -168,6 +170,24 @@ def test_mixed_precision_on_cpu_autocasts_to_bf16() -> None:
 
     fit(_model(), *_loaders(), step, _eval, LoopConfig(epochs=1, mixed_precision=True, device="cpu"))
     assert set(seen) == {torch.bfloat16}
+
+
+@pytest.mark.parametrize(("native_bf16", "expected"), [(True, torch.bfloat16), (False, None)])
+def test_mixed_precision_on_a_gpu_is_bf16_or_fp32_never_fp16(
+    monkeypatch: pytest.MonkeyPatch, native_bf16: bool, expected: torch.dtype | None
+) -> None:
+    # No GPU here: what the GPU reports is patched. fp16 would need a GradScaler, whose skipped
+    # steps the platform's CPU replay takes (training.device).
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: native_bf16)
+    assert autocast_dtype(torch.device("cuda")) is expected
+    assert autocast_dtype(torch.device("cpu")) is torch.bfloat16
+
+
+def test_a_training_state_holds_no_loss_scaler(tmp_path: Path) -> None:
+    config = LoopConfig(epochs=1, mixed_precision=True, trace_every=1)
+    fit(_model(), *_loaders(), _step, _eval, config, trace_dir=tmp_path)
+    [first, *_] = sorted(tmp_path.glob("ckpt-*.safetensors"))
+    assert read_state_file(first, 1 << 30)["scaler"] == {}
 
 
 def test_invalid_config_names_the_field() -> None:

@@ -66,7 +66,7 @@ class AslTrainingSpec:
     validation_fraction: float = param(0.2, "Share of participants held out for validation.", lo=0.05, hi=0.5)
     early_stopping_patience: int = param(10, "Epochs without improvement before stopping (0: off).", lo=0, hi=1000)
     min_accuracy: float = param(0.0, "Held-out top-1 accuracy required for payment.", lo=0.0, hi=1.0, common=True)
-    mixed_precision: bool = param(True, "bf16 on CPU, fp16 with loss scaling on CUDA.")
+    mixed_precision: bool = param(True, "bf16 autocast (fp32 on a GPU without native bf16).")
     compile: bool = param(False, "Use torch.compile where available.")
     seed: int = param(0, "Random seed for a deterministic run.", lo=0, hi=2**31 - 1)
 

@@ -53,7 +53,7 @@ class CubeTrainingSpec:
     synthetic_samples: int = param(
         2048, "Generated samples when no dataset is given (0: dataset required).", lo=0, hi=1_000_000
     )
-    mixed_precision: bool = param(True, "bf16 on CPU, fp16 with loss scaling on CUDA.")
+    mixed_precision: bool = param(True, "bf16 autocast (fp32 on a GPU without native bf16).")
     compile: bool = param(False, "Use torch.compile where available.")
     seed: int = param(0, "Random seed for a deterministic run.", lo=0, hi=2**31 - 1)
     # The platform's acceptance bar, not a training setting: the trainer ignores it, and the
