@@ -13,6 +13,7 @@ seed alone and the platform's CPU replay of a GPU-trained step draws the same on
 
 from __future__ import annotations
 
+import math
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 
@@ -61,33 +62,45 @@ class ModelConfig:
         return asdict(self)
 
 
+# A mask draws one random byte per element and keeps the element where the byte is at least
+# the rate's cut: the rate rounded to a multiple of 1/256.
+BYTE = 256
+
+
 @torch.compiler.disable
-def _keep_mask(shape: tuple[int, ...], rate: float) -> torch.Tensor:
+def _keep_mask(shape: tuple[int, ...], cut: int) -> torch.Tensor:
     # Eager even inside torch.compile: Inductor would otherwise generate its own random numbers.
-    return torch.rand(shape, dtype=torch.float32, device="cpu") >= rate
+    n = math.prod(shape)
+    # Every 64-bit value equally likely (two draws of the CPU's Mersenne Twister), read as
+    # eight bytes in little-endian order, the order of every CPU the agent runs on.
+    words = torch.empty((n + 7) // 8, dtype=torch.int64).random_(-(2**63), None)
+    return words.view(torch.uint8)[:n].reshape(shape) >= cut
 
 
 def dropout(x: torch.Tensor, rate: float, shape: tuple[int, ...] | None = None) -> torch.Tensor:
-    """``x`` with elements zeroed at ``rate`` and the rest scaled by 1 / (1 - rate), as
-    ``F.dropout`` does, through a mask of ``shape`` (``x``'s own when None) broadcast over ``x``.
+    """``x`` with elements zeroed at ``rate`` (rounded to a multiple of 1/256) and the rest
+    scaled to keep the mean, as ``F.dropout`` does, through a mask of ``shape`` (``x``'s own
+    when None) broadcast over ``x``.
 
     The mask is drawn from the CPU's default generator and then moved to ``x``'s device.
     Proof of training re-executes a worker's steps on the platform's CPU, seeding the
-    global generators before each micro-batch (``training.loop``): a mask drawn on a CUDA
-    device comes from its Philox generator (and ``scaled_dot_product_attention``'s fused
-    kernels map their draws their own way), which the CPU cannot reproduce, so every
-    honest GPU-trained segment would be rejected. ``torch.rand`` on the CPU gives the same
-    numbers for the same seed on any CPU, and the model draws its masks in the forward's
-    fixed order, so the masks are a function of the step's seed alone. Only the boolean
-    mask crosses to the device. ``torch.rand`` rather than ``torch.bernoulli``, whose CPU
-    kernel may take a vectorised (MKL) path.
+    global generators before each micro-batch (``training.loop``). A mask drawn on a CUDA
+    device comes from its Philox generator, which the CPU cannot reproduce, and
+    ``scaled_dot_product_attention``'s fused kernels map their draws their own way. Every
+    honest GPU-trained segment would then be rejected. The CPU generator's integers are the
+    same for the same seed on any CPU, and the model draws its masks in the forward's fixed
+    order, so the masks are a function of the step's seed alone. Only the mask, one byte
+    per element, crosses to the device. One byte per element, eight from each 64-bit draw,
+    costs about an eighth of ``torch.rand``'s float per element: an attention mask is the
+    largest draw of a step, B·H·L² elements.
     """
-    if rate <= 0.0:
+    cut = round(rate * BYTE)
+    if cut <= 0:
         return x
-    if rate >= 1.0:
+    if cut >= BYTE:
         return x * 0.0
-    keep = _keep_mask(tuple(x.shape) if shape is None else shape, rate).to(x.device, non_blocking=True)
-    return x * keep / (1.0 - rate)
+    keep = _keep_mask(tuple(x.shape) if shape is None else shape, cut).to(x.device, non_blocking=True)
+    return x * keep * (BYTE / (BYTE - cut))
 
 
 class MaskedBatchNorm(nn.Module):
