@@ -133,7 +133,7 @@ CAPS: dict[str, Any] = {
     "ram_bytes": 8 * 2**30,
     "gpu_memory_bytes": 0,
     "kinds": ["synthetic"],
-    "features": ["poc:aes256ctr", "poc:shake128", "dataset:shards"],
+    "features": ["poc:aes256ctr", "poc:shake128", "dataset:shards", "training:replay/2"],
     "agent_version": "test",
 }
 

@@ -99,6 +99,13 @@ Prepare = Callable[[Spec, Path | None, Path, bytes], tuple[Path | None, Path]]
 # file resumably by ranges; docs/provider-node.md): what a kind whose ``prepare`` writes
 # folders needs, so an agent that only downloads single files is never offered its tasks.
 SHARDED_DATASETS = "dataset:shards"
+# The protocol feature of a node whose trainer re-executes as the platform's does: initial
+# weights from ``training.portable`` and every dropout mask from the CPU generator
+# (``training.asl.model.dropout``), mixed precision in bf16 (``training.device``). Every
+# trained kind needs it. A node training as an earlier agent did would commit checkpoints
+# that the platform's replay cannot reach, and would lose its pay and reputation for honest
+# work. Raise the number whenever a change alters what a seed trains.
+REPLAYABLE_TRAINING = "training:replay/2"
 # The format a job names for such a folder (its URL serves the folder's manifest).
 SHARDS_FORMAT = "shards"
 
@@ -357,7 +364,7 @@ def training_kind(
         run=run,
         artifacts=artifacts,
         check_spec=check_spec,
-        features=features,
+        features=lambda spec: (*features(spec), REPLAYABLE_TRAINING),
         replay=replay,
         plan=plan,
         measure=measure,

@@ -239,8 +239,14 @@ def test_the_cli_registers_against_a_live_server(live_server, alice, tmp_path: P
     assert worker.owner == alice
     assert worker.capabilities["cpu_cores"] >= 1
     # The agent lists the generators it draws the synthetic matrices with, that it takes
-    # verification jobs, and its download in shards.
-    assert worker.capabilities["features"] == ["dataset:shards", "poc:aes256ctr", "poc:shake128", "verify_segments"]
+    # verification jobs, its download in shards, and that its trainer replays as the platform's.
+    assert worker.capabilities["features"] == [
+        "dataset:shards",
+        "poc:aes256ctr",
+        "poc:shake128",
+        "training:replay/2",
+        "verify_segments",
+    ]
     creds = tmp_path / "worker.json"
     assert stat.S_IMODE(creds.stat().st_mode) == 0o600
     # A spent token gives a clear message, not a traceback.

@@ -13,8 +13,10 @@ from ledger import services as ledger
 from ledger.units import UNITS_PER_CREDIT
 from marketplace.kinds import KINDS
 from marketplace.models import Task, TaskStatus
-from tests.factories import CAPS, make_worker, post_task
-from workers.assignments import jobs, scheduler
+from tests.factories import CAPS, TINY_ASL, TINY_CUBE, make_worker, post_task
+from training.plugin import REPLAYABLE_TRAINING
+from workers.agent import capabilities
+from workers.assignments import jobs, scheduler, supply
 from workers.identity import services
 from workers.models import Assignment, Worker
 
@@ -130,6 +132,27 @@ def test_a_synthetic_task_goes_only_to_agents_that_draw_its_matrices_its_way(ali
     new, _, _ = make_worker(alice, name="new-agent", reputation=50)
     (assignment,) = scheduler.schedule(task.pk)
     assert assignment.worker == new
+
+
+@pytest.mark.parametrize("kind", ["cube_training", "asl_training"])
+def test_a_training_task_goes_only_to_agents_whose_trainer_the_platform_replays(
+    alice: Any, bob: Any, kind: str
+) -> None:
+    # An agent that draws its initial weights or dropout masks as an earlier one did would
+    # commit checkpoints the platform's replay cannot reach: its honest work would be
+    # rejected and cost it reputation, so it is not offered the task.
+    behind = [f for f in CAPS["features"] if f != REPLAYABLE_TRAINING]
+    caps = {**CAPS, "kinds": [kind], "ram_bytes": 64 * 2**30}
+    old, _, _ = make_worker(alice, name="old-trainer", reputation=90, caps={**caps, "features": behind})
+    spec = {**TINY_CUBE, "synthetic_samples": 96} if kind == "cube_training" else TINY_ASL
+    need = supply.Need.of(kind, KINDS[kind].validate_spec(spec), 0)
+    assert REPLAYABLE_TRAINING in need.features
+    # Neither given the task nor drawn to re-execute another provider's segments
+    # (delegation.eligible_verifiers asks the same misfit).
+    assert supply.misfit(old, need) == supply.FEATURES
+    current, _, _ = make_worker(alice, name="current", reputation=50, caps=caps)
+    assert supply.misfit(current, need) is None
+    assert REPLAYABLE_TRAINING in capabilities.FEATURES  # what a current agent reports
 
 
 def test_replication_gives_the_job_to_workers_of_different_providers(alice: Any, bob: Any, carol: Any) -> None:

@@ -3,4 +3,4 @@
 Runs on untrusted machines: it never imports Django and never touches the database.
 """
 
-AGENT_VERSION = "0.2.0"
+AGENT_VERSION = "0.3.0"

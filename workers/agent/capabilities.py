@@ -6,7 +6,7 @@ import os
 from typing import Any
 
 from training.kinds import KINDS
-from training.plugin import SHARDED_DATASETS
+from training.plugin import REPLAYABLE_TRAINING, SHARDED_DATASETS
 from training.poc.spec import GENERATORS, feature
 from workers.agent import AGENT_VERSION
 
@@ -14,9 +14,15 @@ from workers.agent import AGENT_VERSION
 SUPPORTED_KINDS = list(KINDS)
 # Protocol features the scheduler matches against a task's needs (marketplace.kinds):
 # the ways this agent can draw the synthetic kind's matrices, that it takes verification
-# jobs (verify_job.py; the platform's workers.assignments.delegation.FEATURE), and its
-# download of a dataset in shards (``transfer.PlatformClient.download_folder``).
-FEATURES = [*(feature(generator) for generator in GENERATORS), "verify_segments", SHARDED_DATASETS]
+# jobs (verify_job.py; the platform's workers.assignments.delegation.FEATURE), its
+# download of a dataset in shards (``transfer.PlatformClient.download_folder``), and that
+# its trainer re-executes as the platform's does (``training.plugin.REPLAYABLE_TRAINING``).
+FEATURES = [
+    *(feature(generator) for generator in GENERATORS),
+    "verify_segments",
+    SHARDED_DATASETS,
+    REPLAYABLE_TRAINING,
+]
 
 
 def detect() -> dict[str, Any]:
