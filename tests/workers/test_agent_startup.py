@@ -126,7 +126,8 @@ def test_the_node_abandons_earlier_jobs_then_reports_once_its_consumer_is_ready(
     # up, and only then the socket that makes it look online.
     reported, *rest = platform.seen[:3]
     assert reported.startswith("POST /api/v1/workers/me/capabilities/ {"), text
-    assert '"features": ["poc:aes256ctr", "poc:shake128", "verify_segments", "dataset:shards"]' in reported
+    features = '["poc:aes256ctr", "poc:shake128", "verify_segments", "dataset:shards", "training:replay/2"]'
+    assert f'"features": {features}' in reported
     assert rest == [
         "POST /api/v1/workers/me/abandon/ {} Worker pww_test",
         "GET /ws/worker/ websocket",
