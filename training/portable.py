@@ -20,7 +20,8 @@ everywhere. The draw is uniform on (−bound, bound), on a grid of 2²⁴ points
 The bounds are PyTorch's defaults: ±1/√fan_in for the weight and bias of ``nn.Linear`` and
 of every convolution (``kaiming_uniform_`` with a = √5). A module states its other
 parameters' bounds in ``PORTABLE_BOUNDS``. A tensor whose elements are all equal
-(LayerNorm's ones, a zero gate) keeps its value, which is exact already. Any other tensor
+(LayerNorm's ones, a zero gate; a one-element tensor only when it is 0 or 1) keeps its
+value, which is exact already. Any other tensor
 is refused: a new layer cannot be initialised in a way that is not portable without this
 module saying so.
 """
@@ -63,7 +64,14 @@ def _bounds(module: nn.Module) -> dict[str, float]:
 
 
 def _constant(t: torch.Tensor) -> bool:
-    return t.numel() == 0 or bool((t == t.reshape(-1)[0]).all())
+    """Whether ``t`` is a constant initialisation: all its elements equal, and, for a single
+    element (where any draw is "all equal"), 0 or 1."""
+    if t.numel() == 0:
+        return True
+    first = t.reshape(-1)[0]
+    if t.numel() == 1:
+        return float(first) in (0.0, 1.0)
+    return bool((t == first).all())
 
 
 def portable_init(model: M, seed: int) -> M:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F  # noqa: N812
@@ -148,8 +149,8 @@ def test_attention_dropout_is_sdpa_s_math_path_with_the_cpu_drawn_mask(monkeypat
     masks: list[torch.Tensor] = []
     draw = asl_model._keep_mask
 
-    def spy(shape: tuple[int, ...], cut: int) -> torch.Tensor:
-        masks.append(draw(shape, cut))
+    def spy(shape: tuple[int, ...], cut: int, device: torch.device) -> torch.Tensor:
+        masks.append(draw(shape, cut, device))
         return masks[-1]
 
     monkeypatch.setattr(asl_model, "_keep_mask", spy)
@@ -223,3 +224,29 @@ def test_a_compiled_model_draws_the_masks_an_eager_replay_draws() -> None:
     x, lengths = batch()
     torch.manual_seed(5)
     torch.testing.assert_close(compiled(x, lengths), eager)
+
+
+@pytest.mark.parametrize("n", [1, 3, 4, 5, 192, 384])
+def test_the_device_s_mask_bytes_are_the_cpu_s(n: int) -> None:
+    # What a GPU computes (int64 arithmetic kept to 32 bits, here run on the CPU: integer
+    # operations are exact on every device) is what the CPU computes with numpy's uint32.
+    keys = torch.cat([torch.tensor([0, 1, 2**31 - 1, 2**31, 2**32 - 1]), torch.randint(0, 2**32, (200,))])
+    on_device = asl_model._bytes_torch(keys, n)
+    on_cpu = asl_model._bytes_numpy(keys.numpy().astype(np.uint32), n)
+    assert on_device.shape == (keys.shape[0], n)
+    assert np.array_equal(on_device.numpy(), on_cpu)
+
+
+def test_the_mask_bytes_are_uniform_and_unrelated() -> None:
+    keys = torch.randint(0, 2**32, (4096,))
+    data = asl_model._bytes_numpy(keys.numpy().astype(np.uint32), 64).astype(np.float64)
+    # Every byte value about equally often, in every position of a word and across rows.
+    counts = np.bincount(data.astype(np.int64).ravel(), minlength=256)
+    expected = data.size / 256
+    assert ((counts - expected) ** 2 / expected).sum() < 256 + 5 * (2 * 256) ** 0.5  # chi-square, 255 dof
+    for position in range(4):
+        assert abs(data[:, position::4].mean() - 127.5) < 1.5
+    # Neighbours in a row, and the same position in neighbouring rows, are uncorrelated.
+    centred = data - data.mean()
+    for a, b in ((centred[:, :-1], centred[:, 1:]), (centred[:-1], centred[1:])):
+        assert abs((a * b).mean() / centred.var()) < 0.01

@@ -172,6 +172,15 @@ def test_a_tensor_without_a_portable_rule_is_refused() -> None:
     with pytest.raises(ValueError, match="scale has no portable initialisation rule"):
         portable_init(Odd(), seed=0)
 
+    class OneDrawn(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.norm = nn.LayerNorm(1)  # ones and zeros: constants
+            self.temperature = nn.Parameter(torch.randn(1))  # one drawn element: not a constant
+
+    with pytest.raises(ValueError, match="temperature has no portable initialisation rule"):
+        portable_init(OneDrawn(), seed=0)
+
     class Stated(Odd):
         PORTABLE_BOUNDS = {"scale": 0.5}
 

@@ -17,6 +17,7 @@ import math
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 
+import numpy as np
 import torch
 import torch.nn.functional as F  # noqa: N812
 from torch import nn
@@ -62,19 +63,54 @@ class ModelConfig:
         return asdict(self)
 
 
-# A mask draws one random byte per element and keeps the element where the byte is at least
-# the rate's cut: the rate rounded to a multiple of 1/256.
+# A mask keeps an element where its random byte is at least the rate's cut: the rate rounded
+# to a multiple of 1/256.
 BYTE = 256
+# The bytes come from a counter-based hash (Thomas Mueller's 32-bit integer hash: two
+# multiply-xorshift rounds; a statistical mixer for dropout, not a cryptographic one) of a
+# row's key plus GOLDEN times the word's position in the row; each 32-bit word gives four
+# bytes, low byte first. Every product stays below 2⁶³, so int64 arithmetic on any device
+# computes exactly what uint32 arithmetic does.
+GOLDEN = 0x9E3779B9
+MIX = 0x45D9F3B
+WORD = 0xFFFFFFFF
+
+
+def _bytes_numpy(keys: np.ndarray, n: int) -> np.ndarray:
+    """The mask bytes of rows keyed by ``keys`` (uint32 [rows]): uint8 [rows, n]. The CPU's
+    way: uint32 arithmetic wraps modulo 2³² in numpy by definition."""
+    x = np.arange((n + 3) // 4, dtype=np.uint32) * np.uint32(GOLDEN) + keys[:, None]
+    for _ in range(2):
+        x ^= x >> np.uint32(16)
+        x *= np.uint32(MIX)
+    x ^= x >> np.uint32(16)
+    # Little-endian words, read as bytes: low byte first on every machine.
+    return x.astype("<u4", copy=False).view(np.uint8)[:, :n]
+
+
+def _bytes_torch(keys: torch.Tensor, n: int) -> torch.Tensor:
+    """``_bytes_numpy`` on ``keys``' device (int64 [rows], values below 2³²), in int64
+    arithmetic kept to 32 bits: the same bytes, computed where the mask is used."""
+    x = torch.arange((n + 3) // 4, dtype=torch.int64, device=keys.device).mul_(GOLDEN)
+    x = x.add(keys[:, None]).bitwise_and_(WORD)
+    for _ in range(2):
+        x.bitwise_xor_(x >> 16).mul_(MIX).bitwise_and_(WORD)
+    x.bitwise_xor_(x >> 16)
+    parts = [((x >> shift) & 0xFF).to(torch.uint8) for shift in (0, 8, 16, 24)]
+    return torch.stack(parts, -1).reshape(x.shape[0], -1)[:, :n]
 
 
 @torch.compiler.disable
-def _keep_mask(shape: tuple[int, ...], cut: int) -> torch.Tensor:
+def _keep_mask(shape: tuple[int, ...], cut: int, device: torch.device) -> torch.Tensor:
     # Eager even inside torch.compile: Inductor would otherwise generate its own random numbers.
-    n = math.prod(shape)
-    # Every 64-bit value equally likely (two draws of the CPU's Mersenne Twister), read as
-    # eight bytes in little-endian order, the order of every CPU the agent runs on.
-    words = torch.empty((n + 7) // 8, dtype=torch.int64).random_(-(2**63), None)
-    return words.view(torch.uint8)[:n].reshape(shape) >= cut
+    n = shape[-1]
+    rows = math.prod(shape[:-1])
+    keys = torch.randint(0, 2**32, (rows,), dtype=torch.int64)  # the CPU generator: the step's seed
+    if device.type == "cpu":
+        keep = torch.from_numpy(_bytes_numpy(keys.numpy().astype(np.uint32), n) >= cut)
+    else:
+        keep = _bytes_torch(keys.to(device, non_blocking=True), n) >= cut
+    return keep.reshape(shape)
 
 
 def dropout(x: torch.Tensor, rate: float, shape: tuple[int, ...] | None = None) -> torch.Tensor:
@@ -82,24 +118,25 @@ def dropout(x: torch.Tensor, rate: float, shape: tuple[int, ...] | None = None) 
     scaled to keep the mean, as ``F.dropout`` does, through a mask of ``shape`` (``x``'s own
     when None) broadcast over ``x``.
 
-    The mask is drawn from the CPU's default generator and then moved to ``x``'s device.
     Proof of training re-executes a worker's steps on the platform's CPU, seeding the
     global generators before each micro-batch (``training.loop``). A mask drawn on a CUDA
     device comes from its Philox generator, which the CPU cannot reproduce, and
-    ``scaled_dot_product_attention``'s fused kernels map their draws their own way. Every
-    honest GPU-trained segment would then be rejected. The CPU generator's integers are the
-    same for the same seed on any CPU, and the model draws its masks in the forward's fixed
-    order, so the masks are a function of the step's seed alone. Only the mask, one byte
-    per element, crosses to the device. One byte per element, eight from each 64-bit draw,
-    costs about an eighth of ``torch.rand``'s float per element: an attention mask is the
-    largest draw of a step, B·H·L² elements.
+    ``scaled_dot_product_attention``'s fused kernels map their draws their own way: every
+    honest GPU-trained segment would be rejected. Here the mask is a function of the step's
+    seed alone, the same bits on every device: one key per row of the mask (every axis but
+    the last) from the CPU's default generator, whose integers are the same on any CPU for
+    the same seed, then a counter-based hash of key and position, computed with numpy on
+    the CPU and with exact integer arithmetic on any other device (``_bytes_torch``, which
+    a test checks against ``_bytes_numpy``). The keys are the only draw, so a GPU makes its
+    largest mask (attention's, B·H·L² elements) itself from B·H·L keys, and the CPU makes it
+    four elements per hash, faster than drawing a byte per element.
     """
     cut = round(rate * BYTE)
     if cut <= 0:
         return x
     if cut >= BYTE:
         return x * 0.0
-    keep = _keep_mask(tuple(x.shape) if shape is None else shape, cut).to(x.device, non_blocking=True)
+    keep = _keep_mask(tuple(x.shape) if shape is None else shape, cut, x.device)
     return x * keep * (BYTE / (BYTE - cut))
 
 
