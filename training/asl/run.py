@@ -27,7 +27,7 @@ from training.artifacts import weights_sha256, write_json
 from training.asl import export
 from training.asl.augment import Augmenter
 from training.asl.data import SequenceDataset, make_loader, split_by_participant
-from training.asl.dataset import LandmarkDataset, load_dataset
+from training.asl.dataset import LandmarkDataset, load_dataset, read_dataset_index
 from training.asl.landmarks import selected_landmarks
 from training.asl.metrics import accuracy_metrics, confusion_summary, predict_logits
 from training.asl.model import ModelConfig, SignModel
@@ -97,11 +97,38 @@ def trainer(
     dataset (folder or zip) give: what ``run`` trains and what a replay of its trace
     re-executes. Late dropout switches on per epoch (``on_epoch``), AWP with the loop's
     ``awp_from_epoch``, both at the late phase's first epoch."""
+    settings, location = _settings(spec, data)
+    # The cache holds only the model's points, in its order.
+    loaded = load_dataset(location, cache_dir, points=selected_landmarks(settings.use_pose), progress=progress)
+    return trainer_on(settings, loaded, device, capabilities=capabilities, max_steps_per_epoch=max_steps_per_epoch)
+
+
+def _settings(spec: Mapping[str, Any], data: Path | None) -> tuple[TrainSpec, Path]:
+    """The spec's settings and the dataset's location; DatasetError without a dataset."""
     if data is None:
         raise DatasetError("dataset", "asl_training needs an ISLR dataset")
-    settings = TrainSpec.from_dict(dict(spec))
-    # The cache holds only the model's points, in its order.
-    loaded = load_dataset(Path(data), cache_dir, points=selected_landmarks(settings.use_pose), progress=progress)
+    return TrainSpec.from_dict(dict(spec)), Path(data)
+
+
+def index_trainer(spec: Mapping[str, Any], data: Path | None) -> Trainer:
+    """``trainer(spec, data, "cpu")`` built from the dataset's index alone
+    (``read_dataset_index``): the same untrained model, split, loaders and loop settings,
+    hence the same plan, without decoding a sequence or writing a cache. Its loaders'
+    batches cannot be read (a RuntimeError names the sequence)."""
+    settings, location = _settings(spec, data)
+    index = read_dataset_index(location, points=selected_landmarks(settings.use_pose))
+    return trainer_on(settings, index, "cpu")
+
+
+def trainer_on(
+    settings: TrainSpec,
+    loaded: LandmarkDataset,
+    device: str | None = None,
+    *,
+    capabilities: dict[str, Any] | None = None,
+    max_steps_per_epoch: int | None = None,
+) -> Trainer:
+    """``trainer`` of ``settings`` over the dataset ``loaded`` (holding the model's points)."""
     train_rows, val_rows, held_out = split_by_participant(
         loaded.participants, settings.validation_fraction, settings.seed
     )
@@ -186,15 +213,15 @@ def replay_segments(
 
 
 def untrained_weights(spec: Mapping[str, Any], data: Path | None) -> str:
-    """The sha256 of the weights a run of ``spec`` on ``data`` starts from (its checkpoint 0)."""
-    with tempfile.TemporaryDirectory(prefix="asl-replay-") as cache:
-        return weights_sha256(trainer(spec, data, "cpu", cache_dir=Path(cache)).model)
+    """The sha256 of the weights a run of ``spec`` on ``data`` starts from (its checkpoint 0),
+    from the dataset's index alone (``index_trainer``)."""
+    return weights_sha256(index_trainer(spec, data).model)
 
 
 def training_plan(spec: Mapping[str, Any], data: Path | None) -> TrainingPlan:
-    """What a run of ``spec`` on the worker's ``data`` starts from and how many steps it takes."""
-    with tempfile.TemporaryDirectory(prefix="asl-replay-") as cache:
-        return plan_of(trainer(spec, data, "cpu", cache_dir=Path(cache)))
+    """What a run of ``spec`` on the worker's ``data`` starts from and how many steps it
+    takes, from the dataset's index alone (``index_trainer``): no sequence is decoded."""
+    return plan_of(index_trainer(spec, data))
 
 
 def run(
