@@ -23,6 +23,7 @@ import json
 import os
 import shutil
 import tempfile
+import threading
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -323,17 +324,13 @@ def _not_read(row: int) -> np.ndarray:
 
 
 def read_dataset_index(
-    location: Path,
-    *,
-    points: Sequence[int] | None = None,
-    max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES,
-    decode: Callable[[int], np.ndarray] | None = None,
+    location: Path, *, points: Sequence[int] | None = None, max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES
 ) -> LandmarkDataset:
     """The dataset at ``location`` as ``load_dataset`` gives it (the same labels,
     participants, sequence ids, signs and points, row for row), read from train.csv and the
-    sign map alone: no sequence file is decoded and no cache written. Its ``sequence(i)``
-    is ``decode`` of the row (RuntimeError without one). An ingested sharded folder holds
-    no sequence files: its cache is opened, memory-mapped, as ``load_dataset`` opens it.
+    sign map alone: no sequence file is decoded and no cache written, and its
+    ``sequence(i)`` raises RuntimeError. An ingested sharded folder holds no sequence files:
+    its cache is opened, memory-mapped, as ``load_dataset`` opens it.
 
     Raises what ``load_dataset`` raises for a malformed index or points (a sequence file
     train.csv names must exist, though it is not read)."""
@@ -342,16 +339,91 @@ def read_dataset_index(
         return open_cache(_ingested_cache(Path(location), kept))
     with Source(location, max_member_bytes=max_member_bytes) as source:
         entries, signs = read_index(source)
-    rows = np.arange(len(entries), dtype=np.int64)
+    return _index_dataset(entries, signs, kept, _not_read)
+
+
+def _index_dataset(
+    entries: list[Entry], signs: list[str], points: np.ndarray, decode: Callable[[int], np.ndarray]
+) -> LandmarkDataset:
+    """``entries`` as a LandmarkDataset holding no frames: sequence ``i`` is ``decode(i)``."""
     return LandmarkDataset(
-        frames=np.zeros((0, kept.size, 3), np.float32),
-        starts=rows,
+        frames=np.zeros((0, points.size, 3), np.float32),
+        starts=np.arange(len(entries), dtype=np.int64),
         lengths=np.full(len(entries), -1, dtype=np.int64),
         signs=signs,
-        points=kept,
-        decode=decode or _not_read,
+        points=points,
+        decode=decode,
         **index_arrays(entries, signs),
     )
+
+
+class SequenceUnreadable(RuntimeError):
+    """A sequence a dataset read on demand could not be decoded (the dataset's fault, not
+    the caller's: never a ValueError, which a re-execution would count against a worker)."""
+
+
+class OnDemand:
+    """Decodes a dataset's sequences from its files when they are asked for, exactly as
+    ``load_dataset``'s cache holds them (the same decoder, ``points``, float32), and keeps
+    none: ``reads`` counts them. Each process opens the dataset on its first read (a
+    DataLoader's worker processes share no open file with the parent)."""
+
+    def __init__(self, location: Path, paths: list[str], points: np.ndarray, max_member_bytes: int) -> None:
+        self.location, self.paths, self.points = Path(location), paths, points
+        self.max_member_bytes = max_member_bytes
+        self.reads = 0
+        self._source: Source | None = None
+        self._pid = 0
+        self._lock = threading.Lock()
+
+    def __getstate__(self) -> dict[str, object]:
+        return {**self.__dict__, "_source": None, "_pid": 0, "_lock": None}
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    def __call__(self, row: int) -> np.ndarray:
+        path = self.paths[row]
+        try:
+            with self._lock:
+                if self._source is None or self._pid != os.getpid():
+                    self._source = Source(self.location, max_member_bytes=self.max_member_bytes)
+                    self._pid = os.getpid()
+                raw = self._source.read(path)
+                self.reads += 1
+            seq = read_sequence(raw, path, self.points)
+        except Exception as exc:
+            raise SequenceUnreadable(f"sequence {row} of train.csv ({path}) cannot be read: {exc}") from exc
+        return np.ascontiguousarray(seq, dtype=np.float32)
+
+    def close(self) -> None:
+        """Close this process's handle on the dataset (a later read opens it again)."""
+        with self._lock:
+            if self._source is not None and self._pid == os.getpid():
+                self._source.close()
+            self._source = None
+
+
+@contextmanager
+def reading_on_demand(
+    location: Path, *, points: Sequence[int] | None = None, max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES
+) -> Iterator[LandmarkDataset]:
+    """The dataset at ``location`` as ``read_dataset_index`` gives it, except that
+    ``sequence(i)`` decodes sequence ``i`` from its file when asked (``OnDemand``, the
+    dataset's ``decode``), for as long as the block lasts: what reads a few batches of a
+    large dataset without building its cache. An ingested folder: its cache."""
+    kept = _checked_points(points)
+    if (Path(location) / INGESTED_FILE).is_file():
+        yield open_cache(_ingested_cache(Path(location), kept))
+        return
+    with Source(location, max_member_bytes=max_member_bytes) as source:
+        entries, signs = read_index(source)
+    reader = OnDemand(location, [e.path for e in entries], kept, max_member_bytes)
+    try:
+        yield _index_dataset(entries, signs, kept, reader)
+    finally:
+        reader.close()
 
 
 def cache_version(points: np.ndarray) -> str:

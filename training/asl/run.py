@@ -11,9 +11,9 @@ batch composition, so the same files always give the same figures.
 from __future__ import annotations
 
 import math
-import tempfile
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, cast
@@ -27,7 +27,7 @@ from training.artifacts import weights_sha256, write_json
 from training.asl import export
 from training.asl.augment import Augmenter
 from training.asl.data import SequenceDataset, make_loader, split_by_participant
-from training.asl.dataset import LandmarkDataset, load_dataset, read_dataset_index
+from training.asl.dataset import LandmarkDataset, load_dataset, read_dataset_index, reading_on_demand
 from training.asl.landmarks import selected_landmarks
 from training.asl.metrics import accuracy_metrics, confusion_summary, predict_logits
 from training.asl.model import ModelConfig, SignModel
@@ -37,7 +37,7 @@ from training.device import seed_everything, select_device
 from training.loop import LoopConfig, fit
 from training.plugin import TrainingPlan
 from training.portable import portable_init
-from training.replay import Trainer, canary_state, check_segments, plan_of, total_steps
+from training.replay import Build, Trainer, canary_state, check_segments, plan_of, total_steps
 from training.replay import measure_segments as measure
 from training.trace import Segment, trace_every
 
@@ -185,20 +185,36 @@ def trainer_on(
     return Trainer(model, train_loader, step_fn, loop, on_epoch, val_loader, eval_fn, extras)
 
 
+@contextmanager
+def decoding_on_demand(spec: Mapping[str, Any], data: Path | None) -> Iterator[Build]:
+    """A ``Build`` of ``trainer``'s trainer over the worker's dataset read on demand
+    (``reading_on_demand``), for as long as the block lasts: the same model, split and
+    loaders, whose batches decode only their own sequences when they are built. What a
+    re-execution of a few segments reads, in place of a cache of every sequence: a segment
+    past an epoch's start builds none of the batches before it (``EpochLoader.iter_from``).
+    A sequence that cannot be decoded raises ``SequenceUnreadable``, not a verdict."""
+    settings, location = _settings(spec, data)
+    with reading_on_demand(location, points=selected_landmarks(settings.use_pose)) as loaded:
+
+        def build(spec: Mapping[str, Any], data: Path | None, device: str) -> Trainer:
+            return trainer_on(_settings(spec, data)[0], loaded, device)
+
+        yield build
+
+
 def measure_segments(
     spec: Mapping[str, Any], data: Path | None, segments: Sequence[Segment], *, device: str = "cpu"
 ) -> list[float | str]:
     """``training.replay.measure_segments`` for an asl_training run: per segment, its distance or why not."""
-    with tempfile.TemporaryDirectory(prefix="asl-replay-") as cache:
-        return measure(lambda s, d, dev: trainer(s, d, dev, cache_dir=Path(cache)), spec, data, segments, device=device)
+    with decoding_on_demand(spec, data) as build:
+        return measure(build, spec, data, segments, device=device)
 
 
 def canary_segment(
     spec: Mapping[str, Any], data: Path | None, segment: Segment, out: Path, *, device: str = "cpu"
 ) -> str:
     """``training.replay.canary_state`` for an asl_training run: write a canary end, return its weights' sha256."""
-    with tempfile.TemporaryDirectory(prefix="asl-canary-") as cache:
-        build = lambda s, d, dev: trainer(s, d, dev, cache_dir=Path(cache))  # noqa: E731
+    with decoding_on_demand(spec, data) as build:
         return canary_state(build, spec, data, segment, out, device=device)
 
 
@@ -206,10 +222,8 @@ def replay_segments(
     spec: Mapping[str, Any], data: Path | None, segments: Sequence[Segment], *, device: str = "cpu"
 ) -> list[str]:
     """``training.replay.check_segments`` for an asl_training run: "" or the reason, per segment."""
-    with tempfile.TemporaryDirectory(prefix="asl-replay-") as cache:
-        return check_segments(
-            lambda s, d, dev: trainer(s, d, dev, cache_dir=Path(cache)), spec, data, segments, device=device
-        )
+    with decoding_on_demand(spec, data) as build:
+        return check_segments(build, spec, data, segments, device=device)
 
 
 def untrained_weights(spec: Mapping[str, Any], data: Path | None) -> str:
