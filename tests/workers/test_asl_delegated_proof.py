@@ -55,17 +55,25 @@ def test_an_asl_run_re_executed_by_a_verifier_node_of_another_provider_is_paid(
     upload = make_dataset(bob, archive.read_bytes(), "signs.zip")
     task = post_task(bob, "asl_training", dict(TINY_ASL), dataset=upload.pk, budget=10 * 10**9, max_attempts=1)
     worker = RestNode(alice, "asl-node", ASL_CAPS)
-    # What the nodes' trainers read: each node reads its shards into the cache as they
-    # arrive and keeps none of them.
+    # What the nodes' trainers read (the worker's cache, the verifier's share read on
+    # demand): each node reads its shards into the cache as they arrive and keeps none.
     node_reads: list[list[str]] = []
-    real_load = asl_run.load_dataset
+    real_load, real_on_demand = asl_run.load_dataset, asl_run.reading_on_demand
 
-    def load(location: Path, *args: Any, **kwargs: Any) -> Any:
+    def seen(location: Path) -> None:
         if Path(location).name == "dataset.shards":  # a node's download, not the platform's share
             node_reads.append(sorted(p.name for p in Path(location).iterdir()))
+
+    def load(location: Path, *args: Any, **kwargs: Any) -> Any:
+        seen(location)
         return real_load(location, *args, **kwargs)
 
+    def on_demand(location: Path, *args: Any, **kwargs: Any) -> Any:
+        seen(location)
+        return real_on_demand(location, *args, **kwargs)
+
     monkeypatch.setattr(asl_run, "load_dataset", load)
+    monkeypatch.setattr(asl_run, "reading_on_demand", on_demand)
     ingested = [".islr_cache", "ingested.json", "sign_to_prediction_index_map.json", "train.csv"]
     (assignment,) = scheduler.schedule(task.pk)
     with in_process_agent(worker) as agent:

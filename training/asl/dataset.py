@@ -23,6 +23,7 @@ import json
 import os
 import shutil
 import tempfile
+import threading
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -83,7 +84,11 @@ class CacheSpaceError(OSError):
 @dataclass
 class LandmarkDataset:
     """Every sequence of a dataset: ``sequence(i)`` is a [frames, P, 3] float32 view of the
-    P landmarks ``points`` names (indices into the 543 of a frame, in column order)."""
+    P landmarks ``points`` names (indices into the 543 of a frame, in column order).
+
+    A dataset read from its index alone (``read_dataset_index``) holds no frames: its
+    ``decode`` gives sequence ``i`` from its row of train.csv (``starts[i]``; its length,
+    -1, is not known), or raises when the dataset's sequences are not to be read."""
 
     frames: np.ndarray
     starts: np.ndarray
@@ -93,6 +98,7 @@ class LandmarkDataset:
     sequence_ids: np.ndarray
     signs: list[str]
     points: np.ndarray = field(default_factory=lambda: ALL_POINTS)
+    decode: Callable[[int], np.ndarray] | None = None
 
     def __len__(self) -> int:
         return int(self.labels.shape[0])
@@ -100,6 +106,8 @@ class LandmarkDataset:
     def sequence(self, i: int) -> np.ndarray:
         """Landmarks of sequence ``i``, NaN where undetected."""
         start = int(self.starts[i])
+        if self.decode is not None:
+            return self.decode(start)
         return self.frames[start : start + int(self.lengths[i])]
 
     def landmarks(self, i: int) -> np.ndarray:
@@ -132,6 +140,7 @@ class LandmarkDataset:
             sequence_ids=self.sequence_ids[rows],
             signs=self.signs,
             points=self.points,
+            decode=self.decode,
         )
 
 
@@ -267,9 +276,7 @@ def load_dataset(
     Raises DatasetError, naming the file, for anything malformed, and CacheSpaceError when
     the cache would not fit on its disk. The dataset's size is not limited here.
     """
-    kept = ALL_POINTS if points is None else np.asarray(points, dtype=np.int64)
-    if kept.ndim != 1 or kept.size == 0 or kept.min() < 0 or kept.max() >= N_LANDMARKS:
-        raise ValueError(f"points must be indices into the {N_LANDMARKS} landmarks of a frame")
+    kept = _checked_points(points)
     if (Path(location) / INGESTED_FILE).is_file():
         return open_cache(_ingested_cache(Path(location), kept))
     with Source(location, max_member_bytes=max_member_bytes) as source:
@@ -291,6 +298,132 @@ def load_dataset(
                 progress,
             )
     return open_cache(folder)
+
+
+def _checked_points(points: Sequence[int] | None) -> np.ndarray:
+    """``points`` (all 543 when None) as int64; ValueError unless they index a frame's landmarks."""
+    kept = ALL_POINTS if points is None else np.asarray(points, dtype=np.int64)
+    if kept.ndim != 1 or kept.size == 0 or kept.min() < 0 or kept.max() >= N_LANDMARKS:
+        raise ValueError(f"points must be indices into the {N_LANDMARKS} landmarks of a frame")
+    return kept
+
+
+def index_arrays(entries: Sequence[Entry], signs: list[str]) -> dict[str, np.ndarray]:
+    """Per row of train.csv, its label (the sign's position in ``signs``), participant and
+    sequence id, int64: what a cache's index holds and ``read_dataset_index`` gives."""
+    label_of = {s: i for i, s in enumerate(signs)}
+    return {
+        "labels": np.array([label_of[e.sign] for e in entries], dtype=np.int64),
+        "participants": np.array([e.participant_id for e in entries], dtype=np.int64),
+        "sequence_ids": np.array([e.sequence_id for e in entries], dtype=np.int64),
+    }
+
+
+def _not_read(row: int) -> np.ndarray:
+    raise RuntimeError(f"sequence {row} of train.csv was not read: this dataset holds its index only")
+
+
+def read_dataset_index(
+    location: Path, *, points: Sequence[int] | None = None, max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES
+) -> LandmarkDataset:
+    """The dataset at ``location`` as ``load_dataset`` gives it (the same labels,
+    participants, sequence ids, signs and points, row for row), read from train.csv and the
+    sign map alone: no sequence file is decoded and no cache written, and its
+    ``sequence(i)`` raises RuntimeError. An ingested sharded folder holds no sequence files:
+    its cache is opened, memory-mapped, as ``load_dataset`` opens it.
+
+    Raises what ``load_dataset`` raises for a malformed index or points (a sequence file
+    train.csv names must exist, though it is not read)."""
+    kept = _checked_points(points)
+    if (Path(location) / INGESTED_FILE).is_file():
+        return open_cache(_ingested_cache(Path(location), kept))
+    with Source(location, max_member_bytes=max_member_bytes) as source:
+        entries, signs = read_index(source)
+    return _index_dataset(entries, signs, kept, _not_read)
+
+
+def _index_dataset(
+    entries: list[Entry], signs: list[str], points: np.ndarray, decode: Callable[[int], np.ndarray]
+) -> LandmarkDataset:
+    """``entries`` as a LandmarkDataset holding no frames: sequence ``i`` is ``decode(i)``."""
+    return LandmarkDataset(
+        frames=np.zeros((0, points.size, 3), np.float32),
+        starts=np.arange(len(entries), dtype=np.int64),
+        lengths=np.full(len(entries), -1, dtype=np.int64),
+        signs=signs,
+        points=points,
+        decode=decode,
+        **index_arrays(entries, signs),
+    )
+
+
+class SequenceUnreadable(RuntimeError):
+    """A sequence a dataset read on demand could not be decoded (the dataset's fault, not
+    the caller's: never a ValueError, which a re-execution would count against a worker)."""
+
+
+class OnDemand:
+    """Decodes a dataset's sequences from its files when they are asked for, exactly as
+    ``load_dataset``'s cache holds them (the same decoder, ``points``, float32), and keeps
+    none: ``reads`` counts them. Each process opens the dataset on its first read (a
+    DataLoader's worker processes share no open file with the parent)."""
+
+    def __init__(self, location: Path, paths: list[str], points: np.ndarray, max_member_bytes: int) -> None:
+        self.location, self.paths, self.points = Path(location), paths, points
+        self.max_member_bytes = max_member_bytes
+        self.reads = 0
+        self._source: Source | None = None
+        self._pid = 0
+        self._lock = threading.Lock()
+
+    def __getstate__(self) -> dict[str, object]:
+        return {**self.__dict__, "_source": None, "_pid": 0, "_lock": None}
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    def __call__(self, row: int) -> np.ndarray:
+        path = self.paths[row]
+        try:
+            with self._lock:
+                if self._source is None or self._pid != os.getpid():
+                    self._source = Source(self.location, max_member_bytes=self.max_member_bytes)
+                    self._pid = os.getpid()
+                raw = self._source.read(path)
+                self.reads += 1
+            seq = read_sequence(raw, path, self.points)
+        except Exception as exc:
+            raise SequenceUnreadable(f"sequence {row} of train.csv ({path}) cannot be read: {exc}") from exc
+        return np.ascontiguousarray(seq, dtype=np.float32)
+
+    def close(self) -> None:
+        """Close this process's handle on the dataset (a later read opens it again)."""
+        with self._lock:
+            if self._source is not None and self._pid == os.getpid():
+                self._source.close()
+            self._source = None
+
+
+@contextmanager
+def reading_on_demand(
+    location: Path, *, points: Sequence[int] | None = None, max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES
+) -> Iterator[LandmarkDataset]:
+    """The dataset at ``location`` as ``read_dataset_index`` gives it, except that
+    ``sequence(i)`` decodes sequence ``i`` from its file when asked (``OnDemand``, the
+    dataset's ``decode``), for as long as the block lasts: what reads a few batches of a
+    large dataset without building its cache. An ingested folder: its cache."""
+    kept = _checked_points(points)
+    if (Path(location) / INGESTED_FILE).is_file():
+        yield open_cache(_ingested_cache(Path(location), kept))
+        return
+    with Source(location, max_member_bytes=max_member_bytes) as source:
+        entries, signs = read_index(source)
+    reader = OnDemand(location, [e.path for e in entries], kept, max_member_bytes)
+    try:
+        yield _index_dataset(entries, signs, kept, reader)
+    finally:
+        reader.close()
 
 
 def cache_version(points: np.ndarray) -> str:
@@ -413,14 +546,13 @@ class CacheBuilder:
         if self.count != len(self.entries):
             raise ValueError(f"the cache holds {self.count} of its {len(self.entries)} sequences")
         self.out.close()
-        entries = self.entries
-        label_of = {s: i for i, s in enumerate(self.signs)}
+        arrays = index_arrays(self.entries, self.signs)
         np.savez(
             self.tmp / "index.npz",
             offsets=np.concatenate([[0], np.cumsum(self.lengths)]).astype(np.int64),
-            labels=np.array([label_of[e.sign] for e in entries], dtype=np.int64),
-            participants=np.array([e.participant_id for e in entries], dtype=np.int64),
-            sequence_ids=np.array([e.sequence_id for e in entries], dtype=np.int64),
+            labels=arrays["labels"],
+            participants=arrays["participants"],
+            sequence_ids=arrays["sequence_ids"],
             points=ALL_POINTS if self.points is None else self.points,
         )
         (self.tmp / "signs.json").write_text(json.dumps(self.signs))

@@ -11,9 +11,9 @@ batch composition, so the same files always give the same figures.
 from __future__ import annotations
 
 import math
-import tempfile
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, cast
@@ -27,7 +27,7 @@ from training.artifacts import weights_sha256, write_json
 from training.asl import export
 from training.asl.augment import Augmenter
 from training.asl.data import SequenceDataset, make_loader, split_by_participant
-from training.asl.dataset import LandmarkDataset, load_dataset
+from training.asl.dataset import LandmarkDataset, load_dataset, read_dataset_index, reading_on_demand
 from training.asl.landmarks import selected_landmarks
 from training.asl.metrics import accuracy_metrics, confusion_summary, predict_logits
 from training.asl.model import ModelConfig, SignModel
@@ -37,7 +37,7 @@ from training.device import seed_everything, select_device
 from training.loop import LoopConfig, fit
 from training.plugin import TrainingPlan
 from training.portable import portable_init
-from training.replay import Trainer, canary_state, check_segments, plan_of, total_steps
+from training.replay import Build, Trainer, canary_state, check_segments, plan_of, total_steps
 from training.replay import measure_segments as measure
 from training.trace import Segment, trace_every
 
@@ -97,11 +97,38 @@ def trainer(
     dataset (folder or zip) give: what ``run`` trains and what a replay of its trace
     re-executes. Late dropout switches on per epoch (``on_epoch``), AWP with the loop's
     ``awp_from_epoch``, both at the late phase's first epoch."""
+    settings, location = _settings(spec, data)
+    # The cache holds only the model's points, in its order.
+    loaded = load_dataset(location, cache_dir, points=selected_landmarks(settings.use_pose), progress=progress)
+    return trainer_on(settings, loaded, device, capabilities=capabilities, max_steps_per_epoch=max_steps_per_epoch)
+
+
+def _settings(spec: Mapping[str, Any], data: Path | None) -> tuple[TrainSpec, Path]:
+    """The spec's settings and the dataset's location; DatasetError without a dataset."""
     if data is None:
         raise DatasetError("dataset", "asl_training needs an ISLR dataset")
-    settings = TrainSpec.from_dict(dict(spec))
-    # The cache holds only the model's points, in its order.
-    loaded = load_dataset(Path(data), cache_dir, points=selected_landmarks(settings.use_pose), progress=progress)
+    return TrainSpec.from_dict(dict(spec)), Path(data)
+
+
+def index_trainer(spec: Mapping[str, Any], data: Path | None) -> Trainer:
+    """``trainer(spec, data, "cpu")`` built from the dataset's index alone
+    (``read_dataset_index``): the same untrained model, split, loaders and loop settings,
+    hence the same plan, without decoding a sequence or writing a cache. Its loaders'
+    batches cannot be read (a RuntimeError names the sequence)."""
+    settings, location = _settings(spec, data)
+    index = read_dataset_index(location, points=selected_landmarks(settings.use_pose))
+    return trainer_on(settings, index, "cpu")
+
+
+def trainer_on(
+    settings: TrainSpec,
+    loaded: LandmarkDataset,
+    device: str | None = None,
+    *,
+    capabilities: dict[str, Any] | None = None,
+    max_steps_per_epoch: int | None = None,
+) -> Trainer:
+    """``trainer`` of ``settings`` over the dataset ``loaded`` (holding the model's points)."""
     train_rows, val_rows, held_out = split_by_participant(
         loaded.participants, settings.validation_fraction, settings.seed
     )
@@ -158,20 +185,36 @@ def trainer(
     return Trainer(model, train_loader, step_fn, loop, on_epoch, val_loader, eval_fn, extras)
 
 
+@contextmanager
+def decoding_on_demand(spec: Mapping[str, Any], data: Path | None) -> Iterator[Build]:
+    """A ``Build`` of ``trainer``'s trainer over the worker's dataset read on demand
+    (``reading_on_demand``), for as long as the block lasts: the same model, split and
+    loaders, whose batches decode only their own sequences when they are built. What a
+    re-execution of a few segments reads, in place of a cache of every sequence: a segment
+    past an epoch's start builds none of the batches before it (``EpochLoader.iter_from``).
+    A sequence that cannot be decoded raises ``SequenceUnreadable``, not a verdict."""
+    settings, location = _settings(spec, data)
+    with reading_on_demand(location, points=selected_landmarks(settings.use_pose)) as loaded:
+
+        def build(spec: Mapping[str, Any], data: Path | None, device: str) -> Trainer:
+            return trainer_on(_settings(spec, data)[0], loaded, device)
+
+        yield build
+
+
 def measure_segments(
     spec: Mapping[str, Any], data: Path | None, segments: Sequence[Segment], *, device: str = "cpu"
 ) -> list[float | str]:
     """``training.replay.measure_segments`` for an asl_training run: per segment, its distance or why not."""
-    with tempfile.TemporaryDirectory(prefix="asl-replay-") as cache:
-        return measure(lambda s, d, dev: trainer(s, d, dev, cache_dir=Path(cache)), spec, data, segments, device=device)
+    with decoding_on_demand(spec, data) as build:
+        return measure(build, spec, data, segments, device=device)
 
 
 def canary_segment(
     spec: Mapping[str, Any], data: Path | None, segment: Segment, out: Path, *, device: str = "cpu"
 ) -> str:
     """``training.replay.canary_state`` for an asl_training run: write a canary end, return its weights' sha256."""
-    with tempfile.TemporaryDirectory(prefix="asl-canary-") as cache:
-        build = lambda s, d, dev: trainer(s, d, dev, cache_dir=Path(cache))  # noqa: E731
+    with decoding_on_demand(spec, data) as build:
         return canary_state(build, spec, data, segment, out, device=device)
 
 
@@ -179,22 +222,20 @@ def replay_segments(
     spec: Mapping[str, Any], data: Path | None, segments: Sequence[Segment], *, device: str = "cpu"
 ) -> list[str]:
     """``training.replay.check_segments`` for an asl_training run: "" or the reason, per segment."""
-    with tempfile.TemporaryDirectory(prefix="asl-replay-") as cache:
-        return check_segments(
-            lambda s, d, dev: trainer(s, d, dev, cache_dir=Path(cache)), spec, data, segments, device=device
-        )
+    with decoding_on_demand(spec, data) as build:
+        return check_segments(build, spec, data, segments, device=device)
 
 
 def untrained_weights(spec: Mapping[str, Any], data: Path | None) -> str:
-    """The sha256 of the weights a run of ``spec`` on ``data`` starts from (its checkpoint 0)."""
-    with tempfile.TemporaryDirectory(prefix="asl-replay-") as cache:
-        return weights_sha256(trainer(spec, data, "cpu", cache_dir=Path(cache)).model)
+    """The sha256 of the weights a run of ``spec`` on ``data`` starts from (its checkpoint 0),
+    from the dataset's index alone (``index_trainer``)."""
+    return weights_sha256(index_trainer(spec, data).model)
 
 
 def training_plan(spec: Mapping[str, Any], data: Path | None) -> TrainingPlan:
-    """What a run of ``spec`` on the worker's ``data`` starts from and how many steps it takes."""
-    with tempfile.TemporaryDirectory(prefix="asl-replay-") as cache:
-        return plan_of(trainer(spec, data, "cpu", cache_dir=Path(cache)))
+    """What a run of ``spec`` on the worker's ``data`` starts from and how many steps it
+    takes, from the dataset's index alone (``index_trainer``): no sequence is decoded."""
+    return plan_of(index_trainer(spec, data))
 
 
 def run(
