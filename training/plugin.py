@@ -64,6 +64,12 @@ class DatasetProblem(ValueError):
     answers it as a 400 on the ``dataset`` field)."""
 
 
+class DataUnreadable(RuntimeError):
+    """Part of the worker-facing data a kind's ``replay``, ``measure`` or ``canary`` reads
+    could not be read: the platform's copy of the data, not the worker's result, so a
+    verification that meets it cannot judge the result (never a rejection)."""
+
+
 @dataclass(frozen=True)
 class Upload:
     """A requester's stored dataset, as a kind's dataset check reads it."""
@@ -131,6 +137,7 @@ Ingest = Callable[[Spec, Path, Sequence[Listed], FetchListed], None]
 # fn(spec, the worker-facing data prepare wrote, file or folder (None: synthetic), challenged segments)
 # -> per segment, "" when its re-execution lands on its committed end, else the reason a
 # requester reads (``training.replay.check_segments``); keyword ``device`` (default "cpu").
+# DataUnreadable when the data cannot be read.
 Replay = Callable[..., list[str]]
 # fn(spec, worker's data, segments, *, device) -> per segment, how far its committed end lies
 # from its re-execution in steps' updates, or why it cannot be re-executed: what a verifier

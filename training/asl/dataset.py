@@ -44,6 +44,7 @@ from training.asl.source import (
     default_cache_dir,
     safe_relative,
 )
+from training.plugin import DataUnreadable
 
 CACHE_VERSION = "islr-cache-2"
 ALL_POINTS = np.arange(N_LANDMARKS, dtype=np.int64)
@@ -357,9 +358,10 @@ def _index_dataset(
     )
 
 
-class SequenceUnreadable(RuntimeError):
+class SequenceUnreadable(DataUnreadable):
     """A sequence a dataset read on demand could not be decoded (the dataset's fault, not
-    the caller's: never a ValueError, which a re-execution would count against a worker)."""
+    the caller's: never a ValueError, which a re-execution would count against a worker;
+    the platform's verification takes it for its own fault, ``DataUnreadable``)."""
 
 
 class OnDemand:

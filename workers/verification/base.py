@@ -25,7 +25,7 @@ from django.core.files.storage import default_storage
 
 from marketplace.models import Task
 from training import kinds as plugin_kinds
-from training.plugin import WEIGHTS, TrainingPlan, sha256_file
+from training.plugin import WEIGHTS, DataUnreadable, TrainingPlan, sha256_file
 from training.specs import default
 from training.trace import Segment, Trace, TraceError, checkpoint_name, file_sha256
 from workers.assignments import delegation, heldout, proof
@@ -373,7 +373,12 @@ def training_proof(assignment: Assignment) -> ProofCheck:
             replayed.update(chosen)
             if not chosen:
                 return ""
-            for why in replay(task.spec, data, [picked[i] for i in chosen]):
+            try:
+                verdicts = replay(task.spec, data, [picked[i] for i in chosen])
+            except DataUnreadable as exc:
+                # The platform's copy of the worker's data, not the result: asked again later.
+                raise PlatformFault(f"task {task.pk}: the worker's data cannot be read: {exc}") from exc
+            for why in verdicts:
                 if why:
                     return str(why)
             return ""
