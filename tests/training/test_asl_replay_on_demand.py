@@ -25,6 +25,7 @@ from training.asl.run import augmenter, measure_segments, replay_segments, run, 
 from training.asl.source import Source
 from training.asl.spec import TrainSpec
 from training.asl.synthetic import generate
+from training.plugin import DataUnreadable
 from training.replay import TOLERANCE
 from training.replay import measure_segments as measure_with
 from training.trace import Segment, Trace, checkpoint_name, file_sha256, read_trace
@@ -194,3 +195,43 @@ def test_worker_processes_decode_on_demand_as_the_cache_reads(traced: Traced, tm
         assert got.keys() == want.keys()
         for key in want:
             assert torch.equal(got[key].nan_to_num(-9.0), want[key].nan_to_num(-9.0)), key
+
+
+def test_a_replay_that_reads_more_than_the_share_builds_its_cache_once(
+    traced: Traced, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Every segment of the run: its steps read the share several times over, so one cache
+    of it beats decoding each batch; the verdicts are the same."""
+    from training.asl import run as asl_run
+
+    segments = [traced.segment(i) for i in range(traced.trace.segments)]
+    expected = full_cache(traced, segments, tmp_path / "cache")
+    built: list[str] = []
+    real_load, real_on_demand = asl_run.load_dataset, asl_run.reading_on_demand
+
+    def load(*args: Any, **kwargs: Any) -> Any:
+        built.append("cache")
+        return real_load(*args, **kwargs)
+
+    def on_demand(*args: Any, **kwargs: Any) -> Any:
+        built.append("on demand")
+        return real_on_demand(*args, **kwargs)
+
+    monkeypatch.setattr(asl_run, "load_dataset", load)
+    monkeypatch.setattr(asl_run, "reading_on_demand", on_demand)
+    assert measure_segments(SPEC, traced.data, segments) == expected
+    assert built == ["cache"]
+    built.clear()
+    assert measure_segments(SPEC, traced.data, segments[:2]) == expected[:2]
+    assert built == ["on demand"]
+
+
+def test_a_share_the_cache_cannot_read_is_the_platform_s_fault(traced: Traced, tmp_path: Path) -> None:
+    broken = tmp_path / "broken.zip"
+    with zipfile.ZipFile(traced.data) as source, zipfile.ZipFile(broken, "w") as out:
+        for info in source.infolist():
+            body = source.read(info)
+            out.writestr(info.filename, b"not parquet" if info.filename.endswith(".parquet") else body)
+    segments = [traced.segment(i) for i in range(traced.trace.segments)]  # the cache's way
+    with pytest.raises(DataUnreadable):
+        replay_segments(SPEC, broken, segments)

@@ -11,6 +11,7 @@ batch composition, so the same files always give the same figures.
 from __future__ import annotations
 
 import math
+import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -35,7 +36,7 @@ from training.asl.parquet import DatasetError
 from training.asl.spec import TrainSpec, preset_batch
 from training.device import seed_everything, select_device
 from training.loop import LoopConfig, fit
-from training.plugin import TrainingPlan
+from training.plugin import DataUnreadable, TrainingPlan
 from training.portable import portable_init
 from training.replay import Build, Trainer, canary_state, check_segments, plan_of, total_steps
 from training.replay import measure_segments as measure
@@ -202,11 +203,38 @@ def decoding_on_demand(spec: Mapping[str, Any], data: Path | None) -> Iterator[B
         yield build
 
 
+@contextmanager
+def replaying(spec: Mapping[str, Any], data: Path | None, segments: Sequence[Segment] | None) -> Iterator[Build]:
+    """The ``Build`` a re-execution of ``segments`` uses. The worker's dataset is read on
+    demand (``decoding_on_demand``) when the segments' steps read fewer sequences than the
+    share holds: each replayed step reads its micro-batches, twice when a mixed-precision
+    segment is re-executed again. Otherwise a cache of the share is built once
+    (``trainer``), and every step then reads from it. With ``segments`` None (a canary,
+    whose steps on other rows read from the epoch's first batch) it is the cache."""
+    if segments is not None:
+        index = index_trainer(spec, data)
+        steps = sum(max(0, s.end_leaf.step - s.start_leaf.step) for s in segments)
+        reads = 2 * steps * int(index.extras["batch"]) * int(index.extras["accumulation"])
+        if reads <= len(index.extras["data"]):
+            with decoding_on_demand(spec, data) as build:
+                yield build
+            return
+    with tempfile.TemporaryDirectory(prefix="asl-replay-") as cache:
+
+        def build(spec: Mapping[str, Any], data: Path | None, device: str) -> Trainer:
+            try:
+                return trainer(spec, data, device, cache_dir=Path(cache))
+            except DatasetError as exc:  # the platform's copy of the share, as on demand
+                raise DataUnreadable(str(exc)) from exc
+
+        yield build
+
+
 def measure_segments(
     spec: Mapping[str, Any], data: Path | None, segments: Sequence[Segment], *, device: str = "cpu"
 ) -> list[float | str]:
     """``training.replay.measure_segments`` for an asl_training run: per segment, its distance or why not."""
-    with decoding_on_demand(spec, data) as build:
+    with replaying(spec, data, segments) as build:
         return measure(build, spec, data, segments, device=device)
 
 
@@ -214,7 +242,7 @@ def canary_segment(
     spec: Mapping[str, Any], data: Path | None, segment: Segment, out: Path, *, device: str = "cpu"
 ) -> str:
     """``training.replay.canary_state`` for an asl_training run: write a canary end, return its weights' sha256."""
-    with decoding_on_demand(spec, data) as build:
+    with replaying(spec, data, None) as build:
         return canary_state(build, spec, data, segment, out, device=device)
 
 
@@ -222,7 +250,7 @@ def replay_segments(
     spec: Mapping[str, Any], data: Path | None, segments: Sequence[Segment], *, device: str = "cpu"
 ) -> list[str]:
     """``training.replay.check_segments`` for an asl_training run: "" or the reason, per segment."""
-    with decoding_on_demand(spec, data) as build:
+    with replaying(spec, data, segments) as build:
         return check_segments(build, spec, data, segments, device=device)
 
 
