@@ -32,13 +32,14 @@ run: demo
 # Lint, types, import contracts and migrations first, then the whole suite in two runs: the
 # tests that need no real processes of their own, one process per core (pytest-xdist; each
 # with its own var/test/<worker> and Redis databases, config/test_settings.py), then the
-# browser (e2e) and slow tests one at a time, as they start servers, agents and training
-# runs that would compete for the cores. Both always run; either failing (exit 5, nothing
-# collected, included) fails the target.
+# browser (e2e) and slow tests in two processes: they start servers, agents and training
+# runs, and spend much of their time waiting on them, so two overlap well even on two
+# cores, and more would compete for them. Both always run; either failing (exit 5,
+# nothing collected, included) fails the target.
 test: check
 	@status=0; \
 	$(BIN)/python -m pytest -m "not e2e and not slow" -n auto || status=$$?; \
-	$(BIN)/python -m pytest -m "e2e or slow" || status=$$?; \
+	$(BIN)/python -m pytest -m "e2e or slow" -n 2 || status=$$?; \
 	exit $$status
 
 # The quick loop while working: the suite without the browser (e2e) and slow tests, one
