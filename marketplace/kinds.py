@@ -66,6 +66,8 @@ class Kind:
     # scheduling (workers.assignments.heldout).
     prepare: Prepare | None
     features: Callable[[Spec], tuple[str, ...]]
+    # fn(spec, a node's registered capabilities) -> the spec as that node runs it.
+    node_spec: Callable[[Spec, Mapping[str, Any]], Spec]
     # fn(spec, upload, source spec | None): refuses a dataset (training.plugin.DatasetProblem).
     check_dataset: CheckDataset | None
     # fn(spec with defaults) -> {field: why}: the plug-in's rules between fields.
@@ -93,6 +95,7 @@ class Kind:
             prepare=plugin.prepare,
             check_dataset=plugin.check_dataset,
             features=plugin.features,
+            node_spec=plugin.node_spec,
             check_spec=plugin.check_spec,
             verifier=_verifiers.get(plugin.name),
             quality_bar=_bars.get(plugin.name),

@@ -204,6 +204,10 @@ def _no_features(spec: Spec) -> tuple[str, ...]:
     return ()
 
 
+def _as_given(spec: Spec, capabilities: Mapping[str, Any]) -> Spec:
+    return spec
+
+
 def _no_problems(spec: Spec) -> dict[str, str]:
     return {}
 
@@ -232,6 +236,10 @@ class Kind:
     # Protocol features a worker must list in its capabilities to run this spec (for a
     # change a node cannot follow silently, such as how the synthetic matrices are drawn).
     features: Callable[[Spec], tuple[str, ...]] = _no_features
+    # fn(spec, a node's registered capabilities) -> the spec as that node runs it: what the
+    # spec leaves to the node's hardware (an ASL batch_size of 0) fixed, so the node is sent
+    # it and its result is checked against it (the platform's plan and replay).
+    node_spec: Callable[[Spec, Mapping[str, Any]], Spec] = _as_given
     # fn(spec with defaults filled in) -> {field: why}: the rules between fields that their
     # bounds cannot say; the platform refuses such a spec (400) naming each field.
     check_spec: Callable[[Spec], dict[str, str]] = _no_problems
@@ -335,6 +343,7 @@ def training_kind(
     flops: Callable[[Spec], float],
     check_spec: Callable[[Spec], dict[str, str]] = _no_problems,
     features: Callable[[Spec], tuple[str, ...]] = _no_features,
+    node_spec: Callable[[Spec, Mapping[str, Any]], Spec] = _as_given,
     replay: Replay | None = None,
     plan: Plan | None = None,
     measure: Measure | None = None,
@@ -372,6 +381,7 @@ def training_kind(
         artifacts=artifacts,
         check_spec=check_spec,
         features=lambda spec: (*features(spec), REPLAYABLE_TRAINING),
+        node_spec=node_spec,
         replay=replay,
         plan=plan,
         measure=measure,

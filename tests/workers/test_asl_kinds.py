@@ -158,6 +158,37 @@ def test_the_worker_never_receives_a_held_out_participant(
     assert (served / sign_map).read_bytes() == (split.heldout_path() / sign_map).read_bytes()
 
 
+def test_a_batch_the_spec_leaves_to_the_node_is_the_one_it_is_sent_and_checked_against(
+    bob: Any, alpha: AslProvider, dataset: Path
+) -> None:
+    """batch_size 0: the node's registered GPU presets its micro-batch. An 80 GB card
+    presets 72 where the platform's CPU presets 12, so a plan made on the platform's own
+    preset would reject the honest GPU run for its step count; the node is sent its batch,
+    and the platform plans (and re-executes) its run with the same spec."""
+    from marketplace.kinds import KINDS
+    from training.asl.run import training_plan
+    from training.asl.spec import TrainSpec, preset_batch
+    from workers.assignments.jobs import node_spec
+    from workers.verification.base import worker_data
+
+    gpu = {**ASL_CAPS, "gpu_memory_bytes": 80 * 10**9}
+    alpha.worker.capabilities = gpu
+    alpha.worker.save(update_fields=["capabilities"])
+    task = training_task(bob, dataset, batch_size=0, max_len=384, blocks=2)
+    assert task.spec["batch_size"] == 0
+    on_gpu, _ = preset_batch(TrainSpec.from_dict(task.spec), gpu)
+    on_cpu, _ = preset_batch(TrainSpec.from_dict(task.spec), None)
+    assert (on_gpu, on_cpu) == (72, 12)
+    assignment = assign(task)
+    job = alpha.get(assignment).json()
+    assert job["spec"]["batch_size"] == on_gpu
+    assert node_spec(assignment) == job["spec"]
+    with worker_data(task) as share:
+        assert training_plan(node_spec(assignment), share) == training_plan({**task.spec, "batch_size": on_gpu}, share)
+    # An explicit batch is the spec's, whatever the node.
+    assert KINDS["asl_training"].node_spec({**task.spec, "batch_size": 5}, gpu)["batch_size"] == 5
+
+
 def first_shard(provider: AslProvider, assignment: Any) -> dict[str, Any]:
     files = json.loads(provider.get(assignment, "dataset/").content)["files"]
     return next(f for f in files if f["name"].startswith("shard-"))

@@ -4,12 +4,12 @@ sequences) and asl_inference (the top signs for uploaded sequences)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from training import plugin
-from training.asl.spec import AslInferenceSpec, AslTrainingSpec
+from training.asl.spec import AslInferenceSpec, AslTrainingSpec, TrainSpec, preset_batch
 from training.plugin import GIB, WEIGHTS, DatasetProblem, Progress, Resources, Spec, Upload, micro, numbers
 from training.specs import default
 
@@ -160,6 +160,17 @@ def canary(spec: Spec, data: Path | None, segment: Any, out: Path, *, device: st
     return canary_segment(spec, data, segment, out, device=device)
 
 
+def node_spec(spec: Spec, capabilities: Mapping[str, Any]) -> Spec:
+    """The spec as a node with ``capabilities`` trains it: a ``batch_size`` of 0 is the
+    micro-batch its registered GPU memory presets (``preset_batch``). The node is sent that
+    batch, and the platform plans and re-executes its run with it, not with the preset of
+    the platform's own machine (a GPU of 24 GB or more presets a larger batch than the CPU)."""
+    if spec.get("batch_size"):
+        return spec
+    batch, _ = preset_batch(TrainSpec.from_dict(dict(spec)), dict(capabilities))
+    return {**spec, "batch_size": batch}
+
+
 def plan(spec: Spec, data: Path | None) -> plugin.TrainingPlan:
     """What a run must start from and span (training.asl.run.training_plan)."""
     from training.asl.run import training_plan
@@ -175,6 +186,7 @@ ASL_TRAINING = plugin.training_kind(
     datasets=plugin.Datasets(("zip",), check=check_training_dataset, prepare=prepare, ingest=ingest),
     # The worker downloads the split's sharded folder file by file.
     features=lambda spec: (plugin.SHARDED_DATASETS,),
+    node_spec=node_spec,
     model_files=MODEL_FILES,
     train=train,
     resources=_training_resources,

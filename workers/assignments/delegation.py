@@ -62,7 +62,7 @@ from training.artifacts import ArtifactError
 from training.replay import TOLERANCE, within
 from training.trace import Leaf, Segment, checkpoint_name, file_sha256
 from workers.assignments import heldout, lifecycle, nodebroker, proof, supply
-from workers.assignments.jobs import Conflict, ServedFile, artifact_path, data_entry, served_part, worker_spec
+from workers.assignments.jobs import Conflict, ServedFile, artifact_path, data_entry, node_spec, served_part
 from workers.models import UNSETTLED, Assignment, VerificationJob, Worker
 
 log = logging.getLogger(__name__)
@@ -125,7 +125,8 @@ def eligible_verifiers(assignment: Assignment) -> tuple[list[Worker], list[Worke
     verification jobs. A busy node holds a job of its own or an offered verification; it
     takes this one after it."""
     task = assignment.task
-    need = supply.Need.of(task.kind, task.spec, 0)
+    # The run as its worker ran it: a batch the spec left to that node's GPU needs its memory.
+    need = supply.Need.of(task.kind, node_spec(assignment), 0)
     pool = Worker.objects.online().exclude(owner_id__in={assignment.worker.owner_id, task.owner_id})
     fitting = [w for w in pool if supply.misfit(w, need) is None and FEATURE in _features(w)]
     busy = set(
@@ -239,7 +240,7 @@ def _slots(assignment: Assignment, job_id: UUID) -> list[dict[str, Any]] | None:
         try:
             # The worker's share as the training layer reads it (virtual shards: from the upload).
             with nullcontext(None) if data is None else heldout.readable(assignment.task, data[0]) as share:
-                weights = canary(assignment.task.spec, share, committed, Path(default_storage.path(name)))
+                weights = canary(node_spec(assignment), share, committed, Path(default_storage.path(name)))
         except (ValueError, ArtifactError) as exc:
             log.info("no canary of segment %d of %s: %s", base, assignment.pk, exc)
             failed += 1
@@ -299,7 +300,7 @@ def describe(job: Job) -> dict[str, Any]:
     return {
         "id": str(job.pk),
         "kind": task.kind,
-        "spec": worker_spec(task.spec),
+        "spec": node_spec(job.assignment),  # the run as its worker ran it, not as this node would
         "deadline": job.deadline.isoformat(),
         "tolerance": TOLERANCE,
         "dataset": None if data is None else data_entry_of(task, data, f"{base}/dataset/"),

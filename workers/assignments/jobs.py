@@ -71,6 +71,17 @@ def worker_spec(spec: dict[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in spec.items() if key not in PLATFORM_SPEC_FIELDS}
 
 
+def node_spec(assignment: Assignment) -> dict[str, Any]:
+    """The spec the assignment's node runs, as it is sent and as its result is checked: the
+    worker's spec with what it leaves to the node's hardware fixed by the kind from the
+    capabilities the node registered (``Kind.node_spec``). A node reports its capabilities
+    when its agent starts, and an agent that starts abandons the jobs it held, so a job's
+    node spec does not change while the job runs."""
+    task = assignment.task
+    caps = assignment.worker.capabilities if isinstance(assignment.worker.capabilities, dict) else {}
+    return dict(KINDS[task.kind].node_spec(worker_spec(task.spec), caps))
+
+
 def dataset_url(assignment: Assignment) -> str:
     """The path, on this server, of the assignment's dataset (a folder's file: ``<name>/`` after it)."""
     return f"/api/v1/assignments/{assignment.pk}/dataset/"
@@ -172,7 +183,7 @@ def describe(assignment: Assignment) -> dict[str, Any]:
         "id": str(assignment.pk),
         "task_id": str(task.pk),
         "kind": task.kind,
-        "spec": worker_spec(task.spec),
+        "spec": node_spec(assignment),
         "attempt": assignment.attempt,
         "state": assignment.state,
         "deadline": assignment.deadline.isoformat(),

@@ -29,7 +29,7 @@ from training.plugin import WEIGHTS, DataUnreadable, TrainingPlan, sha256_file
 from training.specs import default
 from training.trace import Segment, Trace, TraceError, checkpoint_name, file_sha256
 from workers.assignments import delegation, heldout, proof
-from workers.assignments.jobs import artifact_path
+from workers.assignments.jobs import artifact_path, node_spec
 from workers.models import Assignment
 
 MAX_CONFIG_BYTES = 1024 * 1024
@@ -331,7 +331,8 @@ def _chain(assignment: Assignment, data: Path | None) -> str | tuple[Callable[..
     replay, plan_of = getattr(kind, "replay", None), getattr(kind, "plan", None)
     if replay is None or plan_of is None:
         raise PlatformFault(f"{task.kind} has no replay: the platform cannot re-execute its segments")
-    plan = plan_of(task.spec, data)
+    spec = node_spec(assignment)  # as the node ran it (its batch, where the spec leaves it to the node)
+    plan = plan_of(spec, data)
     problem = _span_problem(trace, plan)
     if problem:
         return problem
@@ -374,7 +375,7 @@ def training_proof(assignment: Assignment) -> ProofCheck:
             if not chosen:
                 return ""
             try:
-                verdicts = replay(task.spec, data, [picked[i] for i in chosen])
+                verdicts = replay(node_spec(assignment), data, [picked[i] for i in chosen])
             except DataUnreadable as exc:
                 # The platform's copy of the worker's data, not the result: asked again later.
                 raise PlatformFault(f"task {task.pk}: the worker's data cannot be read: {exc}") from exc
