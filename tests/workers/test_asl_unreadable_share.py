@@ -17,6 +17,7 @@ import torch
 
 from tests.factories import CAPS, TINY_ASL, make_dataset, post_task
 from tests.workers.proving import RestNode, in_process_agent
+from training.asl import run as asl_run
 from training.asl.parquet import DatasetError
 from training.asl.source import Source
 from training.asl.synthetic import generate
@@ -38,9 +39,12 @@ def one_thread() -> Iterator[None]:
     torch.set_num_threads(threads)
 
 
+@pytest.mark.parametrize("unreadable", ["sequences", "index"])
 def test_a_share_the_platform_cannot_read_while_replaying_is_not_held_against_the_worker(
-    alice: Any, bob: Any, tmp_path: Path, settings: Any, monkeypatch: pytest.MonkeyPatch
+    alice: Any, bob: Any, tmp_path: Path, settings: Any, monkeypatch: pytest.MonkeyPatch, unreadable: str
 ) -> None:
+    # The sequences a replayed batch decodes, or the share's index, which the run's plan
+    # reads before any segment is re-executed.
     settings.SEGMENT_REEXECUTION = "platform"
     archive = generate(
         tmp_path / "signs.zip", n_signs=5, n_participants=5, per_participant=2, max_frames=20, as_zip=True
@@ -53,8 +57,8 @@ def test_a_share_the_platform_cannot_read_while_replaying_is_not_held_against_th
         assert agent.run_assignment(str(assignment.pk)) == "submitted"
     reputation = Worker.objects.get(pk=worker.worker.pk).reputation
 
-    # From now on the upload's sequence files cannot be read (a storage error): train.csv
-    # and the sign map, plain files of the share, still can.
+    # From now on the upload's sequence files, or the share's index, cannot be read: a
+    # storage error.
     real = Source._read_member
 
     def failing(archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> bytes:
@@ -62,9 +66,15 @@ def test_a_share_the_platform_cannot_read_while_replaying_is_not_held_against_th
             raise DatasetError(info.filename, "cannot be read (Input/output error)")
         return real(archive, info)
 
-    monkeypatch.setattr(Source, "_read_member", staticmethod(failing))
+    def no_index(*args: Any, **kwargs: Any) -> Any:
+        raise DatasetError("train.csv", "cannot be read (Input/output error)")
 
-    with pytest.raises(verification.PlatformFault, match="cannot be read"):
+    if unreadable == "sequences":
+        monkeypatch.setattr(Source, "_read_member", staticmethod(failing))
+    else:
+        monkeypatch.setattr(asl_run, "read_dataset_index", no_index)
+
+    with pytest.raises(verification.PlatformFault, match="cannot be"):
         verify_assignment(str(assignment.pk))  # early on: asked for again later
     assignment.refresh_from_db()
     assert assignment.state == Assignment.State.SUBMITTED

@@ -332,7 +332,12 @@ def _chain(assignment: Assignment, data: Path | None) -> str | tuple[Callable[..
     if replay is None or plan_of is None:
         raise PlatformFault(f"{task.kind} has no replay: the platform cannot re-execute its segments")
     spec = node_spec(assignment)  # as the node ran it (its batch, where the spec leaves it to the node)
-    plan = plan_of(spec, data)
+    try:
+        plan = plan_of(spec, data)
+    except Exception as exc:
+        # The plan reads the spec and the platform's copy of the worker's data, nothing the
+        # worker sent: whatever stops it is the platform's fault, asked again later.
+        raise PlatformFault(f"task {task.pk}: the run's plan cannot be made: {exc}") from exc
     problem = _span_problem(trace, plan)
     if problem:
         return problem
