@@ -106,7 +106,7 @@ Prepare = Callable[[Spec, Path | None, Path, bytes], tuple[Path | None, Path]]
 # folders needs, so an agent that only downloads single files is never offered its tasks.
 SHARDED_DATASETS = "dataset:shards"
 # The protocol feature of a node whose trainer re-executes as the platform's does: initial
-# weights from ``training.portable`` and every dropout mask from the CPU generator
+# weights from ``training.portable``, every dropout mask from keys of the CPU generator
 # (``training.asl.model.dropout``), mixed precision in bf16 (``training.device``). Every
 # trained kind needs it. A node training as an earlier agent did would commit checkpoints
 # that the platform's replay cannot reach, and would lose its pay and reputation for honest

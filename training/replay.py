@@ -11,9 +11,9 @@ such normalised distances). A skipped, shortened or fabricated segment lands abo
 or more away; an honest one, trained in bf16 autocast or on another device, lands within
 ``TOLERANCE`` (measured by ``bench/prooftrain.py``, written down in docs/kinds.md). Another
 device differs from the replay in arithmetic only: the loop re-seeds every generator before
-each micro-batch, and a model draws its random masks from the CPU's generator and moves
-them to its device (``training.asl.model.dropout``; the cube model draws none), so a GPU
-worker's masks are the replay's.
+each micro-batch, and a model makes its random masks from keys of the CPU's generator
+with an integer hash, the same bits on every device (``training.asl.model.dropout``; the
+cube model draws none), so a GPU worker's masks are the replay's.
 
 Each kind says how to build its trainer from a spec and the worker's data (``Build``); the
 rest is shared. Checkpoint files are untrusted: each must hash to its leaf before it is

@@ -8,12 +8,10 @@ arrive, keeping none); the platform judges, and the honest worker is paid."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
 
 from tests.factories import CAPS, TINY_ASL, make_dataset, post_task
 from tests.workers.proving import RestNode, in_process_agent
@@ -25,21 +23,13 @@ from workers.assignments import delegation, heldout, scheduler
 from workers.models import Assignment, VerificationJob
 from workers.tasks import verify_assignment
 
-pytestmark = [pytest.mark.slow, pytest.mark.django_db]
+pytestmark = [pytest.mark.slow, pytest.mark.django_db, pytest.mark.usefixtures("one_thread")]
 
 ASL_CAPS = {**CAPS, "kinds": ["asl_training", "asl_inference"]}
 
 
 def _body(response: Any) -> bytes:
     return b"".join(response.streaming_content) if response.streaming else bytes(response.content)
-
-
-@pytest.fixture(autouse=True)
-def one_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def test_an_asl_run_re_executed_by_a_verifier_node_of_another_provider_is_paid(

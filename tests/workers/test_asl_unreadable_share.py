@@ -7,13 +7,11 @@ penalty. It is never a rejection that costs the worker reputation."""
 from __future__ import annotations
 
 import zipfile
-from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
 
 from tests.factories import CAPS, TINY_ASL, make_dataset, post_task
 from tests.workers.proving import RestNode, in_process_agent
@@ -26,17 +24,9 @@ from workers.assignments import scheduler
 from workers.models import Assignment, Worker
 from workers.tasks import verify_assignment
 
-pytestmark = [pytest.mark.slow, pytest.mark.django_db]
+pytestmark = [pytest.mark.slow, pytest.mark.django_db, pytest.mark.usefixtures("one_thread")]
 
 ASL_CAPS = {**CAPS, "kinds": ["asl_training", "asl_inference"]}
-
-
-@pytest.fixture(autouse=True)
-def one_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.mark.parametrize("unreadable", ["sequences", "index"])

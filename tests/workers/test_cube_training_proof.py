@@ -32,7 +32,7 @@ from workers.assignments import delegation, scheduler
 from workers.models import Assignment, VerificationJob
 from workers.tasks import verify_assignment
 
-pytestmark = [pytest.mark.slow, pytest.mark.django_db]
+pytestmark = [pytest.mark.slow, pytest.mark.django_db, pytest.mark.usefixtures("one_thread")]
 
 CUBE_CAPS = {**CAPS, "kinds": ["cube_training", "cube_inference"]}
 UNITS_BUDGET = 10 * 10**9
@@ -48,14 +48,6 @@ def node(alice: Any) -> RestNode:
 def agent(node: RestNode) -> Iterator[Node]:
     with in_process_agent(node) as running:
         yield running
-
-
-@pytest.fixture(autouse=True)
-def one_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def honest_run() -> Run:

@@ -6,9 +6,10 @@ zeroed after every block, excluded from BatchNorm statistics, from attention key
 pooling, and the convolution is causal so padded frames (always at the end) cannot reach
 real ones.
 
-Every dropout mask (drop path, attention dropout, late dropout) is drawn on the CPU by
-``dropout`` below, whatever device the model trains on, so a step's masks depend on its
-seed alone and the platform's CPU replay of a GPU-trained step draws the same ones.
+Every dropout mask (drop path, attention dropout, late dropout) is made by ``dropout``
+below from keys of the CPU generator and an integer hash, the same bits whatever device the
+model trains on, so a step's masks depend on its seed alone and the platform's CPU replay
+of a GPU-trained step makes the same ones.
 """
 
 from __future__ import annotations
@@ -261,7 +262,8 @@ class TransformerBlock(nn.Module):
         With attention dropout (training), the attention is written out, as the math path of
         ``scaled_dot_product_attention`` computes it (in float32 whatever autocast would
         pick, the result in the inputs' dtype), because the fused kernels cannot take a
-        dropout mask drawn elsewhere and this one must come from ``dropout``'s CPU draw.
+        dropout mask made elsewhere and this one must be ``dropout``'s, the same on every
+        device.
         """
         if not self.training or self.attn_dropout <= 0.0:
             return F.scaled_dot_product_attention(q, k, v, attn_mask=keys)
